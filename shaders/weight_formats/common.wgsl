@@ -1,0 +1,38 @@
+// Byte access into a weight buffer `w: array<u32>` declared by the kernel.
+// Rows of Q8_0, Q4_0, f16 and bf16 may start on any 2-byte boundary, so 32-bit reads are
+// assembled from two words when the byte offset is 2 mod 4.
+
+// The 32 bits starting at byte offset `byte` (byte % 2 == 0).
+fn w_u32_at(byte: u32) -> u32 {
+    let i = byte >> 2u;
+    if ((byte & 3u) == 0u) {
+        return w[i];
+    }
+    return (w[i] >> 16u) | (w[i + 1u] << 16u);
+}
+
+// The 16 bits starting at byte offset `byte` (byte % 2 == 0), in the low half.
+fn w_u16_at(byte: u32) -> u32 {
+    return (w[byte >> 2u] >> ((byte & 2u) * 8u)) & 0xffffu;
+}
+
+// The f16 stored at byte offset `byte`, as f32.
+fn w_f16_at(byte: u32) -> f32 {
+    return unpack2x16float(w_u16_at(byte)).x;
+}
+
+// Four signed bytes packed in `q`, lowest byte first.
+fn unpack_i8x4(q: u32) -> vec4<f32> {
+    let s = bitcast<i32>(q);
+    return vec4<f32>(vec4<i32>(
+        (s << 24u) >> 24u,
+        (s << 16u) >> 24u,
+        (s << 8u) >> 24u,
+        s >> 24u,
+    ));
+}
+
+// Four 4-bit values, one from the low nibble of each byte of `q` (after shifting).
+fn unpack_u4x4(q: u32) -> vec4<f32> {
+    return vec4<f32>(vec4<u32>(q & 0xfu, (q >> 8u) & 0xfu, (q >> 16u) & 0xfu, (q >> 24u) & 0xfu));
+}

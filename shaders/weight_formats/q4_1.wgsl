@@ -1,0 +1,18 @@
+// Q4_1: blocks of 32 values, 20 bytes: f16 scale d, f16 minimum m, then 16 bytes of
+// nibbles ordered as Q4_0; value = d * nibble + m. Blocks are 4-byte aligned.
+fn w_load4(base: u32, k: u32) -> vec4<f32> {
+    let block = base + (k >> 5u) * 20u;
+    let j = k & 31u;
+    let dm = unpack2x16float(w[block >> 2u]);
+    let q = w[(block + 4u + (j & 15u)) >> 2u] >> ((j >> 4u) * 4u);
+    return fma(vec4<f32>(dm.x), unpack_u4x4(q), vec4<f32>(dm.y));
+}
+
+fn w_load1(base: u32, k: u32) -> f32 {
+    let block = base + (k >> 5u) * 20u;
+    let j = k & 31u;
+    let b = j & 15u;
+    let dm = unpack2x16float(w[block >> 2u]);
+    let q = (w[(block + 4u + b) >> 2u] >> ((b & 3u) * 8u + (j >> 4u) * 4u)) & 0xfu;
+    return fma(dm.x, f32(q), dm.y);
+}

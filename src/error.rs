@@ -1,0 +1,23 @@
+//! The library's error type: every failure a user can cause names its cause.
+
+use crate::gpu::BackendChoice;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SproutError {
+    #[error(
+        "no GPU adapter found for backend `{0}`. sprout needs a Vulkan, Metal, DX12 or OpenGL \
+         driver; on Linux without a GPU install the software one: `apt-get install \
+         mesa-vulkan-drivers libvulkan1` (run `sprout devices` to see what is found)"
+    )]
+    NoAdapter(BackendChoice),
+    #[error("unknown backend `{0}`: use one of auto, vulkan, metal, dx12, gl")]
+    BadBackend(String),
+    #[error("could not open the GPU device: {0}")]
+    RequestDevice(#[from] wgpu::RequestDeviceError),
+    #[error("reading a buffer back from the GPU failed: {0}")]
+    ReadBack(String),
+    #[error(transparent)]
+    Format(#[from] crate::model::format::FormatError),
+    #[error("{0}")]
+    Shape(String),
+}

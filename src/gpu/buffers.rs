@@ -1,0 +1,116 @@
+//! Activation buffers on the GPU and reading them back.
+//!
+//! Activations are f32 (or u32 ids), row-major, tightly packed. Read-back is async so the
+//! same code runs in a browser; on native it polls the device until the copy is done.
+
+use wgpu::util::DeviceExt;
+
+use super::Gpu;
+use crate::error::SproutError;
+
+/// A storage buffer of `len` 32-bit values (f32 or u32).
+pub struct Tensor {
+    pub buffer: wgpu::Buffer,
+    pub len: usize,
+}
+
+const STORAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
+    .union(wgpu::BufferUsages::COPY_SRC)
+    .union(wgpu::BufferUsages::COPY_DST);
+
+impl Gpu {
+    /// A buffer holding `data` (bytes of 32-bit values).
+    pub fn upload<T: bytemuck::Pod>(&self, data: &[T]) -> Tensor {
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        let len = bytes.len() / 4;
+        // A binding may not be empty: keep at least one value.
+        let contents = if bytes.is_empty() {
+            &[0u8; 4][..]
+        } else {
+            bytes
+        };
+        let buffer = self
+            .device
+            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: None,
+                contents,
+                usage: STORAGE,
+            });
+        Tensor { buffer, len }
+    }
+
+    /// A zeroed buffer of `len` 32-bit values.
+    pub fn zeros(&self, len: usize) -> Tensor {
+        let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: None,
+            size: (len.max(1) * 4) as u64,
+            usage: STORAGE,
+            mapped_at_creation: false,
+        });
+        Tensor { buffer, len }
+    }
+
+    /// Reads `tensor` back as f32.
+    pub async fn read_f32(&self, tensor: &Tensor) -> Result<Vec<f32>, SproutError> {
+        let bytes = self
+            .read_bytes(&tensor.buffer, tensor.len as u64 * 4)
+            .await?;
+        Ok(bytemuck::cast_slice(&bytes).to_vec())
+    }
+
+    /// Reads `tensor` back as u32.
+    pub async fn read_u32(&self, tensor: &Tensor) -> Result<Vec<u32>, SproutError> {
+        let bytes = self
+            .read_bytes(&tensor.buffer, tensor.len as u64 * 4)
+            .await?;
+        Ok(bytemuck::cast_slice(&bytes).to_vec())
+    }
+
+    /// Copies the first `size` bytes of `buffer` to the CPU (after all submitted work).
+    pub async fn read_bytes(
+        &self,
+        buffer: &wgpu::Buffer,
+        size: u64,
+    ) -> Result<Vec<u8>, SproutError> {
+        if size == 0 {
+            return Ok(Vec::new());
+        }
+        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("read-back"),
+            size,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut encoder = self.encoder();
+        encoder.copy_buffer_to_buffer(buffer, 0, &staging, 0, size);
+        self.submit(encoder);
+        let (tx, rx) = futures_channel::oneshot::channel();
+        staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
+            let _ = tx.send(r);
+        });
+        #[cfg(not(target_arch = "wasm32"))]
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| SproutError::ReadBack(e.to_string()))?;
+        rx.await
+            .map_err(|_| SproutError::ReadBack("the device was lost".into()))?
+            .map_err(|e| SproutError::ReadBack(e.to_string()))?;
+        let view = staging
+            .slice(..)
+            .get_mapped_range()
+            .map_err(|e| SproutError::ReadBack(e.to_string()))?;
+        let out = view.to_vec();
+        drop(view);
+        staging.unmap();
+        Ok(out)
+    }
+
+    /// Blocks until all submitted work has finished (native only; benchmarks and tests).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn wait_idle(&self) -> Result<(), SproutError> {
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map(|_| ())
+            .map_err(|e| SproutError::ReadBack(e.to_string()))
+    }
+}

@@ -1,0 +1,149 @@
+//! `Gpu`: one opened device with its queue, what it can do, and its pipeline cache.
+//!
+//! The device is requested with the adapter's own limits (not WebGPU's defaults) and with
+//! shader-f16 and subgroups when the adapter has them. Kernels that can use those features
+//! ask `Capabilities`; every kernel also has a path that needs neither.
+
+use std::sync::Arc;
+
+use wgpu::util::DeviceExt;
+
+use super::adapter::{AdapterSummary, BackendChoice, select_adapter};
+use super::pipelines::{KernelSpec, PipelineCache};
+use crate::error::SproutError;
+
+/// What the opened device supports, as sprout's kernels need to know it.
+#[derive(Clone, Debug)]
+pub struct Capabilities {
+    pub shader_f16: bool,
+    pub subgroups: bool,
+    pub timestamps: bool,
+    /// Largest storage-buffer binding; a larger weight is split into parts.
+    pub max_binding: u64,
+    pub max_buffer: u64,
+    pub max_workgroups_per_dim: u32,
+}
+
+pub struct Gpu {
+    pub device: wgpu::Device,
+    pub queue: wgpu::Queue,
+    pub adapter: AdapterSummary,
+    pub caps: Capabilities,
+    pipelines: PipelineCache,
+}
+
+impl Gpu {
+    /// Opens the best adapter for `choice`.
+    pub async fn open(choice: BackendChoice) -> Result<Arc<Gpu>, SproutError> {
+        let adapter = select_adapter(choice).await?;
+        Gpu::from_adapter(&adapter).await
+    }
+
+    /// Opens a device on `adapter` with the adapter's own limits.
+    pub async fn from_adapter(adapter: &wgpu::Adapter) -> Result<Arc<Gpu>, SproutError> {
+        let available = adapter.features();
+        let wanted =
+            wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP | wgpu::Features::TIMESTAMP_QUERY;
+        let features = available & wanted;
+        let limits = adapter.limits();
+        let (device, queue) = adapter
+            .request_device(&wgpu::DeviceDescriptor {
+                label: Some("sprout"),
+                required_features: features,
+                required_limits: limits.clone(),
+                experimental_features: wgpu::ExperimentalFeatures::disabled(),
+                memory_hints: wgpu::MemoryHints::Performance,
+                trace: wgpu::Trace::Off,
+            })
+            .await?;
+        let caps = Capabilities {
+            shader_f16: features.contains(wgpu::Features::SHADER_F16),
+            subgroups: features.contains(wgpu::Features::SUBGROUP),
+            timestamps: features.contains(wgpu::Features::TIMESTAMP_QUERY),
+            max_binding: limits.max_storage_buffer_binding_size,
+            max_buffer: limits.max_buffer_size,
+            max_workgroups_per_dim: limits.max_compute_workgroups_per_dimension,
+        };
+        Ok(Arc::new(Gpu {
+            device,
+            queue,
+            adapter: AdapterSummary::of(adapter),
+            caps,
+            pipelines: PipelineCache::default(),
+        }))
+    }
+
+    /// The compute pipeline for `spec`, built on first use and cached.
+    pub fn pipeline(&self, spec: &KernelSpec) -> Arc<super::pipelines::Kernel> {
+        self.pipelines.get(&self.device, spec)
+    }
+
+    pub fn encoder(&self) -> wgpu::CommandEncoder {
+        self.device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None })
+    }
+
+    /// Records one dispatch of `kernel`: binding 0 is the uniform `params`, bindings 1..
+    /// are `buffers` in the order the kernel's spec lists them.
+    pub fn dispatch(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        kernel: &super::pipelines::Kernel,
+        params: &[u8],
+        buffers: &[&wgpu::Buffer],
+        workgroups: [u32; 3],
+    ) {
+        assert_eq!(
+            buffers.len(),
+            kernel.storage_bindings,
+            "kernel {} takes {} storage buffers",
+            kernel.name,
+            kernel.storage_bindings
+        );
+        let max = self.caps.max_workgroups_per_dim;
+        assert!(
+            workgroups.iter().all(|&w| w <= max),
+            "kernel {}: {workgroups:?} workgroups exceed the adapter's {max} per dimension",
+            kernel.name
+        );
+        if workgroups.contains(&0) {
+            return;
+        }
+        let uniform = self
+            .device
+            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some("params"),
+                contents: params,
+                usage: wgpu::BufferUsages::UNIFORM,
+            });
+        let mut entries = vec![wgpu::BindGroupEntry {
+            binding: 0,
+            resource: uniform.as_entire_binding(),
+        }];
+        entries.extend(
+            buffers
+                .iter()
+                .enumerate()
+                .map(|(i, b)| wgpu::BindGroupEntry {
+                    binding: i as u32 + 1,
+                    resource: b.as_entire_binding(),
+                }),
+        );
+        let bind_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some(kernel.name.as_str()),
+            layout: &kernel.layout,
+            entries: &entries,
+        });
+        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: Some(kernel.name.as_str()),
+            timestamp_writes: None,
+        });
+        pass.set_pipeline(&kernel.pipeline);
+        pass.set_bind_group(0, &bind_group, &[]);
+        pass.dispatch_workgroups(workgroups[0], workgroups[1], workgroups[2]);
+    }
+
+    pub fn submit(&self, encoder: wgpu::CommandEncoder) -> wgpu::SubmissionIndex {
+        self.queue.submit([encoder.finish()])
+    }
+}

@@ -1,0 +1,4 @@
+//! One module per kernel family. Each records dispatches into a caller's command encoder
+//! (so a forward pass is one submit) and has a CPU reference in `crate::reference`.
+
+pub mod matmul;

@@ -1,0 +1,19 @@
+//! The GPU side of sprout: adapters, the opened device, buffers, weights in their stored
+//! formats, the pipeline cache, and one module per kernel family.
+//!
+//! Every kernel here has a CPU reference in `crate::reference` and is checked against it
+//! on every adapter by `tests/kernels`. No kernel's reduction order depends on how many
+//! rows share a dispatch (DESIGN.md, principle 1).
+
+pub mod adapter;
+pub mod buffers;
+pub mod context;
+pub mod kernels;
+pub mod pipelines;
+pub mod shaders;
+pub mod weights;
+
+pub use adapter::{AdapterSummary, BackendChoice, list_adapters, select_adapter};
+pub use buffers::Tensor;
+pub use context::{Capabilities, Gpu};
+pub use weights::GpuWeight;

@@ -1,0 +1,117 @@
+//! Compiled compute pipelines, created once per (kernel, variant) and cached.
+//!
+//! A `KernelSpec` names a WGSL source, its entry point and its bindings. Binding 0 is
+//! always a uniform parameter block; bindings 1.. are storage buffers, read-only or
+//! read-write. Layouts are explicit so that several entry points may share one module.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// How a kernel uses one storage binding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    Read,
+    ReadWrite,
+}
+
+/// Everything needed to build a pipeline. `key` must identify `source` + `entry` uniquely.
+pub struct KernelSpec {
+    pub key: String,
+    pub source: String,
+    pub entry: &'static str,
+    pub storage: &'static [Access],
+}
+
+/// A built pipeline and its bind-group layout.
+pub struct Kernel {
+    pub name: String,
+    pub pipeline: wgpu::ComputePipeline,
+    pub layout: wgpu::BindGroupLayout,
+    pub storage_bindings: usize,
+}
+
+#[derive(Default)]
+pub struct PipelineCache {
+    built: Mutex<HashMap<String, Arc<Kernel>>>,
+}
+
+impl PipelineCache {
+    pub fn get(&self, device: &wgpu::Device, spec: &KernelSpec) -> Arc<Kernel> {
+        if let Some(k) = self.built.lock().unwrap().get(&spec.key) {
+            return k.clone();
+        }
+        // Built outside the lock: compiling a shader can take a while on software adapters.
+        let kernel = Arc::new(build(device, spec));
+        self.built
+            .lock()
+            .unwrap()
+            .entry(spec.key.clone())
+            .or_insert(kernel)
+            .clone()
+    }
+
+    pub fn len(&self) -> usize {
+        self.built.lock().unwrap().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+fn build(device: &wgpu::Device, spec: &KernelSpec) -> Kernel {
+    let mut entries = vec![wgpu::BindGroupLayoutEntry {
+        binding: 0,
+        visibility: wgpu::ShaderStages::COMPUTE,
+        ty: wgpu::BindingType::Buffer {
+            ty: wgpu::BufferBindingType::Uniform,
+            has_dynamic_offset: false,
+            min_binding_size: None,
+        },
+        count: None,
+    }];
+    entries.extend(
+        spec.storage
+            .iter()
+            .enumerate()
+            .map(|(i, access)| wgpu::BindGroupLayoutEntry {
+                binding: i as u32 + 1,
+                visibility: wgpu::ShaderStages::COMPUTE,
+                ty: wgpu::BindingType::Buffer {
+                    ty: wgpu::BufferBindingType::Storage {
+                        read_only: *access == Access::Read,
+                    },
+                    has_dynamic_offset: false,
+                    min_binding_size: None,
+                },
+                count: None,
+            }),
+    );
+    let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+        label: Some(&spec.key),
+        entries: &entries,
+    });
+    let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+        label: Some(&spec.key),
+        bind_group_layouts: &[Some(&layout)],
+        immediate_size: 0,
+    });
+    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: Some(&spec.key),
+        source: wgpu::ShaderSource::Wgsl(spec.source.as_str().into()),
+    });
+    let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some(&spec.key),
+        layout: Some(&pipeline_layout),
+        module: &module,
+        entry_point: Some(spec.entry),
+        compilation_options: Default::default(),
+        cache: None,
+    });
+    Kernel {
+        name: spec.key.clone(),
+        pipeline,
+        layout,
+        storage_bindings: spec.storage.len(),
+    }
+}

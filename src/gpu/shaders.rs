@@ -1,0 +1,26 @@
+//! WGSL sources, embedded at compile time, and how kernels are composed from them.
+//!
+//! A kernel that reads weights is its own WGSL plus one weight-format decoder from
+//! `shaders/weight_formats/` (which defines `w_load4` and `w_load1` over the kernel's
+//! `w: array<u32>` binding). `tests/shaders.rs` validates every kernel composed with every decoder.
+
+use crate::model::format::WeightFormat;
+
+pub const WEIGHT_COMMON: &str = include_str!("../../shaders/weight_formats/common.wgsl");
+
+/// The decoder for one weight format.
+pub fn weight_decoder(format: WeightFormat) -> &'static str {
+    match format {
+        WeightFormat::F32 => include_str!("../../shaders/weight_formats/f32.wgsl"),
+        WeightFormat::F16 => include_str!("../../shaders/weight_formats/f16.wgsl"),
+        WeightFormat::Bf16 => include_str!("../../shaders/weight_formats/bf16.wgsl"),
+        WeightFormat::Q8_0 => include_str!("../../shaders/weight_formats/q8_0.wgsl"),
+        WeightFormat::Q4_0 => include_str!("../../shaders/weight_formats/q4_0.wgsl"),
+        WeightFormat::Q4_1 => include_str!("../../shaders/weight_formats/q4_1.wgsl"),
+    }
+}
+
+/// `kernel` with the decoder for `format` appended.
+pub fn with_weights(kernel: &str, format: WeightFormat) -> String {
+    format!("{kernel}\n{WEIGHT_COMMON}\n{}", weight_decoder(format))
+}

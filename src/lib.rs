@@ -1,0 +1,11 @@
+//! sprout: a portable LLM inference engine for reinforcement-learning rollouts, on wgpu.
+//!
+//! See DESIGN.md in the repository for the architecture. The library core compiles to
+//! wasm32: device setup and read-back are async and nothing here blocks on a thread.
+
+pub mod error;
+pub mod gpu;
+pub mod model;
+pub mod reference;
+
+pub use error::SproutError;

@@ -1,0 +1,88 @@
+//! The `sprout` command line: a thin layer over the library.
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use sprout::gpu::{AdapterSummary, BackendChoice, list_adapters};
+
+#[derive(Parser)]
+#[command(
+    name = "sprout",
+    version,
+    about = "Portable LLM inference for RL rollouts, on wgpu"
+)]
+struct Cli {
+    /// Graphics backend: auto, vulkan, metal, dx12 or gl.
+    #[arg(long, global = true, env = "SPROUT_BACKEND", default_value = "auto")]
+    backend: BackendChoice,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// List every GPU adapter wgpu finds, best first.
+    Devices {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Devices { json } => devices(cli.backend, json),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // The message names the problem and what to do; a backtrace would only bury it.
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn devices(backend: BackendChoice, json: bool) -> Result<()> {
+    let adapters: Vec<AdapterSummary> = pollster::block_on(list_adapters(backend))
+        .iter()
+        .map(AdapterSummary::of)
+        .collect();
+    if json {
+        println!("{}", serde_json::to_string_pretty(&adapters)?);
+        return Ok(());
+    }
+    if adapters.is_empty() {
+        return Err(sprout::SproutError::NoAdapter(backend).into());
+    }
+    println!(
+        "{:<3} {:<7} {:<40} {:<14} {:<5} {:<9} {:>11} {:>11}  driver",
+        "#", "backend", "name", "type", "f16", "subgroups", "max bind", "max buffer"
+    );
+    for (i, a) in adapters.iter().enumerate() {
+        println!(
+            "{:<3} {:<7} {:<40} {:<14} {:<5} {:<9} {:>11} {:>11}  {} {}",
+            i,
+            a.backend,
+            a.name,
+            a.device_type,
+            yes_no(a.shader_f16),
+            yes_no(a.subgroups),
+            mib(a.max_storage_buffer_binding_size),
+            mib(a.max_buffer_size),
+            a.driver,
+            a.driver_info
+        );
+    }
+    Ok(())
+}
+
+fn yes_no(b: bool) -> &'static str {
+    if b { "yes" } else { "no" }
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{} MiB", bytes >> 20)
+}

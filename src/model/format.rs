@@ -1,0 +1,292 @@
+//! Weight formats and their exact byte layouts.
+//!
+//! A weight matrix is `rows x cols` (a linear layer stores `[out_features, in_features]`),
+//! each row contiguous. Quantized formats group each row into blocks of 32 values, laid out
+//! bit for bit as GGUF (ggml) defines them:
+//!
+//! | format | bytes/block | block layout                                   | value                |
+//! |--------|-------------|------------------------------------------------|----------------------|
+//! | Q8_0   | 34          | f16 d, i8 q[32]                                | d * q[j]             |
+//! | Q4_0   | 18          | f16 d, u8 qs[16] (j<16 low nibble, j>=16 high)  | d * (nibble - 8)     |
+//! | Q4_1   | 20          | f16 d, f16 m, u8 qs[16] (nibbles as Q4_0)      | d * nibble + m       |
+//!
+//! The GPU keeps these bytes as they are and dequantizes inside its kernels; this module
+//! is the CPU side of the same contract (sizes, dequantization for references, and
+//! quantization to make test weights the way ggml does).
+
+use half::{bf16, f16};
+use serde::Serialize;
+
+/// Values per quantization block in every GGUF block format used here.
+pub const QK: usize = 32;
+
+/// How a weight tensor's elements are stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WeightFormat {
+    F32,
+    F16,
+    Bf16,
+    Q8_0,
+    Q4_0,
+    Q4_1,
+}
+
+impl WeightFormat {
+    pub const ALL: [WeightFormat; 6] = [
+        WeightFormat::F32,
+        WeightFormat::F16,
+        WeightFormat::Bf16,
+        WeightFormat::Q8_0,
+        WeightFormat::Q4_0,
+        WeightFormat::Q4_1,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            WeightFormat::F32 => "f32",
+            WeightFormat::F16 => "f16",
+            WeightFormat::Bf16 => "bf16",
+            WeightFormat::Q8_0 => "q8_0",
+            WeightFormat::Q4_0 => "q4_0",
+            WeightFormat::Q4_1 => "q4_1",
+        }
+    }
+
+    /// Elements per storage block (1 for plain floating-point formats).
+    pub fn block_len(self) -> usize {
+        match self {
+            WeightFormat::F32 | WeightFormat::F16 | WeightFormat::Bf16 => 1,
+            WeightFormat::Q8_0 | WeightFormat::Q4_0 | WeightFormat::Q4_1 => QK,
+        }
+    }
+
+    /// Bytes per storage block.
+    pub fn block_bytes(self) -> usize {
+        match self {
+            WeightFormat::F32 => 4,
+            WeightFormat::F16 | WeightFormat::Bf16 => 2,
+            WeightFormat::Q8_0 => 2 + QK,
+            WeightFormat::Q4_0 => 2 + QK / 2,
+            WeightFormat::Q4_1 => 4 + QK / 2,
+        }
+    }
+
+    pub fn is_quantized(self) -> bool {
+        self.block_len() > 1
+    }
+
+    /// Bytes of one row of `cols` elements, or an error when `cols` does not fill whole blocks.
+    pub fn row_bytes(self, cols: usize) -> Result<usize, FormatError> {
+        if !cols.is_multiple_of(self.block_len()) {
+            return Err(FormatError::PartialBlock {
+                format: self,
+                cols,
+                block: self.block_len(),
+            });
+        }
+        Ok(cols / self.block_len() * self.block_bytes())
+    }
+}
+
+impl std::fmt::Display for WeightFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum FormatError {
+    #[error("{format} stores rows in blocks of {block} values, but a row has {cols} values")]
+    PartialBlock {
+        format: WeightFormat,
+        cols: usize,
+        block: usize,
+    },
+    #[error(
+        "{format} data of {got} bytes does not hold {rows} rows of {cols} values ({want} bytes)"
+    )]
+    WrongSize {
+        format: WeightFormat,
+        rows: usize,
+        cols: usize,
+        got: usize,
+        want: usize,
+    },
+}
+
+/// Decodes one row's bytes into f32 values (the CPU reference of every GPU dequantizer).
+pub fn dequantize_row(format: WeightFormat, bytes: &[u8], out: &mut [f32]) {
+    let h = |b: &[u8]| f16::from_le_bytes([b[0], b[1]]).to_f32();
+    match format {
+        WeightFormat::F32 => {
+            for (o, c) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+                *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            }
+        }
+        WeightFormat::F16 => {
+            for (o, c) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+                *o = h(c);
+            }
+        }
+        WeightFormat::Bf16 => {
+            for (o, c) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+                *o = bf16::from_le_bytes([c[0], c[1]]).to_f32();
+            }
+        }
+        WeightFormat::Q8_0 => {
+            for (o, b) in out.chunks_exact_mut(QK).zip(bytes.chunks_exact(34)) {
+                let d = h(&b[0..2]);
+                for (j, v) in o.iter_mut().enumerate() {
+                    *v = d * (b[2 + j] as i8) as f32;
+                }
+            }
+        }
+        WeightFormat::Q4_0 => {
+            for (o, b) in out.chunks_exact_mut(QK).zip(bytes.chunks_exact(18)) {
+                let d = h(&b[0..2]);
+                for j in 0..QK / 2 {
+                    let q = b[2 + j];
+                    o[j] = d * ((q & 0x0f) as i32 - 8) as f32;
+                    o[j + QK / 2] = d * ((q >> 4) as i32 - 8) as f32;
+                }
+            }
+        }
+        WeightFormat::Q4_1 => {
+            for (o, b) in out.chunks_exact_mut(QK).zip(bytes.chunks_exact(20)) {
+                let d = h(&b[0..2]);
+                let m = h(&b[2..4]);
+                for j in 0..QK / 2 {
+                    let q = b[4 + j];
+                    o[j] = d.mul_add((q & 0x0f) as f32, m);
+                    o[j + QK / 2] = d.mul_add((q >> 4) as f32, m);
+                }
+            }
+        }
+    }
+}
+
+/// Decodes a whole `rows x cols` matrix into f32 (references and tests only: the engine
+/// never expands weights on the CPU).
+pub fn dequantize(
+    format: WeightFormat,
+    bytes: &[u8],
+    rows: usize,
+    cols: usize,
+) -> Result<Vec<f32>, FormatError> {
+    let row_bytes = format.row_bytes(cols)?;
+    if bytes.len() != rows * row_bytes {
+        return Err(FormatError::WrongSize {
+            format,
+            rows,
+            cols,
+            got: bytes.len(),
+            want: rows * row_bytes,
+        });
+    }
+    let mut out = vec![0.0f32; rows * cols];
+    for (o, b) in out
+        .chunks_exact_mut(cols.max(1))
+        .zip(bytes.chunks_exact(row_bytes.max(1)))
+    {
+        dequantize_row(format, b, o);
+    }
+    Ok(out)
+}
+
+/// Encodes f32 values (`rows x cols`, row-major) in `format`, rounding as ggml's reference
+/// quantizers do. Used to make test weights and fixtures.
+pub fn quantize(format: WeightFormat, values: &[f32], cols: usize) -> Result<Vec<u8>, FormatError> {
+    format.row_bytes(cols)?;
+    let mut out = Vec::with_capacity(values.len() / format.block_len() * format.block_bytes());
+    match format {
+        WeightFormat::F32 => values.iter().for_each(|v| out.extend(v.to_le_bytes())),
+        WeightFormat::F16 => values
+            .iter()
+            .for_each(|v| out.extend(f16::from_f32(*v).to_le_bytes())),
+        WeightFormat::Bf16 => values
+            .iter()
+            .for_each(|v| out.extend(bf16::from_f32(*v).to_le_bytes())),
+        WeightFormat::Q8_0 => {
+            for x in values.chunks_exact(QK) {
+                let amax = x.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+                let d = amax / 127.0;
+                let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+                out.extend(f16::from_f32(d).to_le_bytes());
+                out.extend(x.iter().map(|v| (v * id).round() as i8 as u8));
+            }
+        }
+        WeightFormat::Q4_0 => {
+            for x in values.chunks_exact(QK) {
+                // The value of largest magnitude, with its sign, maps to -8.
+                let max = x
+                    .iter()
+                    .fold(0.0f32, |a, &v| if v.abs() > a.abs() { v } else { a });
+                let d = max / -8.0;
+                let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+                let q = |v: f32| ((v * id + 8.5) as i8).clamp(0, 15) as u8;
+                out.extend(f16::from_f32(d).to_le_bytes());
+                out.extend((0..QK / 2).map(|j| q(x[j]) | (q(x[j + QK / 2]) << 4)));
+            }
+        }
+        WeightFormat::Q4_1 => {
+            for x in values.chunks_exact(QK) {
+                let min = x.iter().copied().fold(f32::INFINITY, f32::min);
+                let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                let d = (max - min) / 15.0;
+                let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+                let q = |v: f32| (((v - min) * id + 0.5) as i8).clamp(0, 15) as u8;
+                out.extend(f16::from_f32(d).to_le_bytes());
+                out.extend(f16::from_f32(min).to_le_bytes());
+                out.extend((0..QK / 2).map(|j| q(x[j]) | (q(x[j + QK / 2]) << 4)));
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_sizes_match_ggml() {
+        assert_eq!(WeightFormat::Q8_0.row_bytes(64), Ok(68));
+        assert_eq!(WeightFormat::Q4_0.row_bytes(64), Ok(36));
+        assert_eq!(WeightFormat::Q4_1.row_bytes(64), Ok(40));
+        assert_eq!(WeightFormat::F16.row_bytes(7), Ok(14));
+        assert!(WeightFormat::Q4_1.row_bytes(48).is_err());
+    }
+
+    #[test]
+    fn q4_0_nibble_order_is_ggml_order() {
+        // d = 1.0, byte j holds value j (low nibble) and value j + 16 (high nibble).
+        let mut block = f16::from_f32(1.0).to_le_bytes().to_vec();
+        block.extend((0..16u8).map(|j| (j & 0xf) | (((15 - j) & 0xf) << 4)));
+        let mut out = [0.0f32; 32];
+        dequantize_row(WeightFormat::Q4_0, &block, &mut out);
+        assert_eq!(out[3], 3.0 - 8.0);
+        assert_eq!(out[16 + 3], (15.0 - 3.0) - 8.0);
+    }
+
+    #[test]
+    fn quantization_round_trips_within_a_step() {
+        let values: Vec<f32> = (0..128)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0)
+            .collect();
+        for format in WeightFormat::ALL {
+            let bytes = quantize(format, &values, 64).unwrap();
+            let back = dequantize(format, &bytes, 2, 64).unwrap();
+            let step = match format {
+                WeightFormat::F32 => 0.0,
+                WeightFormat::F16 => 2e-3,
+                WeightFormat::Bf16 => 2e-2,
+                WeightFormat::Q8_0 => 2.0 / 127.0,
+                WeightFormat::Q4_0 | WeightFormat::Q4_1 => 4.0 / 7.5,
+            };
+            for (a, b) in values.iter().zip(&back) {
+                assert!((a - b).abs() <= step, "{format}: {a} vs {b}");
+            }
+        }
+    }
+}

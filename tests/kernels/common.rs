@@ -1,0 +1,263 @@
+//! Shared machinery of the kernel suite: adapters, cases, tolerances, the summary table.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use libtest_mimic::{Failed, Trial};
+use sprout::gpu::{BackendChoice, Gpu, Tensor, list_adapters};
+
+/// What a passing case measured: its worst NMSE against the reference, and the bound.
+pub struct Outcome {
+    pub nmse: f64,
+    pub tolerance: f64,
+}
+
+type CaseFn = dyn Fn(&Gpu) -> Result<Outcome, String> + Send + Sync;
+
+/// One kernel check, run once per adapter.
+pub struct Case {
+    pub kernel: &'static str,
+    pub name: String,
+    pub run: Arc<CaseFn>,
+}
+
+impl Case {
+    pub fn new(
+        kernel: &'static str,
+        name: impl Into<String>,
+        run: impl Fn(&Gpu) -> Result<Outcome, String> + Send + Sync + 'static,
+    ) -> Case {
+        Case {
+            kernel,
+            name: name.into(),
+            run: Arc::new(run),
+        }
+    }
+}
+
+/// Every adapter wgpu finds, opened once for the whole suite.
+pub fn gpus() -> &'static [Arc<Gpu>] {
+    static GPUS: OnceLock<Vec<Arc<Gpu>>> = OnceLock::new();
+    GPUS.get_or_init(|| {
+        pollster::block_on(async {
+            let mut out = Vec::new();
+            for adapter in list_adapters(BackendChoice::Auto).await {
+                match Gpu::from_adapter(&adapter).await {
+                    Ok(gpu) => out.push(gpu),
+                    Err(e) => eprintln!("could not open {}: {e}", adapter.get_info().name),
+                }
+            }
+            out
+        })
+    })
+}
+
+fn require_gpu() -> bool {
+    std::env::var("SPROUT_REQUIRE_GPU").is_ok_and(|v| v == "1")
+}
+
+#[derive(Default)]
+struct Tally {
+    passed: usize,
+    failed: usize,
+    worst: f64,
+}
+
+fn summary() -> &'static Mutex<BTreeMap<(String, &'static str), Tally>> {
+    static SUMMARY: OnceLock<Mutex<BTreeMap<(String, &'static str), Tally>>> = OnceLock::new();
+    SUMMARY.get_or_init(Default::default)
+}
+
+/// One trial per (adapter, case); a failing placeholder when a GPU is required and absent.
+pub fn trials(cases: Vec<Case>) -> Vec<Trial> {
+    let gpus = gpus();
+    if gpus.is_empty() {
+        if require_gpu() {
+            return vec![Trial::test("no-gpu-adapter", || {
+                Err("SPROUT_REQUIRE_GPU=1 but wgpu found no adapter \
+                     (on Linux: apt-get install mesa-vulkan-drivers libvulkan1)"
+                    .into())
+            })];
+        }
+        eprintln!("no GPU adapter found: the kernel tests are reported as ignored");
+        return cases
+            .into_iter()
+            .map(|c| {
+                Trial::test(format!("{}::{}", c.kernel, c.name), || Ok(())).with_ignored_flag(true)
+            })
+            .collect();
+    }
+    let mut trials = Vec::new();
+    // CI names the backends it installed (SPROUT_REQUIRE_BACKENDS=vulkan,gl): each must be
+    // found, so a missing driver cannot shrink the suite to fewer adapters unnoticed.
+    let required = std::env::var("SPROUT_REQUIRE_BACKENDS").unwrap_or_default();
+    for backend in required.split(',').map(str::trim).filter(|b| !b.is_empty()) {
+        let found = gpus.iter().any(|g| g.adapter.backend == backend);
+        let backend = backend.to_string();
+        trials.push(Trial::test(format!("adapter-present::{backend}"), move || {
+            if found {
+                Ok(())
+            } else {
+                Err(format!("SPROUT_REQUIRE_BACKENDS names {backend}, but wgpu found no {backend} adapter").into())
+            }
+        }));
+    }
+    for gpu in gpus {
+        let label = gpu.adapter.label();
+        // wgpu's GL backend holds its one context while it waits on a fence, and another
+        // thread that wants it gives up after a few seconds: run GL cases one at a time.
+        let one_at_a_time = Arc::new(Mutex::new(()));
+        let serial = gpu.adapter.backend == "gl";
+        for case in &cases {
+            let gpu = gpu.clone();
+            let run = case.run.clone();
+            let kernel = case.kernel;
+            let adapter = label.clone();
+            let lock = one_at_a_time.clone();
+            trials.push(
+                Trial::test(
+                    format!("{label}::{}::{}", case.kernel, case.name),
+                    move || {
+                        let result = {
+                            let _turn =
+                                serial.then(|| lock.lock().unwrap_or_else(|e| e.into_inner()));
+                            run(&gpu)
+                        };
+                        let mut s = summary().lock().unwrap();
+                        let t = s.entry((adapter, kernel)).or_default();
+                        match result {
+                            Ok(o) => {
+                                t.passed += 1;
+                                t.worst = t.worst.max(o.nmse / o.tolerance.max(f64::MIN_POSITIVE));
+                                Ok(())
+                            }
+                            Err(e) => {
+                                t.failed += 1;
+                                Err(Failed::from(e))
+                            }
+                        }
+                    },
+                )
+                .with_kind(case.kernel),
+            );
+        }
+    }
+    trials
+}
+
+/// The per-adapter table printed after the run.
+pub fn print_summary() {
+    let s = summary().lock().unwrap();
+    if s.is_empty() {
+        return;
+    }
+    println!("\nkernel suite, per adapter (worst = largest NMSE / tolerance over the cases):");
+    println!(
+        "{:<28} {:<14} {:>6} {:>6} {:>10}",
+        "adapter", "kernel", "passed", "failed", "worst"
+    );
+    let mut totals: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
+    for ((adapter, kernel), t) in s.iter() {
+        println!(
+            "{:<28} {:<14} {:>6} {:>6} {:>10.2e}",
+            adapter, kernel, t.passed, t.failed, t.worst
+        );
+        let e = totals.entry(adapter).or_default();
+        e.0 += t.passed;
+        e.1 += t.failed;
+    }
+    for (adapter, (p, f)) in totals {
+        println!("{adapter}: {p} passed, {f} failed");
+    }
+}
+
+/// Normalised mean squared error: Σ(a - b)² / Σb².
+pub fn nmse(actual: &[f32], expected: &[f32]) -> f64 {
+    let mut err = 0.0f64;
+    let mut norm = 0.0f64;
+    for (a, b) in actual.iter().zip(expected) {
+        let d = *a as f64 - *b as f64;
+        err += d * d;
+        norm += *b as f64 * *b as f64;
+    }
+    if norm == 0.0 { err } else { err / norm }
+}
+
+/// Passes when the lengths agree, every value is finite and the NMSE is within `tolerance`.
+pub fn check_close(actual: &[f32], expected: &[f32], tolerance: f64) -> Result<Outcome, String> {
+    if actual.len() != expected.len() {
+        return Err(format!(
+            "length {} != expected {}",
+            actual.len(),
+            expected.len()
+        ));
+    }
+    if let Some(i) = actual.iter().position(|v| !v.is_finite()) {
+        return Err(format!("value {i} is {}", actual[i]));
+    }
+    let e = nmse(actual, expected);
+    if e > tolerance {
+        let worst = actual
+            .iter()
+            .zip(expected)
+            .enumerate()
+            .max_by(|a, b| (a.1.0 - a.1.1).abs().total_cmp(&(b.1.0 - b.1.1).abs()))
+            .map(|(i, (a, b))| format!("worst at {i}: {a} vs {b}"))
+            .unwrap_or_default();
+        return Err(format!("NMSE {e:.3e} exceeds {tolerance:.1e} ({worst})"));
+    }
+    Ok(Outcome { nmse: e, tolerance })
+}
+
+/// Passes when `a` and `b` are bitwise identical.
+pub fn check_bitwise(what: &str, a: &[f32], b: &[f32]) -> Result<(), String> {
+    if a.len() != b.len() {
+        return Err(format!("{what}: lengths {} and {}", a.len(), b.len()));
+    }
+    match a
+        .iter()
+        .zip(b)
+        .position(|(x, y)| x.to_bits() != y.to_bits())
+    {
+        None => Ok(()),
+        Some(i) => Err(format!("{what}: value {i} differs: {} vs {}", a[i], b[i])),
+    }
+}
+
+pub fn read_f32(gpu: &Gpu, t: &Tensor) -> Vec<f32> {
+    pollster::block_on(gpu.read_f32(t)).expect("read-back")
+}
+
+pub fn read_u32(gpu: &Gpu, t: &Tensor) -> Vec<u32> {
+    pollster::block_on(gpu.read_u32(t)).expect("read-back")
+}
+
+/// A small deterministic generator (splitmix64) so every run tests the same values.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [-scale, scale).
+    pub fn uniform(&mut self, scale: f32) -> f32 {
+        ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+    }
+
+    pub fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
+        (0..n).map(|_| self.uniform(scale)).collect()
+    }
+
+    pub fn below(&mut self, n: u32) -> u32 {
+        (self.next_u64() % n as u64) as u32
+    }
+}
