@@ -8,6 +8,7 @@
 pub mod adapter;
 pub mod buffers;
 pub mod context;
+pub mod grid;
 pub mod kernels;
 pub mod pipelines;
 pub mod shaders;

@@ -1,4 +1,10 @@
 //! Plain-Rust f32 references for every GPU kernel: simple, obviously correct, slow.
 //! Tests compare the GPU against these with a stated tolerance.
 
+pub mod attention;
+pub mod elementwise;
+pub mod embedding;
 pub mod matmul;
+pub mod rmsnorm;
+pub mod rope;
+pub mod softmax;

@@ -6,14 +6,31 @@
 //! With `SPROUT_REQUIRE_GPU=1` and no adapter the suite fails; without it, it reports the
 //! kernel tests as ignored (never as passed).
 
+mod attention;
 mod common;
+mod elementwise;
+mod embedding;
 mod matmul;
+mod rmsnorm;
+mod rope;
+mod softmax;
 
 use common::Case;
 
 fn main() {
     let args = libtest_mimic::Arguments::from_args();
-    let cases: Vec<Case> = [matmul::cases()].into_iter().flatten().collect();
+    let cases: Vec<Case> = [
+        matmul::cases(),
+        attention::cases(),
+        embedding::cases(),
+        rmsnorm::cases(),
+        rope::cases(),
+        elementwise::cases(),
+        softmax::cases(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
     let trials = common::trials(cases);
     let conclusion = libtest_mimic::run(&args, trials);
     common::print_summary();

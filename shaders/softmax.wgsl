@@ -1,0 +1,142 @@
+// Per-row statistics of logits over the vocabulary, and what is built from them:
+//     row_stats:        argmax[r] (lowest index on ties), max logit, logsumexp
+//     log_softmax:      the same, and out[r, c] = logits[r, c] - lse[r]
+//     target_logprobs:  the same, and out[r] = logits[r, targets[r]] - lse[r]
+//                       (NaN for a target >= vocab)
+//
+// One workgroup per row, reducing in a fixed order that does not depend on the number of
+// rows: invocation t scans c = t, t + 256, ... sequentially (keeping its first maximum,
+// then summing exp(logit - max)), then a fixed binary tree combines the 256 partials
+// (on equal maxima the lower index wins). So a row's results are bitwise the same alone
+// or in any batch, and lse is the same in all three entry points.
+// Logits must be finite: WGSL lets an implementation assume that no value is infinite or
+// NaN (llvmpipe does, and compares -inf wrongly). Mask a token with a large negative
+// finite logit such as -1e30: it adds exp(-1e30 - max) = 0.
+// All entry points share one set of bindings; each binds a prefix of them.
+
+struct Params {
+    m: u32,     // rows
+    vocab: u32, // logits per row
+    _pad0: u32,
+    _pad1: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> logits: array<f32>;     // [m, vocab]
+@group(0) @binding(2) var<storage, read_write> argmax: array<u32>; // [m]
+@group(0) @binding(3) var<storage, read_write> stats: array<f32>;  // [m, 2]: (max logit, lse)
+@group(0) @binding(4) var<storage, read_write> out: array<f32>;    // log_softmax: [m, vocab]; target_logprobs: [m]
+@group(0) @binding(5) var<storage, read> targets: array<u32>;      // [m] (target_logprobs)
+
+const WG: u32 = 256u;
+const NO_INDEX: u32 = 0xffffffffu;
+
+var<workgroup> best_value: array<f32, WG>;
+var<workgroup> best_index: array<u32, WG>;
+var<workgroup> sums: array<f32, WG>;
+
+// Reduces row `row` (all invocations of the workgroup take part), writes its argmax and
+// stats, and returns its lse to every invocation.
+fn reduce_row(row: u32, t: u32) -> f32 {
+    let base = row * p.vocab;
+    var bv = -3.4028234e38; // about -f32::MAX; replaced by the first logit (bi == NO_INDEX)
+    var bi = NO_INDEX;
+    for (var c = t; c < p.vocab; c += WG) {
+        let v = logits[base + c];
+        if (bi == NO_INDEX || v > bv) {
+            bv = v;
+            bi = c;
+        }
+    }
+    best_value[t] = bv;
+    best_index[t] = bi;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s >>= 1u) {
+        if (t < s) {
+            let v = best_value[t + s];
+            let i = best_index[t + s];
+            if (i != NO_INDEX && (best_index[t] == NO_INDEX || v > best_value[t] || (v == best_value[t] && i < best_index[t]))) {
+                best_value[t] = v;
+                best_index[t] = i;
+            }
+        }
+        workgroupBarrier();
+    }
+    let max_logit = best_value[0];
+
+    var sum = 0.0;
+    for (var c = t; c < p.vocab; c += WG) {
+        sum += exp(logits[base + c] - max_logit);
+    }
+    sums[t] = sum;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s >>= 1u) {
+        if (t < s) {
+            sums[t] = sums[t] + sums[t + s];
+        }
+        workgroupBarrier();
+    }
+    let lse = max_logit + log(sums[0]);
+    if (t == 0u) {
+        argmax[row] = best_index[0];
+        stats[2u * row] = max_logit;
+        stats[2u * row + 1u] = lse;
+    }
+    return lse;
+}
+
+fn row_of(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
+    return wid.y * nwg.x + wid.x;
+}
+
+// Dispatch (all entry points): m workgroups, folded into (x, y, 1).
+@compute @workgroup_size(256)
+fn row_stats(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) t: u32,
+) {
+    let row = row_of(wid, nwg);
+    if (row >= p.m) {
+        return;
+    }
+    reduce_row(row, t);
+}
+
+@compute @workgroup_size(256)
+fn log_softmax(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) t: u32,
+) {
+    let row = row_of(wid, nwg);
+    if (row >= p.m) {
+        return;
+    }
+    let lse = reduce_row(row, t);
+    let base = row * p.vocab;
+    for (var c = t; c < p.vocab; c += WG) {
+        out[base + c] = logits[base + c] - lse;
+    }
+}
+
+@compute @workgroup_size(256)
+fn target_logprobs(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) t: u32,
+) {
+    let row = row_of(wid, nwg);
+    if (row >= p.m) {
+        return;
+    }
+    let lse = reduce_row(row, t);
+    if (t == 0u) {
+        let id = targets[row];
+        if (id < p.vocab) {
+            out[row] = logits[row * p.vocab + id] - lse;
+        } else {
+            out[row] = bitcast<f32>(0x7fc00000u);
+        }
+    }
+}

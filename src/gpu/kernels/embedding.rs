@@ -1,0 +1,85 @@
+//! Embedding lookup (shaders/embedding.wgsl): `out[r] = table[ids[r]]`, dequantized, from
+//! a [`GpuWeight`] `[vocab, dim]` in any stored format, split into parts or not.
+//!
+//! One dispatch per part; each writes the rows whose id that part holds. The ids live on
+//! the GPU, so they cannot be checked here: an id `>= vocab` yields a row of zeros (written
+//! by the first part's dispatch). Decoding is exact, and nothing is reduced, so a row is
+//! independent of the batch and of how the table is split.
+
+use crate::gpu::grid::grid;
+use crate::gpu::pipelines::{Access, KernelSpec};
+use crate::gpu::shaders::with_weights;
+use crate::gpu::{Gpu, GpuWeight, Tensor};
+use crate::model::format::WeightFormat;
+
+const SOURCE: &str = include_str!("../../../shaders/embedding.wgsl");
+const WORKGROUP: usize = 256;
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    m: u32,
+    dim: u32,
+    row_bytes: u32,
+    first_row: u32,
+    rows: u32,
+    vocab: u32,
+    zero_invalid: u32,
+    _pad: u32,
+}
+
+pub fn spec(format: WeightFormat) -> KernelSpec {
+    KernelSpec {
+        key: format!("embedding/{}", format.name()),
+        source: with_weights(SOURCE, format),
+        entry: "embedding",
+        storage: &[Access::Read, Access::Read, Access::ReadWrite],
+    }
+}
+
+/// Records `out[m, table.cols] = table[ids[m]]` (ids `>= table.rows` give zeros).
+pub fn encode(
+    gpu: &Gpu,
+    encoder: &mut wgpu::CommandEncoder,
+    table: &GpuWeight,
+    ids: &Tensor,
+    m: usize,
+    out: &Tensor,
+) {
+    let dim = table.cols;
+    assert!(
+        ids.len >= m,
+        "embedding: ids holds {} values, needs {m}",
+        ids.len
+    );
+    assert!(
+        out.len >= m * dim,
+        "embedding: out holds {} values, needs {m}x{dim}",
+        out.len
+    );
+    let invocations = m * dim.div_ceil(4);
+    assert!(
+        u32::try_from(invocations).is_ok(),
+        "embedding: {m}x{dim} is too large for one dispatch"
+    );
+    let kernel = gpu.pipeline(&spec(table.format));
+    for (i, part) in table.parts.iter().enumerate() {
+        let params = Params {
+            m: m as u32,
+            dim: dim as u32,
+            row_bytes: table.row_bytes as u32,
+            first_row: part.first_row as u32,
+            rows: part.rows as u32,
+            vocab: table.rows as u32,
+            zero_invalid: (i == 0) as u32,
+            _pad: 0,
+        };
+        gpu.dispatch(
+            encoder,
+            &kernel,
+            bytemuck::bytes_of(&params),
+            &[&ids.buffer, &part.buffer, &out.buffer],
+            grid(gpu, invocations.div_ceil(WORKGROUP)),
+        );
+    }
+}

@@ -1,0 +1,155 @@
+//! Rotary position embedding (shaders/rope.wgsl), in place on `x[m, n_heads, head_dim]`
+//! with one position per row.
+//!
+//! Angles are `pos * freq[i]`, `freq[i] = theta^(-2i / head_dim)`. Their cos and sin are
+//! never computed on the GPU (WGSL's are accurate only near [-pi, pi]): a [`RopeTable`] is
+//! built once on the CPU in f64 and uploaded as f32. A position outside the table writes
+//! NaN (size the table to the longest context). No reductions: each value is independent
+//! of the batch.
+
+use crate::gpu::grid::grid;
+use crate::gpu::pipelines::{Access, KernelSpec};
+use crate::gpu::{Gpu, Tensor};
+
+const SOURCE: &str = include_str!("../../../shaders/rope.wgsl");
+const WORKGROUP: usize = 256;
+
+/// Which values of a head are rotated together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeLayout {
+    /// Pairs `(2i, 2i + 1)`: GGUF / ggml "norm" rope (llama.cpp's LLaMA layout).
+    Interleaved,
+    /// Pairs `(i, i + head_dim / 2)`: Hugging Face `rotate_half` / ggml "neox".
+    HalfSplit,
+}
+
+impl RopeLayout {
+    pub const ALL: [RopeLayout; 2] = [RopeLayout::Interleaved, RopeLayout::HalfSplit];
+
+    fn entry(self) -> &'static str {
+        match self {
+            RopeLayout::Interleaved => "rope_interleaved",
+            RopeLayout::HalfSplit => "rope_half",
+        }
+    }
+}
+
+/// `theta^(-2i / head_dim)` for each pair `i < head_dim / 2`, in f64.
+pub fn frequencies(head_dim: usize, theta: f64) -> Vec<f64> {
+    assert!(
+        head_dim.is_multiple_of(2),
+        "rope: head_dim {head_dim} is odd"
+    );
+    (0..head_dim / 2)
+        .map(|i| theta.powf(-((2 * i) as f64) / head_dim as f64))
+        .collect()
+}
+
+/// `[max_positions, frequencies.len(), 2]`: `(cos, sin)` of `pos * freq`, computed in f64.
+pub fn table_values(frequencies: &[f64], max_positions: usize) -> Vec<f32> {
+    let mut out = Vec::with_capacity(max_positions * frequencies.len() * 2);
+    for pos in 0..max_positions {
+        for &f in frequencies {
+            let (s, c) = (pos as f64 * f).sin_cos();
+            out.extend([c as f32, s as f32]);
+        }
+    }
+    out
+}
+
+/// The cos/sin table on the GPU, for one head size and every position below `max_positions`.
+pub struct RopeTable {
+    pub values: Tensor,
+    pub head_dim: usize,
+    pub max_positions: usize,
+}
+
+impl RopeTable {
+    /// The standard table: `freq[i] = theta^(-2i / head_dim)`.
+    pub fn new(gpu: &Gpu, head_dim: usize, theta: f64, max_positions: usize) -> RopeTable {
+        Self::with_frequencies(gpu, &frequencies(head_dim, theta), max_positions)
+    }
+
+    /// A table for any per-pair frequencies (scaled variants compute their own).
+    pub fn with_frequencies(gpu: &Gpu, frequencies: &[f64], max_positions: usize) -> RopeTable {
+        assert!(
+            !frequencies.is_empty(),
+            "rope: a head needs at least one pair"
+        );
+        let bytes = max_positions as u64 * frequencies.len() as u64 * 8;
+        assert!(
+            bytes <= gpu.caps.max_binding,
+            "rope: a table of {max_positions} positions x {} pairs ({bytes} bytes) exceeds the \
+             adapter's storage-binding limit of {} bytes",
+            frequencies.len(),
+            gpu.caps.max_binding
+        );
+        RopeTable {
+            values: gpu.upload(&table_values(frequencies, max_positions)),
+            head_dim: frequencies.len() * 2,
+            max_positions,
+        }
+    }
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    m: u32,
+    n_heads: u32,
+    head_dim: u32,
+    max_positions: u32,
+}
+
+pub fn spec(layout: RopeLayout) -> KernelSpec {
+    KernelSpec {
+        key: format!("rope/{}", layout.entry()),
+        source: SOURCE.to_string(),
+        entry: layout.entry(),
+        storage: &[Access::ReadWrite, Access::Read, Access::Read],
+    }
+}
+
+/// Records the rotation of `x[m, n_heads, table.head_dim]` in place, row `r` at
+/// `positions[r]`.
+#[allow(clippy::too_many_arguments)]
+pub fn encode(
+    gpu: &Gpu,
+    encoder: &mut wgpu::CommandEncoder,
+    layout: RopeLayout,
+    x: &Tensor,
+    positions: &Tensor,
+    table: &RopeTable,
+    m: usize,
+    n_heads: usize,
+) {
+    let head_dim = table.head_dim;
+    assert!(
+        x.len >= m * n_heads * head_dim,
+        "rope: x holds {} values, needs {m}x{n_heads}x{head_dim}",
+        x.len
+    );
+    assert!(
+        positions.len >= m,
+        "rope: positions holds {} values, needs {m}",
+        positions.len
+    );
+    let pairs = m * n_heads * head_dim / 2;
+    assert!(
+        u32::try_from(pairs).is_ok(),
+        "rope: {pairs} pairs exceed 2^32"
+    );
+    let params = Params {
+        m: m as u32,
+        n_heads: n_heads as u32,
+        head_dim: head_dim as u32,
+        max_positions: table.max_positions as u32,
+    };
+    gpu.dispatch(
+        encoder,
+        &gpu.pipeline(&spec(layout)),
+        bytemuck::bytes_of(&params),
+        &[&x.buffer, &positions.buffer, &table.values.buffer],
+        grid(gpu, pairs.div_ceil(WORKGROUP)),
+    );
+}

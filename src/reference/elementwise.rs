@@ -1,0 +1,30 @@
+//! References for `gpu::kernels::elementwise`, computed in f64.
+
+/// `silu(x) = x / (1 + e^-x)`: 0 for x -> -inf, x for x -> +inf.
+pub fn silu(x: f64) -> f64 {
+    if x >= 0.0 {
+        x / (1.0 + (-x).exp())
+    } else {
+        let e = x.exp();
+        x * e / (1.0 + e)
+    }
+}
+
+/// `out[i] = silu(gate[i]) * up[i]`.
+pub fn silu_gate(gate: &[f32], up: &[f32]) -> Vec<f32> {
+    assert_eq!(
+        gate.len(),
+        up.len(),
+        "silu_gate: gate and up differ in length"
+    );
+    gate.iter()
+        .zip(up)
+        .map(|(&g, &u)| (silu(g as f64) * u as f64) as f32)
+        .collect()
+}
+
+/// `a[i] + b[i]`.
+pub fn residual_add(a: &[f32], b: &[f32]) -> Vec<f32> {
+    assert_eq!(a.len(), b.len(), "residual_add: a and b differ in length");
+    a.iter().zip(b).map(|(x, y)| x + y).collect()
+}

@@ -1,0 +1,22 @@
+//! Reference for `gpu::kernels::embedding`: rows of a dequantized table, zeros for an id
+//! past its end.
+
+/// `table` is `[vocab, dim]` (already dequantized); the result is `[ids.len(), dim]`.
+pub fn embedding(table: &[f32], dim: usize, ids: &[u32]) -> Vec<f32> {
+    assert_eq!(
+        table.len() % dim.max(1),
+        0,
+        "embedding: table is not whole rows of {dim}"
+    );
+    let vocab = table.len() / dim.max(1);
+    let mut out = Vec::with_capacity(ids.len() * dim);
+    for &id in ids {
+        let id = id as usize;
+        if id < vocab {
+            out.extend_from_slice(&table[id * dim..(id + 1) * dim]);
+        } else {
+            out.extend(std::iter::repeat_n(0.0, dim));
+        }
+    }
+    out
+}

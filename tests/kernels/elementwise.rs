@@ -1,0 +1,152 @@
+//! SiLU-gate and residual add: lengths that are not multiples of the workgroup, a length
+//! whose workgroups need a 2D grid, extreme gate values (no inf or NaN), and invariance of
+//! a value to the length of the array it sits in.
+
+use sprout::gpu::Gpu;
+use sprout::gpu::kernels::elementwise::{WORKGROUP, encode_residual_add, encode_silu_gate};
+use sprout::reference::elementwise as reference;
+
+use crate::common::{Case, Outcome, Rng, check_bitwise, check_close, read_f32};
+
+/// `exp` is a few ulp off on GPUs (WGSL allows more for large arguments); a relative error
+/// of 1e-6 per value gives an NMSE near 1e-12, so 1e-10 leaves room yet catches any wrong
+/// formula (a missing factor or a sign gives an NMSE near 1).
+const SILU_TOLERANCE: f64 = 1e-10;
+/// An f32 addition is correctly rounded on every adapter, as in the reference: exact.
+const ADD_TOLERANCE: f64 = 0.0;
+
+const LENGTHS: &[usize] = &[1, 7, 255, 256, 257, 1000, 65_537, 1_000_003];
+
+fn silu_gate(gpu: &Gpu, gate: &[f32], up: &[f32]) -> Vec<f32> {
+    let (g, u, out) = (gpu.upload(gate), gpu.upload(up), gpu.zeros(gate.len()));
+    let mut enc = gpu.encoder();
+    encode_silu_gate(gpu, &mut enc, &g, &u, &out, gate.len());
+    gpu.submit(enc);
+    read_f32(gpu, &out)
+}
+
+fn residual_add(gpu: &Gpu, a: &[f32], b: &[f32]) -> Vec<f32> {
+    let (at, bt) = (gpu.upload(a), gpu.upload(b));
+    let mut enc = gpu.encoder();
+    encode_residual_add(gpu, &mut enc, &at, &bt, a.len());
+    gpu.submit(enc);
+    read_f32(gpu, &at)
+}
+
+/// A length whose workgroups exceed the adapter's per-dimension limit (so the grid is 2D),
+/// or `None` when that would take more than 64M values. Only the cheapest kernel runs it
+/// (the grid is common to all): on GL a long wait for the device blocks every other test.
+fn grid_length(gpu: &Gpu) -> Option<usize> {
+    let n = gpu.caps.max_workgroups_per_dim as usize * WORKGROUP as usize + 777;
+    (n <= 64 << 20).then_some(n)
+}
+
+fn check_silu(gpu: &Gpu, n: usize, seed: u64) -> Result<Outcome, String> {
+    let mut rng = Rng::new(seed);
+    let gate = rng.vec(n, 12.0);
+    let up = rng.vec(n, 2.0);
+    check_close(
+        &silu_gate(gpu, &gate, &up),
+        &reference::silu_gate(&gate, &up),
+        SILU_TOLERANCE,
+    )
+}
+
+fn check_add(gpu: &Gpu, n: usize, seed: u64) -> Result<Outcome, String> {
+    let mut rng = Rng::new(seed);
+    let a = rng.vec(n, 3.0);
+    let b = rng.vec(n, 1.0);
+    let got = residual_add(gpu, &a, &b);
+    let want = reference::residual_add(&a, &b);
+    check_bitwise("a + b", &got, &want)?;
+    check_close(&got, &want, ADD_TOLERANCE)
+}
+
+pub fn cases() -> Vec<Case> {
+    let mut cases = Vec::new();
+    for &n in LENGTHS {
+        cases.push(Case::new(
+            "elementwise",
+            format!("silu_gate/n{n}"),
+            move |gpu| check_silu(gpu, n, n as u64),
+        ));
+        cases.push(Case::new(
+            "elementwise",
+            format!("residual_add/n{n}"),
+            move |gpu| check_add(gpu, n, n as u64 + 1),
+        ));
+    }
+    cases.push(Case::new(
+        "elementwise",
+        "residual_add/2d-grid",
+        |gpu| match grid_length(gpu) {
+            Some(n) => check_add(gpu, n, 4),
+            None => Ok(Outcome {
+                nmse: 0.0,
+                tolerance: ADD_TOLERANCE,
+            }),
+        },
+    ));
+    // Gates far beyond exp's range: finite results, x for x >> 0 and 0 for x << 0.
+    cases.push(Case::new("elementwise", "silu_gate/extremes", |gpu| {
+        let mut gate = vec![
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            20.0,
+            -20.0,
+            88.0,
+            -88.0,
+            89.0,
+            -89.0,
+            100.0,
+            -100.0,
+            1e4,
+            -1e4,
+            1e30,
+            -1e30,
+            f32::MAX,
+            -f32::MAX,
+            f32::MIN_POSITIVE,
+            -f32::MIN_POSITIVE,
+        ];
+        let mut up = vec![1.0; gate.len()];
+        up[16] = 0.5; // f32::MAX * 0.5 stays finite
+        let mut rng = Rng::new(5);
+        gate.extend(rng.vec(300, 200.0));
+        up.extend(rng.vec(300, 1.0));
+        let got = silu_gate(gpu, &gate, &up);
+        let want = reference::silu_gate(&gate, &up);
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            // Exact for x >> 0; for x << 0 within a subnormal that a GPU may flush.
+            if gate[i].abs() > 100.0 && (g - w).abs() > 1e-30 {
+                return Err(format!("silu({}) * {} = {g}, want {w}", gate[i], up[i]));
+            }
+        }
+        check_close(&got, &want, SILU_TOLERANCE)
+    }));
+    // A value does not depend on the length of the array around it.
+    cases.push(Case::new(
+        "elementwise",
+        "silu_gate/length-invariance",
+        |gpu| {
+            let mut rng = Rng::new(6);
+            let (gate, up) = (rng.vec(70_001, 8.0), rng.vec(70_001, 1.0));
+            let whole = silu_gate(gpu, &gate, &up);
+            for (start, len) in [(0, 1), (300, 257), (69_000, 1001)] {
+                let part = silu_gate(gpu, &gate[start..start + len], &up[start..start + len]);
+                check_bitwise(
+                    &format!("[{start}, +{len}) alone"),
+                    &part,
+                    &whole[start..start + len],
+                )?;
+            }
+            Ok(Outcome {
+                nmse: 0.0,
+                tolerance: SILU_TOLERANCE,
+            })
+        },
+    ));
+    cases
+}
