@@ -8,7 +8,9 @@
 // ((l0 + l1) + (l2 + l3)) + tail. So a row's result is bitwise the same whichever path
 // computed it and however many rows shared the dispatch.
 //
-// The weight decoder (w_load4, w_load1) is appended by the host for the weight's format.
+// The host appends the weight decoder (w_load4, w_load1) for the weight's format and one
+// of the activation readers in shaders/activations/ (x4, x1 and the binding of x):
+// vec4 loads when k % 4 == 0, scalar loads otherwise. Both read the same values.
 
 struct Params {
     m: u32,         // rows of x
@@ -22,16 +24,11 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> x: array<f32>;       // [m, k]
+// binding 1 is x [m, k] f32: declared by the activation reader.
 @group(0) @binding(2) var<storage, read> w: array<u32>;       // [rows, row_bytes] stored format
 @group(0) @binding(3) var<storage, read_write> y: array<f32>; // [m, n_total]
 
 const TM: u32 = 8u;
-
-fn x4(row: u32, k: u32) -> vec4<f32> {
-    let i = row * p.k + k;
-    return vec4<f32>(x[i], x[i + 1u], x[i + 2u], x[i + 3u]);
-}
 
 fn finish(lanes: vec4<f32>, tail: f32) -> f32 {
     return ((lanes.x + lanes.y) + (lanes.z + lanes.w)) + tail;
@@ -53,7 +50,7 @@ fn matvec(@builtin(global_invocation_id) gid: vec3<u32>) {
     }
     var tail = 0.0;
     for (var k = k4; k < p.k; k += 1u) {
-        tail = fma(w_load1(base, k), x[m * p.k + k], tail);
+        tail = fma(w_load1(base, k), x1(m, k), tail);
     }
     y[m * p.n_total + p.n_offset + n] = finish(lanes, tail);
 }
@@ -82,7 +79,7 @@ fn matmul_tiled(@builtin(global_invocation_id) gid: vec3<u32>) {
         let wk = w_load1(base, k);
         for (var t = 0u; t < TM; t += 1u) {
             let m = min(m0 + t, p.m - 1u);
-            tails[t] = fma(wk, x[m * p.k + k], tails[t]);
+            tails[t] = fma(wk, x1(m, k), tails[t]);
         }
     }
     for (var t = 0u; t < TM; t += 1u) {

@@ -3,34 +3,32 @@
 //! translated to SPIR-V, MSL and HLSL: a kernel that would break on Metal or DX12 fails
 //! here, where neither exists.
 //!
-//! Kernels that read weights (they call `w_load4`/`w_load1`) are checked once per weight
-//! format, composed exactly as the engine composes them.
+//! The modules are the ones the engine builds (`sprout::gpu::kernels::all_modules`), each
+//! kernel composed with every weight decoder and activation reader it is used with.
 
 use std::path::Path;
 
 use naga::valid::{Capabilities, ValidationFlags, Validator};
-use sprout::gpu::shaders::with_weights;
-use sprout::model::format::WeightFormat;
+use sprout::gpu::kernels::all_modules;
 
+/// Every module the engine builds, and every .wgsl file under shaders/ is used by one.
 fn kernel_sources() -> Vec<(String, String)> {
+    let modules = all_modules();
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("shaders");
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(&dir).expect("shaders/ exists") {
-        let path = entry.unwrap().path();
-        if path.extension().is_some_and(|e| e == "wgsl") {
-            let name = path.file_stem().unwrap().to_string_lossy().to_string();
-            let src = std::fs::read_to_string(&path).unwrap();
-            if src.contains("w_load4") || src.contains("w_load1") {
-                for f in WeightFormat::ALL {
-                    out.push((format!("{name}+{f}"), with_weights(&src, f)));
-                }
-            } else {
-                out.push((name, src));
-            }
+    let mut files = vec![dir.clone()];
+    while let Some(path) = files.pop() {
+        if path.is_dir() {
+            files.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+        } else if path.extension().is_some_and(|e| e == "wgsl") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            assert!(
+                modules.iter().any(|(_, src)| src.contains(text.trim())),
+                "{} is in no module the engine builds",
+                path.display()
+            );
         }
     }
-    out.sort();
-    out
+    modules
 }
 
 fn check(name: &str, src: &str) -> Result<(), String> {

@@ -23,7 +23,7 @@
 use crate::gpu::pipelines::{Access, KernelSpec};
 use crate::gpu::{Gpu, Tensor};
 
-const SOURCE: &str = include_str!("../../../shaders/attention.wgsl");
+pub(crate) const SOURCE: &str = include_str!("../../../shaders/attention.wgsl");
 /// Largest `head_dim` the kernel handles: one vec4 of output per invocation (`4 * WG`).
 pub const MAX_HEAD_DIM: usize = 256;
 

@@ -10,7 +10,7 @@ use crate::gpu::grid::grid;
 use crate::gpu::pipelines::{Access, KernelSpec};
 use crate::gpu::{Gpu, Tensor};
 
-const SOURCE: &str = include_str!("../../../shaders/elementwise.wgsl");
+pub(crate) const SOURCE: &str = include_str!("../../../shaders/elementwise.wgsl");
 /// Invocations per workgroup (`WG` in the shader).
 pub const WORKGROUP: u32 = 256;
 

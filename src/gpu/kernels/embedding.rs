@@ -12,7 +12,7 @@ use crate::gpu::shaders::with_weights;
 use crate::gpu::{Gpu, GpuWeight, Tensor};
 use crate::model::format::WeightFormat;
 
-const SOURCE: &str = include_str!("../../../shaders/embedding.wgsl");
+pub(crate) const SOURCE: &str = include_str!("../../../shaders/embedding.wgsl");
 const WORKGROUP: usize = 256;
 
 #[repr(C)]

@@ -10,6 +10,8 @@ use crate::gpu::{Gpu, GpuWeight, Tensor};
 use crate::model::format::WeightFormat;
 
 const SOURCE: &str = include_str!("../../../shaders/matmul.wgsl");
+const X_VEC4: &str = include_str!("../../../shaders/activations/vec4.wgsl");
+const X_SCALAR: &str = include_str!("../../../shaders/activations/scalar.wgsl");
 const WORKGROUP: u32 = 64;
 /// Rows of `x` per invocation in the tiled path (`TM` in the shader).
 pub const TILE_ROWS: u32 = 8;
@@ -55,10 +57,36 @@ struct Params {
     _pad: [u32; 2],
 }
 
-pub fn spec(format: WeightFormat, path: MatmulPath) -> KernelSpec {
+/// How the kernel reads `x`: four values per load when every row starts 16-byte aligned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum XReader {
+    Vec4,
+    Scalar,
+}
+
+impl XReader {
+    pub const ALL: [XReader; 2] = [XReader::Vec4, XReader::Scalar];
+
+    pub fn for_cols(k: usize) -> Self {
+        if k.is_multiple_of(4) {
+            XReader::Vec4
+        } else {
+            XReader::Scalar
+        }
+    }
+
+    fn source(self) -> &'static str {
+        match self {
+            XReader::Vec4 => X_VEC4,
+            XReader::Scalar => X_SCALAR,
+        }
+    }
+}
+
+pub fn spec(format: WeightFormat, path: MatmulPath, x: XReader) -> KernelSpec {
     KernelSpec {
-        key: format!("matmul/{}/{}", path.entry(), format.name()),
-        source: with_weights(SOURCE, format),
+        key: format!("matmul/{}/{}/{x:?}", path.entry(), format.name()),
+        source: with_weights(&format!("{SOURCE}\n{}", x.source()), format),
         entry: path.entry(),
         storage: &[Access::Read, Access::Read, Access::ReadWrite],
     }
@@ -101,7 +129,7 @@ pub fn encode_path(
     if m == 0 {
         return;
     }
-    let kernel = gpu.pipeline(&spec(weight.format, path));
+    let kernel = gpu.pipeline(&spec(weight.format, path, XReader::for_cols(k)));
     for part in &weight.parts {
         let params = Params {
             m: m as u32,
@@ -124,4 +152,16 @@ pub fn encode_path(
             [(part.rows as u32).div_ceil(WORKGROUP), groups_y, 1],
         );
     }
+}
+
+/// Every WGSL module this kernel family builds (for validation).
+pub fn modules() -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for format in WeightFormat::ALL {
+        for x in XReader::ALL {
+            let s = spec(format, MatmulPath::MatVec, x);
+            out.push((format!("matmul+{format}+{x:?}"), s.source));
+        }
+    }
+    out
 }

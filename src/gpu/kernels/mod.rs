@@ -8,3 +8,29 @@ pub mod matmul;
 pub mod rmsnorm;
 pub mod rope;
 pub mod softmax;
+
+use crate::gpu::shaders::with_weights;
+use crate::model::format::WeightFormat;
+
+/// Every WGSL module the engine builds, as (name, source): each kernel family's source,
+/// composed with every weight decoder and activation reader it is used with. The shader
+/// test validates and translates each of them.
+pub fn all_modules() -> Vec<(String, String)> {
+    let mut out = matmul::modules();
+    for format in WeightFormat::ALL {
+        out.push((
+            format!("embedding+{format}"),
+            with_weights(embedding::SOURCE, format),
+        ));
+    }
+    for (name, source) in [
+        ("attention", attention::SOURCE),
+        ("elementwise", elementwise::SOURCE),
+        ("rmsnorm", rmsnorm::SOURCE),
+        ("rope", rope::SOURCE),
+        ("softmax", softmax::SOURCE),
+    ] {
+        out.push((name.to_string(), source.to_string()));
+    }
+    out
+}

@@ -8,7 +8,7 @@ use crate::gpu::grid::grid;
 use crate::gpu::pipelines::{Access, KernelSpec};
 use crate::gpu::{Gpu, Tensor};
 
-const SOURCE: &str = include_str!("../../../shaders/rmsnorm.wgsl");
+pub(crate) const SOURCE: &str = include_str!("../../../shaders/rmsnorm.wgsl");
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]

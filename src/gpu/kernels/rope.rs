@@ -11,7 +11,7 @@ use crate::gpu::grid::grid;
 use crate::gpu::pipelines::{Access, KernelSpec};
 use crate::gpu::{Gpu, Tensor};
 
-const SOURCE: &str = include_str!("../../../shaders/rope.wgsl");
+pub(crate) const SOURCE: &str = include_str!("../../../shaders/rope.wgsl");
 const WORKGROUP: usize = 256;
 
 /// Which values of a head are rotated together.

@@ -13,7 +13,7 @@ use crate::gpu::grid::grid;
 use crate::gpu::pipelines::{Access, KernelSpec};
 use crate::gpu::{Gpu, Tensor};
 
-const SOURCE: &str = include_str!("../../../shaders/softmax.wgsl");
+pub(crate) const SOURCE: &str = include_str!("../../../shaders/softmax.wgsl");
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
