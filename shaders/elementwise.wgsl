@@ -2,22 +2,23 @@
 //
 //     silu_gate:    dst[i] = silu(src0[i]) * src1[i]    (out = silu(gate) * up)
 //     residual_add: dst[i] += src0[i]                   (a += b, in place)
+//     add_bias:     dst[i] += src0[i % cols]            (x[m, cols] += bias[cols], in place)
 //
-// Both entry points share one set of bindings; residual_add binds only the first two.
+// The entry points share one set of bindings; residual_add and add_bias bind the first two.
 // One invocation per element. The host folds the workgroups into a 2D grid when there are
 // more than the adapter allows per dimension: element i is
 // (wid.y * num_workgroups.x + wid.x) * 256 + lid, and invocations past n do nothing.
 
 struct Params {
-    n: u32, // elements
-    _pad0: u32,
+    n: u32,    // elements
+    cols: u32, // add_bias: values per row (the bias length)
     _pad1: u32,
     _pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read_write> dst: array<f32>; // [n] silu_gate: out; residual_add: a
-@group(0) @binding(2) var<storage, read> src0: array<f32>;      // [n] silu_gate: gate; residual_add: b
+@group(0) @binding(2) var<storage, read> src0: array<f32>;      // [n] silu_gate: gate; residual_add: b; add_bias: bias [cols]
 @group(0) @binding(3) var<storage, read> src1: array<f32>;      // [n] silu_gate: up
 
 const WG: u32 = 256u;
@@ -60,4 +61,18 @@ fn residual_add(
         return;
     }
     dst[i] = dst[i] + src0[i];
+}
+
+// Dispatch: ceil(n / 256) workgroups, folded into (x, y, 1).
+@compute @workgroup_size(256)
+fn add_bias(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let i = element(wid, nwg, lid);
+    if (i >= p.n) {
+        return;
+    }
+    dst[i] = dst[i] + src0[i % p.cols];
 }

@@ -20,4 +20,11 @@ pub enum SproutError {
     Format(#[from] crate::model::format::FormatError),
     #[error("{0}")]
     Shape(String),
+    /// A model file or directory that sprout cannot use; the message names the problem.
+    #[error("{0}")]
+    Model(String),
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
 }

@@ -4,6 +4,7 @@
 //! wasm32: device setup and read-back are async and nothing here blocks on a thread.
 
 pub mod error;
+pub mod generate;
 pub mod gpu;
 pub mod model;
 pub mod reference;

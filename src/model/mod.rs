@@ -1,3 +1,18 @@
-//! Models: weight formats (and, later, configs, file loading, tokenizers, the forward pass).
+//! Models: weight formats, configs, the sources weights are read from (GGUF files,
+//! Hugging Face directories), tokenizers, and the decoder forward pass.
 
+pub mod config;
+pub mod decoder;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod default_model;
 pub mod format;
+pub mod gguf;
+pub mod gguf_metadata;
+pub mod gguf_model;
+pub mod gguf_tokenizer;
+pub mod gguf_writer;
+pub mod hf_config;
+pub mod names;
+pub mod safetensors_dir;
+pub mod source;
+pub mod tokenizer;

@@ -28,3 +28,11 @@ pub fn residual_add(a: &[f32], b: &[f32]) -> Vec<f32> {
     assert_eq!(a.len(), b.len(), "residual_add: a and b differ in length");
     a.iter().zip(b).map(|(x, y)| x + y).collect()
 }
+
+/// `x[r, c] + bias[c]` for rows of `bias.len()` values.
+pub fn add_bias(x: &[f32], bias: &[f32]) -> Vec<f32> {
+    x.iter()
+        .enumerate()
+        .map(|(i, v)| v + bias[i % bias.len()])
+        .collect()
+}

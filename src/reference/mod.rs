@@ -7,4 +7,5 @@ pub mod embedding;
 pub mod matmul;
 pub mod rmsnorm;
 pub mod rope;
+pub mod sample;
 pub mod softmax;

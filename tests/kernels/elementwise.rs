@@ -1,9 +1,11 @@
-//! SiLU-gate and residual add: lengths that are not multiples of the workgroup, a length
+//! SiLU-gate, residual add and bias add: lengths that are not multiples of the workgroup, a length
 //! whose workgroups need a 2D grid, extreme gate values (no inf or NaN), and invariance of
 //! a value to the length of the array it sits in.
 
 use sprout::gpu::Gpu;
-use sprout::gpu::kernels::elementwise::{WORKGROUP, encode_residual_add, encode_silu_gate};
+use sprout::gpu::kernels::elementwise::{
+    WORKGROUP, encode_add_bias, encode_residual_add, encode_silu_gate,
+};
 use sprout::reference::elementwise as reference;
 
 use crate::common::{Case, Outcome, Rng, check_bitwise, check_close, read_f32};
@@ -62,8 +64,29 @@ fn check_add(gpu: &Gpu, n: usize, seed: u64) -> Result<Outcome, String> {
     check_close(&got, &want, ADD_TOLERANCE)
 }
 
+fn check_bias(gpu: &Gpu, m: usize, cols: usize) -> Result<Outcome, String> {
+    let mut rng = Rng::new((m * 31 + cols) as u64);
+    let x = rng.vec(m * cols, 3.0);
+    let bias = rng.vec(cols, 1.0);
+    let (xt, bt) = (gpu.upload(&x), gpu.upload(&bias));
+    let mut enc = gpu.encoder();
+    encode_add_bias(gpu, &mut enc, &xt, &bt, m, cols);
+    gpu.submit(enc);
+    let got = read_f32(gpu, &xt);
+    let want = reference::add_bias(&x, &bias);
+    check_bitwise("x + bias", &got, &want)?;
+    check_close(&got, &want, ADD_TOLERANCE)
+}
+
 pub fn cases() -> Vec<Case> {
     let mut cases = Vec::new();
+    for (m, cols) in [(1, 576), (7, 192), (13, 257), (64, 64)] {
+        cases.push(Case::new(
+            "elementwise",
+            format!("add_bias/m{m}_cols{cols}"),
+            move |gpu| check_bias(gpu, m, cols),
+        ));
+    }
     for &n in LENGTHS {
         cases.push(Case::new(
             "elementwise",

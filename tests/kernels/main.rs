@@ -13,6 +13,7 @@ mod embedding;
 mod matmul;
 mod rmsnorm;
 mod rope;
+mod sample;
 mod softmax;
 
 use common::Case;
@@ -25,6 +26,7 @@ fn main() {
         embedding::cases(),
         rmsnorm::cases(),
         rope::cases(),
+        sample::cases(),
         elementwise::cases(),
         softmax::cases(),
     ]

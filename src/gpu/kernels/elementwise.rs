@@ -1,5 +1,5 @@
-//! Elementwise kernels (shaders/elementwise.wgsl): the SwiGLU gate `out = silu(gate) * up`
-//! and the in-place residual add `a += b`.
+//! Elementwise kernels (shaders/elementwise.wgsl): the SwiGLU gate `out = silu(gate) * up`,
+//! the in-place residual add `a += b` and the in-place bias add `x[m, cols] += bias[cols]`.
 //!
 //! Any length works: the last workgroup is partial, and more workgroups than the adapter
 //! allows per dimension are folded into a 2D grid ([`grid`], also used by the other
@@ -18,7 +18,8 @@ pub const WORKGROUP: u32 = 256;
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 struct Params {
     n: u32,
-    _pad: [u32; 3],
+    cols: u32,
+    _pad: [u32; 2],
 }
 
 /// The kernels of this module.
@@ -26,15 +27,21 @@ struct Params {
 pub enum Elementwise {
     SiluGate,
     ResidualAdd,
+    AddBias,
 }
 
 impl Elementwise {
-    pub const ALL: [Elementwise; 2] = [Elementwise::SiluGate, Elementwise::ResidualAdd];
+    pub const ALL: [Elementwise; 3] = [
+        Elementwise::SiluGate,
+        Elementwise::ResidualAdd,
+        Elementwise::AddBias,
+    ];
 
     fn entry(self) -> &'static str {
         match self {
             Elementwise::SiluGate => "silu_gate",
             Elementwise::ResidualAdd => "residual_add",
+            Elementwise::AddBias => "add_bias",
         }
     }
 }
@@ -46,7 +53,7 @@ pub fn spec(kernel: Elementwise) -> KernelSpec {
         entry: kernel.entry(),
         storage: match kernel {
             Elementwise::SiluGate => &[Access::ReadWrite, Access::Read, Access::Read],
-            Elementwise::ResidualAdd => &[Access::ReadWrite, Access::Read],
+            Elementwise::ResidualAdd | Elementwise::AddBias => &[Access::ReadWrite, Access::Read],
         },
     }
 }
@@ -56,12 +63,14 @@ fn dispatch(
     encoder: &mut wgpu::CommandEncoder,
     kernel: Elementwise,
     n: usize,
+    cols: usize,
     buffers: &[&wgpu::Buffer],
 ) {
     let n32 = u32::try_from(n).expect("elementwise: more than 2^32 elements");
     let params = Params {
         n: n32,
-        _pad: [0; 3],
+        cols: cols as u32,
+        _pad: [0; 2],
     };
     gpu.dispatch(
         encoder,
@@ -101,6 +110,7 @@ pub fn encode_silu_gate(
         encoder,
         Elementwise::SiluGate,
         n,
+        0,
         &[&out.buffer, &gate.buffer, &up.buffer],
     );
 }
@@ -128,6 +138,37 @@ pub fn encode_residual_add(
         encoder,
         Elementwise::ResidualAdd,
         n,
+        0,
         &[&a.buffer, &b.buffer],
+    );
+}
+
+/// Records `x[r, c] += bias[c]` for `m` rows of `cols` values, in place.
+pub fn encode_add_bias(
+    gpu: &Gpu,
+    encoder: &mut wgpu::CommandEncoder,
+    x: &Tensor,
+    bias: &Tensor,
+    m: usize,
+    cols: usize,
+) {
+    assert!(cols > 0, "add_bias: the bias is empty");
+    assert!(
+        x.len >= m * cols,
+        "add_bias: x holds {} values, needs {m}x{cols}",
+        x.len
+    );
+    assert!(
+        bias.len >= cols,
+        "add_bias: bias holds {} values, needs {cols}",
+        bias.len
+    );
+    dispatch(
+        gpu,
+        encoder,
+        Elementwise::AddBias,
+        m * cols,
+        cols,
+        &[&x.buffer, &bias.buffer],
     );
 }

@@ -7,6 +7,7 @@ pub mod embedding;
 pub mod matmul;
 pub mod rmsnorm;
 pub mod rope;
+pub mod sample;
 pub mod softmax;
 
 use crate::gpu::shaders::with_weights;
@@ -28,6 +29,7 @@ pub fn all_modules() -> Vec<(String, String)> {
         ("elementwise", elementwise::SOURCE),
         ("rmsnorm", rmsnorm::SOURCE),
         ("rope", rope::SOURCE),
+        ("sample", sample::SOURCE),
         ("softmax", softmax::SOURCE),
     ] {
         out.push((name.to_string(), source.to_string()));

@@ -1,0 +1,54 @@
+//! What the decoder needs to know about a model, whatever file it came from.
+
+use serde::Serialize;
+
+use crate::gpu::kernels::rope::RopeLayout;
+
+/// Decoder-only transformer families sprout runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Architecture {
+    /// Llama 2 and 3, SmolLM, Mistral without sliding window.
+    Llama,
+    /// Qwen2: Llama's shape plus biases on the q, k and v projections.
+    Qwen2,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ModelConfig {
+    pub architecture: Architecture,
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub n_layers: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    pub rms_norm_eps: f32,
+    pub rope_theta: f64,
+    /// How q and k pair their dimensions for RoPE *as stored in this file*: GGUF's Llama
+    /// weights are permuted for interleaved pairs, Hugging Face's use the half-split.
+    #[serde(skip)]
+    pub rope_layout: RopeLayout,
+    /// The longest context the model was trained for.
+    pub max_positions: usize,
+    /// The output projection is the token embedding (no separate `lm_head`).
+    pub tied_embeddings: bool,
+    pub bos_token_id: Option<u32>,
+    /// Any of these ends a sample.
+    pub eos_token_ids: Vec<u32>,
+}
+
+impl ModelConfig {
+    pub fn q_dim(&self) -> usize {
+        self.n_heads * self.head_dim
+    }
+
+    pub fn kv_dim(&self) -> usize {
+        self.n_kv_heads * self.head_dim
+    }
+
+    pub fn has_qkv_bias(&self) -> bool {
+        self.architecture == Architecture::Qwen2
+    }
+}

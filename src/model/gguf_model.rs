@@ -1,0 +1,399 @@
+//! A GGUF file as a [`WeightSource`]: llama.cpp's tensor names mapped to sprout's canonical
+//! names, and a [`ModelConfig`] built from the file's metadata.
+//!
+//! Config keys (`{arch}` is `general.architecture`, `llama` or `qwen2`):
+//! `{arch}.embedding_length`, `.block_count`, `.feed_forward_length`,
+//! `.attention.head_count`, `.attention.head_count_kv` (default: head_count),
+//! `.attention.layer_norm_rms_epsilon`, `.context_length`, `.rope.freq_base` (default
+//! 10000), `.attention.key_length` (head_dim; default embedding_length / head_count), and
+//! `.rope.dimension_count`, which must equal head_dim (partial rotary is not supported).
+//! The vocabulary size is the token embedding's row count. Embeddings are tied when the file
+//! has no `output.weight`. RoPE pairs are interleaved for `llama` (llama.cpp's converter
+//! permutes q and k) and half-split for `qwen2`.
+//!
+//! End-of-sample ids: `tokenizer.ggml.eos_token_id`, `.eot_token_id` and `.eom_token_id`,
+//! then the id of each end-of-turn token in [`END_OF_TURN_TOKENS`] that the vocabulary holds
+//! as a control or user-defined token (as llama.cpp does): `<|im_end|>` and `<|endoftext|>`
+//! (ChatML: SmolLM, Qwen2), `<|eot_id|>`, `<|eom_id|>` and `<|end_of_text|>` (Llama 3),
+//! `<|end|>`, `<end_of_turn>`. The eos id comes first; the rest are in ascending order.
+//!
+//! Invariant: opening checks that every tensor the config needs is present, of a supported
+//! type and of the right shape, so a `GgufModel` that opened can be read whole.
+
+use std::fs::File;
+use std::io::{Read, Seek};
+use std::path::Path;
+
+use crate::error::SproutError;
+use crate::gpu::kernels::rope::RopeLayout;
+use crate::model::config::{Architecture, ModelConfig};
+use crate::model::gguf::{GgufFile, GgufMetadata};
+use crate::model::names::{self, LayerTensor, TensorName};
+use crate::model::source::{TensorData, WeightSource};
+
+/// Tokens that end a turn or a document, added to the eos ids when the vocabulary has them.
+pub const END_OF_TURN_TOKENS: [&str; 7] = [
+    "<|im_end|>",
+    "<|endoftext|>",
+    "<|eot_id|>",
+    "<|eom_id|>",
+    "<|end_of_text|>",
+    "<|end|>",
+    "<end_of_turn>",
+];
+
+/// llama.cpp's token types (`tokenizer.ggml.token_type`).
+pub(crate) const TOKEN_TYPE_CONTROL: i64 = 3;
+pub(crate) const TOKEN_TYPE_USER_DEFINED: i64 = 4;
+
+/// A model read from one GGUF file.
+pub struct GgufModel<R = File> {
+    file: GgufFile<R>,
+    config: ModelConfig,
+}
+
+impl GgufModel<File> {
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, SproutError> {
+        let path = path.as_ref();
+        Self::from_file(GgufFile::open(path)?).map_err(|e| match e {
+            SproutError::Model(m) => SproutError::Model(format!("{}: {m}", path.display())),
+            other => other,
+        })
+    }
+}
+
+impl<R: Read + Seek> GgufModel<R> {
+    pub fn from_reader(reader: R) -> Result<Self, SproutError> {
+        Self::from_file(GgufFile::from_reader(reader)?)
+    }
+
+    /// Builds the config and checks every tensor it needs.
+    pub fn from_file(file: GgufFile<R>) -> Result<Self, SproutError> {
+        let config = config_from_gguf(&file)?;
+        for name in TensorName::all(&config) {
+            let stored = gguf_name(name);
+            let info = file.tensor(&stored).ok_or_else(|| {
+                SproutError::Model(format!(
+                    "the GGUF file has no tensor {stored} (sprout's {name})"
+                ))
+            })?;
+            info.format()?;
+            let (rows, cols) = info.shape()?;
+            name.check_shape(&config, &stored, rows, cols)?;
+        }
+        Ok(GgufModel { file, config })
+    }
+
+    pub fn metadata(&self) -> &GgufMetadata {
+        self.file.metadata()
+    }
+
+    /// The parsed file: tensor infos, alignment, data offset.
+    pub fn gguf(&self) -> &GgufFile<R> {
+        &self.file
+    }
+
+    /// The Jinja chat template (`tokenizer.chat_template`), if the file has one.
+    pub fn chat_template(&self) -> Option<&str> {
+        self.metadata()
+            .str("tokenizer.chat_template")
+            .ok()
+            .flatten()
+    }
+
+    /// The tokenizer built from the file's own vocabulary.
+    pub fn tokenizer(&self) -> Result<crate::model::tokenizer::Tokenizer, SproutError> {
+        crate::model::tokenizer::Tokenizer::from_gguf(self.metadata())
+    }
+}
+
+impl<R: Read + Seek> WeightSource for GgufModel<R> {
+    fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    fn read(&mut self, name: &str) -> Result<TensorData, SproutError> {
+        if !self.has(name) {
+            return Err(names::missing(name, "the GGUF model"));
+        }
+        let parsed = TensorName::parse(name).expect("has() parsed it");
+        self.file.read_tensor(&gguf_name(parsed))
+    }
+
+    fn has(&self, name: &str) -> bool {
+        TensorName::parse(name)
+            .is_some_and(|n| n.exists_in(&self.config) && self.file.tensor(&gguf_name(n)).is_some())
+    }
+}
+
+/// llama.cpp's name for a canonical tensor.
+pub fn gguf_name(name: TensorName) -> String {
+    match name {
+        TensorName::Embed => "token_embd.weight".into(),
+        TensorName::FinalNorm => "output_norm.weight".into(),
+        TensorName::LmHead => "output.weight".into(),
+        TensorName::Layer(i, t) => {
+            let suffix = match t {
+                LayerTensor::AttnNorm => "attn_norm.weight",
+                LayerTensor::Q => "attn_q.weight",
+                LayerTensor::K => "attn_k.weight",
+                LayerTensor::V => "attn_v.weight",
+                LayerTensor::QBias => "attn_q.bias",
+                LayerTensor::KBias => "attn_k.bias",
+                LayerTensor::VBias => "attn_v.bias",
+                LayerTensor::O => "attn_output.weight",
+                LayerTensor::MlpNorm => "ffn_norm.weight",
+                LayerTensor::Gate => "ffn_gate.weight",
+                LayerTensor::Up => "ffn_up.weight",
+                LayerTensor::Down => "ffn_down.weight",
+            };
+            format!("blk.{i}.{suffix}")
+        }
+    }
+}
+
+/// The model's config from GGUF metadata (and the embedding's shape for the vocabulary).
+pub fn config_from_gguf<R>(file: &GgufFile<R>) -> Result<ModelConfig, SproutError> {
+    let meta = file.metadata();
+    let arch = meta
+        .str("general.architecture")?
+        .ok_or_else(|| SproutError::Model("GGUF metadata has no general.architecture".into()))?;
+    let (architecture, rope_layout) = match arch {
+        "llama" => (Architecture::Llama, RopeLayout::Interleaved),
+        "qwen2" => (Architecture::Qwen2, RopeLayout::HalfSplit),
+        other => {
+            return Err(SproutError::Model(format!(
+                "GGUF architecture `{other}` is not supported by sprout (supported: llama, qwen2)"
+            )));
+        }
+    };
+    let key = |k: &str| format!("{arch}.{k}");
+    let usize_of = |k: &str| -> Result<usize, SproutError> {
+        let v = meta.require_u64(&key(k))?;
+        match usize::try_from(v) {
+            Ok(v) if v > 0 => Ok(v),
+            _ => Err(SproutError::Model(format!(
+                "GGUF metadata `{}` is {v}",
+                key(k)
+            ))),
+        }
+    };
+    let hidden_size = usize_of("embedding_length")?;
+    let n_heads = usize_of("attention.head_count")?;
+    let n_kv_heads = match meta.u64(&key("attention.head_count_kv"))? {
+        None => n_heads,
+        Some(_) => usize_of("attention.head_count_kv")?,
+    };
+    if !n_heads.is_multiple_of(n_kv_heads) {
+        return Err(SproutError::Model(format!(
+            "{n_heads} attention heads cannot share {n_kv_heads} kv heads evenly"
+        )));
+    }
+    let head_dim = match meta.u64(&key("attention.key_length"))? {
+        Some(_) => usize_of("attention.key_length")?,
+        None if hidden_size.is_multiple_of(n_heads) => hidden_size / n_heads,
+        None => {
+            return Err(SproutError::Model(format!(
+                "embedding_length {hidden_size} is not a multiple of head_count {n_heads}"
+            )));
+        }
+    };
+    if let Some(v) = meta.u64(&key("attention.value_length"))?
+        && v != head_dim as u64
+    {
+        return Err(SproutError::Model(format!(
+            "value_length {v} differs from key_length {head_dim}: sprout needs them equal"
+        )));
+    }
+    if let Some(rot) = meta.u64(&key("rope.dimension_count"))?
+        && rot != head_dim as u64
+    {
+        return Err(SproutError::Model(format!(
+            "rope.dimension_count {rot} differs from the head size {head_dim}: partial \
+             rotary embeddings are not supported"
+        )));
+    }
+    if let Some(scaling) = meta.str(&key("rope.scaling.type"))?
+        && scaling != "none"
+    {
+        return Err(SproutError::Model(format!(
+            "rope scaling `{scaling}` is not supported yet"
+        )));
+    }
+    if file.tensor("rope_freqs.weight").is_some() {
+        return Err(SproutError::Model(
+            "the file has rope_freqs.weight (Llama 3.1-style rope scaling), which sprout does \
+             not support yet"
+                .into(),
+        ));
+    }
+    let embed = file.tensor("token_embd.weight").ok_or_else(|| {
+        SproutError::Model("the GGUF file has no tensor token_embd.weight".into())
+    })?;
+    let vocab_size = embed.shape()?.0;
+    let tokens = meta.strings("tokenizer.ggml.tokens")?;
+    if let Some(tokens) = &tokens
+        && tokens.len() > vocab_size
+    {
+        return Err(SproutError::Model(format!(
+            "the vocabulary has {} tokens but token_embd.weight only {vocab_size} rows",
+            tokens.len()
+        )));
+    }
+    let token_id = |k: &str| -> Result<Option<u32>, SproutError> {
+        match meta.u64(k)? {
+            Some(id) if id < vocab_size as u64 => Ok(Some(id as u32)),
+            Some(id) => Err(SproutError::Model(format!(
+                "`{k}` is {id}, outside the vocabulary of {vocab_size}"
+            ))),
+            None => Ok(None),
+        }
+    };
+    let eos = token_id("tokenizer.ggml.eos_token_id")?;
+    let mut others: Vec<u32> = Vec::new();
+    for k in ["tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"] {
+        others.extend(token_id(k)?);
+    }
+    if let Some(tokens) = &tokens {
+        let types = meta.integers("tokenizer.ggml.token_type")?;
+        for (id, tok) in tokens.iter().enumerate() {
+            let special = types.as_ref().is_none_or(|t| {
+                matches!(
+                    t.get(id),
+                    Some(&TOKEN_TYPE_CONTROL | &TOKEN_TYPE_USER_DEFINED)
+                )
+            });
+            if special && END_OF_TURN_TOKENS.contains(tok) {
+                others.push(id as u32);
+            }
+        }
+    }
+    others.sort_unstable();
+    let mut eos_token_ids: Vec<u32> = eos.into_iter().collect();
+    for id in others {
+        if !eos_token_ids.contains(&id) {
+            eos_token_ids.push(id);
+        }
+    }
+    Ok(ModelConfig {
+        architecture,
+        vocab_size,
+        hidden_size,
+        intermediate_size: usize_of("feed_forward_length")?,
+        n_layers: usize_of("block_count")?,
+        n_heads,
+        n_kv_heads,
+        head_dim,
+        rms_norm_eps: meta
+            .f64(&key("attention.layer_norm_rms_epsilon"))?
+            .ok_or_else(|| {
+                SproutError::Model(format!(
+                    "GGUF metadata has no `{}`",
+                    key("attention.layer_norm_rms_epsilon")
+                ))
+            })? as f32,
+        rope_theta: meta.f64(&key("rope.freq_base"))?.unwrap_or(10000.0),
+        rope_layout,
+        max_positions: usize_of("context_length")?,
+        tied_embeddings: file.tensor("output.weight").is_none(),
+        bos_token_id: token_id("tokenizer.ggml.bos_token_id")?,
+        eos_token_ids,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Cursor;
+
+    use super::*;
+    use crate::model::format::WeightFormat;
+    use crate::model::gguf::{GgmlType, GgufValue};
+    use crate::model::gguf_writer::GgufWriter;
+
+    fn open(w: &GgufWriter) -> Result<GgufModel<Cursor<Vec<u8>>>, SproutError> {
+        GgufModel::from_reader(Cursor::new(w.to_bytes()))
+    }
+
+    fn open_err(w: &GgufWriter) -> String {
+        match open(w) {
+            Ok(_) => panic!("a bad model opened"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn a_tiny_llama_opens_with_its_config() {
+        let mut m = open(&GgufWriter::tiny_model("llama")).unwrap();
+        let c = m.config().clone();
+        assert_eq!(c.architecture, Architecture::Llama);
+        assert_eq!(c.rope_layout, RopeLayout::Interleaved);
+        assert_eq!(
+            (c.vocab_size, c.hidden_size, c.intermediate_size, c.n_layers),
+            (8, 64, 96, 2)
+        );
+        assert_eq!((c.n_heads, c.n_kv_heads, c.head_dim), (2, 1, 32));
+        assert_eq!((c.rope_theta, c.max_positions), (1e6, 256));
+        assert!(!c.tied_embeddings);
+        assert_eq!(c.bos_token_id, Some(1));
+        assert_eq!(c.eos_token_ids, vec![2, 0]);
+        for name in TensorName::all(&c) {
+            let t = m.read(&name.to_string()).unwrap();
+            assert_eq!((t.rows, t.cols), name.shape(&c), "{name}");
+            t.to_f32().unwrap();
+        }
+        assert_eq!(m.read("layers.1.down").unwrap().format, WeightFormat::Q4_1);
+        assert!(!m.has("layers.0.q_bias") && !m.has("layers.2.q") && !m.has("bogus"));
+        let err = m.read("layers.0.q_bias").err().unwrap().to_string();
+        assert!(err.contains("layers.0.q_bias"), "{err}");
+    }
+
+    #[test]
+    fn qwen2_has_biases_and_half_split_rope() {
+        let m = open(&GgufWriter::tiny_model("qwen2")).unwrap();
+        assert_eq!(m.config().rope_layout, RopeLayout::HalfSplit);
+        assert!(m.has("layers.1.v_bias"));
+        let err = open_err(&GgufWriter::tiny_model("qwen2").without_tensor("blk.1.attn_k.bias"));
+        assert!(
+            err.contains("blk.1.attn_k.bias") && err.contains("layers.1.k_bias"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn no_output_weight_means_tied() {
+        let m = open(&GgufWriter::tiny_model("llama").without_tensor("output.weight")).unwrap();
+        assert!(m.config().tied_embeddings);
+        assert!(!m.has("lm_head"));
+    }
+
+    #[test]
+    fn bad_models_are_named() {
+        let tiny = GgufWriter::tiny_model;
+        let err = open_err(&tiny("gpt2"));
+        assert!(
+            err.contains("architecture `gpt2` is not supported"),
+            "{err}"
+        );
+        let err = open_err(&tiny("llama").without_tensor("blk.0.ffn_up.weight"));
+        assert!(err.contains("blk.0.ffn_up.weight"), "{err}");
+        let err = open_err(&tiny("llama").without_metadata("llama.block_count"));
+        assert!(err.contains("llama.block_count"), "{err}");
+        let err =
+            open_err(&tiny("llama").metadata("llama.feed_forward_length", GgufValue::U32(64)));
+        assert!(
+            err.contains("blk.0.ffn_gate.weight") && err.contains("64 x 64"),
+            "{err}"
+        );
+        let err =
+            open_err(&tiny("llama").metadata("llama.rope.dimension_count", GgufValue::U32(16)));
+        assert!(err.contains("partial rotary"), "{err}");
+        let q6k = tiny("llama").tensor(
+            "blk.1.ffn_down.weight",
+            &[256, 64],
+            GgmlType(14),
+            vec![0; 64 * 210],
+        );
+        let err = open_err(&q6k);
+        assert!(err.contains("blk.1.ffn_down.weight has type Q6_K"), "{err}");
+    }
+}

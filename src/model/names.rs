@@ -1,0 +1,263 @@
+//! sprout's canonical tensor names (the table in [`crate::model::source`]) as data: parsing
+//! a name, listing the tensors a config needs, and the shape each must have.
+//!
+//! Every weight source maps these names to its own (`blk.0.attn_q.weight`,
+//! `model.layers.0.self_attn.q_proj.weight`) and checks each tensor's shape here, so a
+//! file that does not match its config fails when it is opened, naming the tensor.
+
+use std::fmt;
+
+use crate::error::SproutError;
+use crate::model::config::ModelConfig;
+
+/// A tensor of one decoder layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LayerTensor {
+    AttnNorm,
+    Q,
+    K,
+    V,
+    QBias,
+    KBias,
+    VBias,
+    O,
+    MlpNorm,
+    Gate,
+    Up,
+    Down,
+}
+
+impl LayerTensor {
+    pub const ALL: [LayerTensor; 12] = [
+        LayerTensor::AttnNorm,
+        LayerTensor::Q,
+        LayerTensor::K,
+        LayerTensor::V,
+        LayerTensor::QBias,
+        LayerTensor::KBias,
+        LayerTensor::VBias,
+        LayerTensor::O,
+        LayerTensor::MlpNorm,
+        LayerTensor::Gate,
+        LayerTensor::Up,
+        LayerTensor::Down,
+    ];
+
+    /// The suffix after `layers.{i}.`.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            LayerTensor::AttnNorm => "attn_norm",
+            LayerTensor::Q => "q",
+            LayerTensor::K => "k",
+            LayerTensor::V => "v",
+            LayerTensor::QBias => "q_bias",
+            LayerTensor::KBias => "k_bias",
+            LayerTensor::VBias => "v_bias",
+            LayerTensor::O => "o",
+            LayerTensor::MlpNorm => "mlp_norm",
+            LayerTensor::Gate => "gate",
+            LayerTensor::Up => "up",
+            LayerTensor::Down => "down",
+        }
+    }
+
+    pub fn is_bias(self) -> bool {
+        matches!(
+            self,
+            LayerTensor::QBias | LayerTensor::KBias | LayerTensor::VBias
+        )
+    }
+}
+
+/// A canonical tensor name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TensorName {
+    Embed,
+    Layer(usize, LayerTensor),
+    FinalNorm,
+    LmHead,
+}
+
+impl TensorName {
+    /// Parses a canonical name (`embed`, `layers.3.q`, ...); `None` for anything else.
+    pub fn parse(name: &str) -> Option<TensorName> {
+        match name {
+            "embed" => return Some(TensorName::Embed),
+            "final_norm" => return Some(TensorName::FinalNorm),
+            "lm_head" => return Some(TensorName::LmHead),
+            _ => {}
+        }
+        let (index, suffix) = name.strip_prefix("layers.")?.split_once('.')?;
+        if index.is_empty() || !index.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let layer = index.parse().ok()?;
+        let tensor = LayerTensor::ALL
+            .into_iter()
+            .find(|t| t.suffix() == suffix)?;
+        Some(TensorName::Layer(layer, tensor))
+    }
+
+    /// `(rows, cols)` that `config` requires of this tensor (vectors have one row).
+    pub fn shape(self, config: &ModelConfig) -> (usize, usize) {
+        let (hidden, q, kv) = (config.hidden_size, config.q_dim(), config.kv_dim());
+        match self {
+            TensorName::Embed | TensorName::LmHead => (config.vocab_size, hidden),
+            TensorName::FinalNorm => (1, hidden),
+            TensorName::Layer(_, t) => match t {
+                LayerTensor::AttnNorm | LayerTensor::MlpNorm => (1, hidden),
+                LayerTensor::Q => (q, hidden),
+                LayerTensor::K | LayerTensor::V => (kv, hidden),
+                LayerTensor::QBias => (1, q),
+                LayerTensor::KBias | LayerTensor::VBias => (1, kv),
+                LayerTensor::O => (hidden, q),
+                LayerTensor::Gate | LayerTensor::Up => (config.intermediate_size, hidden),
+                LayerTensor::Down => (hidden, config.intermediate_size),
+            },
+        }
+    }
+
+    /// Whether a model with `config` has this tensor at all (`lm_head` only when untied,
+    /// q/k/v biases only for Qwen2, layers only below `n_layers`).
+    pub fn exists_in(self, config: &ModelConfig) -> bool {
+        match self {
+            TensorName::Embed | TensorName::FinalNorm => true,
+            TensorName::LmHead => !config.tied_embeddings,
+            TensorName::Layer(i, t) => {
+                i < config.n_layers && (!t.is_bias() || config.has_qkv_bias())
+            }
+        }
+    }
+
+    /// Every tensor `config` needs, in file order: embedding, layers, final norm, head.
+    pub fn all(config: &ModelConfig) -> Vec<TensorName> {
+        let mut names = vec![TensorName::Embed];
+        for i in 0..config.n_layers {
+            names.extend(LayerTensor::ALL.map(|t| TensorName::Layer(i, t)));
+        }
+        names.extend([TensorName::FinalNorm, TensorName::LmHead]);
+        names.retain(|n| n.exists_in(config));
+        names
+    }
+
+    /// An error unless a tensor stored as `rows x cols` has the shape `config` requires.
+    /// `stored_as` is the tensor's name in the file, for the message.
+    pub fn check_shape(
+        self,
+        config: &ModelConfig,
+        stored_as: &str,
+        rows: usize,
+        cols: usize,
+    ) -> Result<(), SproutError> {
+        let (want_rows, want_cols) = self.shape(config);
+        if (rows, cols) == (want_rows, want_cols) {
+            return Ok(());
+        }
+        Err(SproutError::Model(format!(
+            "tensor {stored_as} ({self}) is {rows} x {cols}, but the model's config needs \
+             {want_rows} x {want_cols}"
+        )))
+    }
+}
+
+impl fmt::Display for TensorName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TensorName::Embed => f.write_str("embed"),
+            TensorName::FinalNorm => f.write_str("final_norm"),
+            TensorName::LmHead => f.write_str("lm_head"),
+            TensorName::Layer(i, t) => write!(f, "layers.{i}.{}", t.suffix()),
+        }
+    }
+}
+
+/// The error for a canonical name that a source does not have.
+pub(crate) fn missing(name: &str, source: &str) -> SproutError {
+    match TensorName::parse(name) {
+        Some(_) => SproutError::Model(format!("{source} has no tensor `{name}`")),
+        None => SproutError::Model(format!(
+            "`{name}` is not a tensor name sprout knows (expected embed, layers.N.q, ..., \
+             final_norm, lm_head)"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::kernels::rope::RopeLayout;
+    use crate::model::config::Architecture;
+
+    fn tiny_config(architecture: Architecture, tied: bool) -> ModelConfig {
+        ModelConfig {
+            architecture,
+            vocab_size: 10,
+            hidden_size: 8,
+            intermediate_size: 12,
+            n_layers: 2,
+            n_heads: 2,
+            n_kv_heads: 1,
+            head_dim: 4,
+            rms_norm_eps: 1e-5,
+            rope_theta: 10000.0,
+            rope_layout: RopeLayout::HalfSplit,
+            max_positions: 64,
+            tied_embeddings: tied,
+            bos_token_id: None,
+            eos_token_ids: vec![],
+        }
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for name in [
+            "embed",
+            "final_norm",
+            "lm_head",
+            "layers.0.q",
+            "layers.17.v_bias",
+        ] {
+            assert_eq!(TensorName::parse(name).unwrap().to_string(), name);
+        }
+        for bad in [
+            "layers.x.q",
+            "layers.1.qq",
+            "layers..q",
+            "layers.-1.q",
+            "embedding",
+        ] {
+            assert_eq!(TensorName::parse(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_tensor_list_follows_the_config() {
+        let llama = tiny_config(Architecture::Llama, true);
+        assert_eq!(TensorName::all(&llama).len(), 1 + 2 * 9 + 1);
+        let qwen = tiny_config(Architecture::Qwen2, false);
+        let all = TensorName::all(&qwen);
+        assert_eq!(all.len(), 1 + 2 * 12 + 2);
+        assert_eq!(all.last(), Some(&TensorName::LmHead));
+        assert_eq!(
+            TensorName::parse("layers.1.k").unwrap().shape(&qwen),
+            (4, 8)
+        );
+        assert_eq!(
+            TensorName::parse("layers.1.down").unwrap().shape(&qwen),
+            (8, 12)
+        );
+    }
+
+    #[test]
+    fn a_wrong_shape_names_the_tensor() {
+        let config = tiny_config(Architecture::Llama, true);
+        let err = TensorName::Embed
+            .check_shape(&config, "token_embd.weight", 11, 8)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("token_embd.weight") && err.contains("10 x 8"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,51 @@
+//! Where the decoder gets its weights: a `WeightSource` (a GGUF file, a Hugging Face
+//! directory) that yields one tensor at a time under sprout's canonical names, so that
+//! loading never holds more than one tensor's bytes on the CPU.
+//!
+//! Canonical names (`{i}` is the layer index):
+//!
+//! | name                      | shape (rows x cols)                 | notes                     |
+//! |---------------------------|-------------------------------------|---------------------------|
+//! | `embed`                   | vocab x hidden                      |                           |
+//! | `layers.{i}.attn_norm`    | hidden                              |                           |
+//! | `layers.{i}.q`            | n_heads*head_dim x hidden           |                           |
+//! | `layers.{i}.k`, `.v`      | n_kv_heads*head_dim x hidden        |                           |
+//! | `layers.{i}.q_bias` etc.  | q or kv dim                         | Qwen2 only                |
+//! | `layers.{i}.o`            | hidden x n_heads*head_dim           |                           |
+//! | `layers.{i}.mlp_norm`     | hidden                              |                           |
+//! | `layers.{i}.gate`, `.up`  | intermediate x hidden               |                           |
+//! | `layers.{i}.down`         | hidden x intermediate               |                           |
+//! | `final_norm`              | hidden                              |                           |
+//! | `lm_head`                 | vocab x hidden                      | absent when tied          |
+
+use crate::error::SproutError;
+use crate::model::config::ModelConfig;
+use crate::model::format::WeightFormat;
+
+/// One tensor's bytes in their stored format. Vectors (norms, biases) have `rows == 1`.
+pub struct TensorData {
+    pub format: WeightFormat,
+    pub rows: usize,
+    pub cols: usize,
+    pub bytes: Vec<u8>,
+}
+
+impl TensorData {
+    /// The values as f32 (for the small vectors the kernels take in f32: norms, biases).
+    pub fn to_f32(&self) -> Result<Vec<f32>, SproutError> {
+        Ok(crate::model::format::dequantize(
+            self.format,
+            &self.bytes,
+            self.rows,
+            self.cols,
+        )?)
+    }
+}
+
+pub trait WeightSource {
+    fn config(&self) -> &ModelConfig;
+    /// Reads the tensor with canonical `name`; an absent tensor is an error naming it.
+    fn read(&mut self, name: &str) -> Result<TensorData, SproutError>;
+    /// Whether the source has the tensor with canonical `name`.
+    fn has(&self, name: &str) -> bool;
+}

@@ -1,0 +1,161 @@
+//! Text to token ids and back, on the Hugging Face `tokenizers` library: loaded from a
+//! `tokenizer.json`, or built from a GGUF file's own vocabulary
+//! ([`crate::model::gguf_tokenizer`]).
+//!
+//! [`Tokenizer::encode`] adds exactly the special tokens the model's tokenizer adds on its
+//! own (a `tokenizer.json`'s post-processor; for GGUF, BOS only when
+//! `tokenizer.ggml.add_bos_token` is true: SmolLM2 adds none). Special tokens written in the
+//! text, such as `<|im_start|>`, encode to their single ids. [`IncrementalDecoder`] turns a
+//! stream of ids into text pieces that are always complete UTF-8.
+
+use std::path::Path;
+
+use crate::error::SproutError;
+use crate::model::gguf::GgufMetadata;
+
+/// A model's tokenizer.
+#[derive(Clone)]
+pub struct Tokenizer {
+    inner: tokenizers::Tokenizer,
+}
+
+fn tk_error(what: &str, e: tokenizers::Error) -> SproutError {
+    SproutError::Tokenizer(format!("{what}: {e}"))
+}
+
+impl Tokenizer {
+    /// Loads a `tokenizer.json` from its bytes.
+    pub fn from_json(bytes: &[u8]) -> Result<Self, SproutError> {
+        let inner = tokenizers::Tokenizer::from_bytes(bytes)
+            .map_err(|e| tk_error("cannot read tokenizer.json", e))?;
+        Ok(Tokenizer { inner })
+    }
+
+    /// Loads a `tokenizer.json` file.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Self, SproutError> {
+        let path = path.as_ref();
+        let bytes = std::fs::read(path)
+            .map_err(|e| SproutError::Tokenizer(format!("cannot read {}: {e}", path.display())))?;
+        Self::from_json(&bytes).map_err(|e| match e {
+            SproutError::Tokenizer(m) => SproutError::Tokenizer(format!("{}: {m}", path.display())),
+            other => other,
+        })
+    }
+
+    /// Builds the tokenizer a GGUF file describes (see [`crate::model::gguf_tokenizer`]).
+    pub fn from_gguf(metadata: &GgufMetadata) -> Result<Self, SproutError> {
+        Ok(Tokenizer {
+            inner: crate::model::gguf_tokenizer::build(metadata)?,
+        })
+    }
+
+    /// Wraps a tokenizer built some other way.
+    pub fn from_inner(inner: tokenizers::Tokenizer) -> Self {
+        Tokenizer { inner }
+    }
+
+    /// The ids of `text`, with the special tokens the model adds on its own (if any).
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>, SproutError> {
+        self.encode_with(text, true)
+    }
+
+    /// The ids of `text`; `add_special_tokens: false` never adds BOS/EOS (special tokens
+    /// written in the text still encode to their ids).
+    pub fn encode_with(
+        &self,
+        text: &str,
+        add_special_tokens: bool,
+    ) -> Result<Vec<u32>, SproutError> {
+        let encoding = self
+            .inner
+            .encode_fast(text, add_special_tokens)
+            .map_err(|e| tk_error("encoding failed", e))?;
+        Ok(encoding.get_ids().to_vec())
+    }
+
+    /// The text of `ids`, special tokens included (as transformers' `decode` by default).
+    pub fn decode(&self, ids: &[u32]) -> Result<String, SproutError> {
+        self.decode_with(ids, false)
+    }
+
+    pub fn decode_with(
+        &self,
+        ids: &[u32],
+        skip_special_tokens: bool,
+    ) -> Result<String, SproutError> {
+        self.inner
+            .decode(ids, skip_special_tokens)
+            .map_err(|e| tk_error("decoding failed", e))
+    }
+
+    /// A decoder for a stream of ids, one at a time.
+    pub fn stream(&self, skip_special_tokens: bool) -> IncrementalDecoder {
+        IncrementalDecoder::new(skip_special_tokens)
+    }
+
+    pub fn token_to_id(&self, token: &str) -> Option<u32> {
+        self.inner.token_to_id(token)
+    }
+
+    pub fn id_to_token(&self, id: u32) -> Option<String> {
+        self.inner.id_to_token(id)
+    }
+
+    /// Ids in the vocabulary, added tokens included.
+    pub fn vocab_size(&self) -> usize {
+        self.inner.get_vocab_size(true)
+    }
+
+    /// The underlying `tokenizers` tokenizer.
+    pub fn inner(&self) -> &tokenizers::Tokenizer {
+        &self.inner
+    }
+}
+
+/// Decodes ids as they are sampled, returning only text that is complete UTF-8 and that
+/// later ids cannot change (a token that ends inside a multi-byte character waits for the
+/// next). Concatenating every `push` and then `finish` gives `decode` of all the ids.
+///
+/// It keeps only the ids since the last emitted piece's start, not the whole sequence,
+/// and holds no borrow of the tokenizer.
+#[derive(Clone, Debug, Default)]
+pub struct IncrementalDecoder {
+    skip_special_tokens: bool,
+    ids: Vec<u32>,
+    prefix: String,
+    prefix_index: usize,
+}
+
+impl IncrementalDecoder {
+    pub fn new(skip_special_tokens: bool) -> Self {
+        IncrementalDecoder {
+            skip_special_tokens,
+            ..Default::default()
+        }
+    }
+
+    /// Adds one id; returns the new text, if any is complete.
+    pub fn push(&mut self, tokenizer: &Tokenizer, id: u32) -> Result<Option<String>, SproutError> {
+        tokenizers::tokenizer::step_decode_stream(
+            &tokenizer.inner,
+            vec![id],
+            self.skip_special_tokens,
+            &mut self.ids,
+            &mut self.prefix,
+            &mut self.prefix_index,
+        )
+        .map_err(|e| tk_error("decoding failed", e))
+    }
+
+    /// The text still held back (an incomplete character at the end of the stream shows as
+    /// U+FFFD), and a reset for the next stream.
+    pub fn finish(&mut self, tokenizer: &Tokenizer) -> Result<String, SproutError> {
+        let all = tokenizer.decode_with(&self.ids, self.skip_special_tokens)?;
+        let rest = all
+            .strip_prefix(self.prefix.as_str())
+            .unwrap_or(&all)
+            .to_string();
+        *self = IncrementalDecoder::new(self.skip_special_tokens);
+        Ok(rest)
+    }
+}
