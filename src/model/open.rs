@@ -1,0 +1,72 @@
+//! Opening a model by path (native): a `.gguf` file or a Hugging Face directory, or the
+//! default model when no path is given. Gives the weight source, the tokenizer and a
+//! description of the model for records.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::error::SproutError;
+use crate::model::config::Architecture;
+use crate::model::gguf_model::GgufModel;
+use crate::model::safetensors_dir::SafetensorsDir;
+use crate::model::source::WeightSource;
+use crate::model::tokenizer::Tokenizer;
+
+/// What a record says about the model it came from.
+#[derive(Clone, Debug, Serialize)]
+pub struct ModelInfo {
+    pub path: String,
+    pub name: String,
+    pub architecture: Architecture,
+    pub n_layers: usize,
+    pub hidden_size: usize,
+    pub vocab_size: usize,
+}
+
+pub struct OpenedModel {
+    pub source: Box<dyn WeightSource>,
+    pub tokenizer: Tokenizer,
+    pub info: ModelInfo,
+}
+
+/// Opens `path`, or the default model (fetched and cached on first use) when `None`.
+pub fn open(path: Option<&Path>) -> Result<OpenedModel, SproutError> {
+    let path: PathBuf = match path {
+        Some(p) => p.to_path_buf(),
+        None => crate::model::default_model::path()?,
+    };
+    if !path.exists() {
+        return Err(SproutError::Model(format!(
+            "{}: no such file or directory (--model takes a .gguf file or a Hugging Face \
+             directory with config.json)",
+            path.display()
+        )));
+    }
+    let (source, tokenizer): (Box<dyn WeightSource>, Tokenizer) = if path.is_dir() {
+        let dir = SafetensorsDir::open(&path)?;
+        let tokenizer = dir.tokenizer()?;
+        (Box::new(dir), tokenizer)
+    } else {
+        let model = GgufModel::open(&path)?;
+        let tokenizer = model.tokenizer()?;
+        (Box::new(model), tokenizer)
+    };
+    let c = source.config();
+    let info = ModelInfo {
+        path: path.display().to_string(),
+        name: path
+            .file_name()
+            .map(|n| n.to_string_lossy().to_string())
+            .unwrap_or_default(),
+        architecture: c.architecture,
+        n_layers: c.n_layers,
+        hidden_size: c.hidden_size,
+        vocab_size: c.vocab_size,
+    };
+    Ok(OpenedModel {
+        source,
+        tokenizer,
+        info,
+    })
+}
