@@ -7,7 +7,8 @@
 // A row with greedy != 0 takes the plain argmax (no noise). Ties go to the lowest index.
 //
 // One workgroup per row; invocation t scans c = t, t + 256, ... and a fixed binary tree
-// combines the 256 candidates, as in softmax.wgsl. Logits must be finite.
+// combines the 256 candidates (shaders/common/argmax.wgsl, appended by the host).
+// Logits must be finite.
 
 struct Params {
     m: u32,     // rows
@@ -36,8 +37,6 @@ struct RowKey {
 const WG: u32 = 256u;
 const NO_INDEX: u32 = 0xffffffffu;
 
-var<workgroup> best_value: array<f32, WG>;
-var<workgroup> best_index: array<u32, WG>;
 
 // PCG-based 4D hash (Jarzynski and Olano, "Hash Functions for GPU Rendering", 2020).
 fn pcg4d(input: vec4<u32>) -> vec4<u32> {
@@ -93,21 +92,8 @@ fn sample(
             bi = c;
         }
     }
-    best_value[t] = bv;
-    best_index[t] = bi;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s >>= 1u) {
-        if (t < s) {
-            let v = best_value[t + s];
-            let i = best_index[t + s];
-            if (i != NO_INDEX && (best_index[t] == NO_INDEX || v > best_value[t] || (v == best_value[t] && i < best_index[t]))) {
-                best_value[t] = v;
-                best_index[t] = i;
-            }
-        }
-        workgroupBarrier();
-    }
+    let best = workgroup_argmax(t, bv, bi);
     if (t == 0u) {
-        tokens[row] = best_index[0];
+        tokens[row] = best.index;
     }
 }

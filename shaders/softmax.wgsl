@@ -13,6 +13,7 @@
 // NaN (llvmpipe does, and compares -inf wrongly). Mask a token with a large negative
 // finite logit such as -1e30: it adds exp(-1e30 - max) = 0.
 // All entry points share one set of bindings; each binds a prefix of them.
+// The host appends shaders/common/argmax.wgsl (workgroup_argmax).
 
 struct Params {
     m: u32,     // rows
@@ -31,8 +32,6 @@ struct Params {
 const WG: u32 = 256u;
 const NO_INDEX: u32 = 0xffffffffu;
 
-var<workgroup> best_value: array<f32, WG>;
-var<workgroup> best_index: array<u32, WG>;
 var<workgroup> sums: array<f32, WG>;
 
 // Reduces row `row` (all invocations of the workgroup take part), writes its argmax and
@@ -48,21 +47,8 @@ fn reduce_row(row: u32, t: u32) -> f32 {
             bi = c;
         }
     }
-    best_value[t] = bv;
-    best_index[t] = bi;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s >>= 1u) {
-        if (t < s) {
-            let v = best_value[t + s];
-            let i = best_index[t + s];
-            if (i != NO_INDEX && (best_index[t] == NO_INDEX || v > best_value[t] || (v == best_value[t] && i < best_index[t]))) {
-                best_value[t] = v;
-                best_index[t] = i;
-            }
-        }
-        workgroupBarrier();
-    }
-    let max_logit = best_value[0];
+    let best = workgroup_argmax(t, bv, bi);
+    let max_logit = best.value;
 
     var sum = 0.0;
     for (var c = t; c < p.vocab; c += WG) {
@@ -78,7 +64,7 @@ fn reduce_row(row: u32, t: u32) -> f32 {
     }
     let lse = max_logit + log(sums[0]);
     if (t == 0u) {
-        argmax[row] = best_index[0];
+        argmax[row] = best.index;
         stats[2u * row] = max_logit;
         stats[2u * row + 1u] = lse;
     }

@@ -6,6 +6,9 @@
 
 use crate::model::format::WeightFormat;
 
+/// The workgroup argmax shared by the vocabulary reductions (softmax, sample).
+pub const ARGMAX: &str = include_str!("../../shaders/common/argmax.wgsl");
+
 pub const WEIGHT_COMMON: &str = include_str!("../../shaders/weight_formats/common.wgsl");
 
 /// The decoder for one weight format.

@@ -10,7 +10,12 @@ use crate::gpu::grid::grid;
 use crate::gpu::pipelines::{Access, KernelSpec};
 use crate::gpu::{Gpu, Tensor};
 
-pub(crate) const SOURCE: &str = include_str!("../../../shaders/sample.wgsl");
+const KERNEL: &str = include_str!("../../../shaders/sample.wgsl");
+
+/// The kernel with the shared workgroup argmax appended.
+pub(crate) fn source() -> String {
+    format!("{KERNEL}\n{}", crate::gpu::shaders::ARGMAX)
+}
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -52,7 +57,7 @@ impl SampleKey {
 pub fn spec() -> KernelSpec {
     KernelSpec {
         key: "sample".into(),
-        source: SOURCE.into(),
+        source: source(),
         entry: "sample",
         storage: &[Access::Read, Access::Read, Access::ReadWrite],
     }

@@ -13,7 +13,12 @@ use crate::gpu::grid::grid;
 use crate::gpu::pipelines::{Access, KernelSpec};
 use crate::gpu::{Gpu, Tensor};
 
-pub(crate) const SOURCE: &str = include_str!("../../../shaders/softmax.wgsl");
+const KERNEL: &str = include_str!("../../../shaders/softmax.wgsl");
+
+/// The kernel with the shared workgroup argmax appended.
+pub(crate) fn source() -> String {
+    format!("{KERNEL}\n{}", crate::gpu::shaders::ARGMAX)
+}
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -67,7 +72,7 @@ pub fn spec(extra: &Extra) -> KernelSpec {
     use Access::{Read, ReadWrite};
     KernelSpec {
         key: format!("softmax/{}", extra.entry()),
-        source: SOURCE.to_string(),
+        source: source(),
         entry: extra.entry(),
         storage: match extra {
             Extra::Nothing => &[Read, ReadWrite, ReadWrite],
