@@ -87,7 +87,7 @@ fn sample(
     var bi = NO_INDEX;
     for (var c = t; c < p.vocab; c += WG) {
         let v = score(key, logits[base + c], c);
-        if (bi == NO_INDEX || v > bv) {
+        if (beats(v, c, bv, bi)) {
             bv = v;
             bi = c;
         }

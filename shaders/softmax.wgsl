@@ -42,7 +42,7 @@ fn reduce_row(row: u32, t: u32) -> f32 {
     var bi = NO_INDEX;
     for (var c = t; c < p.vocab; c += WG) {
         let v = logits[base + c];
-        if (bi == NO_INDEX || v > bv) {
+        if (beats(v, c, bv, bi)) {
             bv = v;
             bi = c;
         }

@@ -10,7 +10,7 @@ use serde::Serialize;
 use crate::error::SproutError;
 use crate::gpu::kernels::sample::{self, SampleKey};
 use crate::gpu::kernels::softmax::{self, Extra, RowStats};
-use crate::model::decoder::{Decoder, KvCache, Logits};
+use crate::model::decoder::{Decoder, ForwardBuffers, KvCache, Logits};
 
 #[derive(Clone, Debug)]
 pub struct GenerateParams {
@@ -60,31 +60,43 @@ pub async fn generate(
         logprobs: Vec::new(),
         finish_reason: FinishReason::Length,
     };
-    // The drawn token stays on the GPU as the next step's input.
+    // Everything the loop touches is allocated here; a step only writes its position and
+    // sampling key. The drawn token stays on the GPU as the next step's input.
+    let prefill = ForwardBuffers::new(decoder, prompt.len(), Logits::Last);
+    let decode = ForwardBuffers::new(decoder, 1, Logits::Last);
+    let prompt_ids = gpu.upload(prompt);
+    let prompt_positions: Vec<u32> = (0..prompt.len() as u32).collect();
+    let prompt_positions = gpu.upload(&prompt_positions);
+    let position = gpu.zeros(1);
+    let keys = gpu.upload(&[SampleKey::new(0, 0, 0, 0.0)]);
     let token = gpu.zeros(1);
     let stats = RowStats::zeros(gpu, 1);
     let logprob = gpu.zeros(1);
     let result = gpu.zeros(2);
-    let prompt_ids = gpu.upload(prompt);
     let mut len = 0;
-    let mut t = prompt.len();
     while out.token_ids.len() < params.max_tokens {
-        let positions: Vec<u32> = (len as u32..(len + t) as u32).collect();
-        let positions = gpu.upload(&positions);
-        let key = SampleKey::new(params.seed, 0, (len + t) as u32, params.temperature);
-        let keys = gpu.upload(&[key]);
-        let mut enc = gpu.encoder();
         // After the prompt, the input is the token the previous step drew (the embedding
         // reads it before this step's draw overwrites it: passes run in order).
-        let ids = if len == 0 { &prompt_ids } else { &token };
-        let logits =
-            decoder.encode_forward(&mut enc, ids, &positions, t, len, &cache, Logits::Last)?;
-        sample::encode(gpu, &mut enc, &logits, 1, vocab, &keys, &token);
+        let (buffers, ids, positions) = if len == 0 {
+            (&prefill, &prompt_ids, &prompt_positions)
+        } else {
+            gpu.queue
+                .write_buffer(&position.buffer, 0, bytemuck::bytes_of(&(len as u32)));
+            (&decode, &token, &position)
+        };
+        let drawn_at = (len + buffers.t) as u32;
+        let key = SampleKey::new(params.seed, 0, drawn_at, params.temperature);
+        gpu.queue
+            .write_buffer(&keys.buffer, 0, bytemuck::bytes_of(&key));
+        let mut enc = gpu.encoder();
+        decoder.encode_forward(&mut enc, ids, positions, len, &cache, buffers)?;
+        let logits = &buffers.logits;
+        sample::encode(gpu, &mut enc, logits, 1, vocab, &keys, &token);
         let extra = Extra::TargetLogprobs {
             targets: &token,
             logprobs: &logprob,
         };
-        softmax::encode(gpu, &mut enc, &logits, 1, vocab, &stats, extra);
+        softmax::encode(gpu, &mut enc, logits, 1, vocab, &stats, extra);
         enc.copy_buffer_to_buffer(&token.buffer, 0, &result.buffer, 0, 4);
         enc.copy_buffer_to_buffer(&logprob.buffer, 0, &result.buffer, 4, 4);
         gpu.submit(enc);
@@ -97,8 +109,7 @@ pub async fn generate(
             out.finish_reason = FinishReason::Stop;
             break;
         }
-        len += t;
-        t = 1;
+        len += buffers.t;
     }
     Ok(out)
 }
@@ -120,12 +131,14 @@ pub async fn score(decoder: &Decoder, ids: &[u32]) -> Result<Vec<f32>, SproutErr
     let stats = RowStats::zeros(gpu, t - 1);
     let logprobs = gpu.zeros(t - 1);
     let mut enc = gpu.encoder();
-    let logits = decoder.encode_forward(&mut enc, &input, &positions, t, 0, &cache, Logits::All)?;
+    let buffers = ForwardBuffers::new(decoder, t, Logits::All);
+    decoder.encode_forward(&mut enc, &input, &positions, 0, &cache, &buffers)?;
+    let logits = &buffers.logits;
     let extra = Extra::TargetLogprobs {
         targets: &targets,
         logprobs: &logprobs,
     };
-    softmax::encode(gpu, &mut enc, &logits, t - 1, vocab, &stats, extra);
+    softmax::encode(gpu, &mut enc, logits, t - 1, vocab, &stats, extra);
     gpu.submit(enc);
     gpu.read_f32(&logprobs).await
 }
@@ -139,7 +152,8 @@ pub async fn logits(decoder: &Decoder, ids: &[u32]) -> Result<Vec<f32>, SproutEr
     let positions: Vec<u32> = (0..t as u32).collect();
     let positions = gpu.upload(&positions);
     let mut enc = gpu.encoder();
-    let logits = decoder.encode_forward(&mut enc, &input, &positions, t, 0, &cache, Logits::All)?;
+    let buffers = ForwardBuffers::new(decoder, t, Logits::All);
+    decoder.encode_forward(&mut enc, &input, &positions, 0, &cache, &buffers)?;
     gpu.submit(enc);
-    gpu.read_f32(&logits).await
+    gpu.read_f32(&buffers.logits).await
 }

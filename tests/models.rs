@@ -5,7 +5,7 @@
 //! - SmolLM2-135M-Instruct Q4_1 read from its GGUF: prompt ids equal, 32 greedy tokens
 //!   identical, teacher-forced log-probs within 1e-3.
 //!
-//! A test fails, never skips, without an adapter when `SPROUT_REQUIRE_GPU=1`.
+//! Every test fails, never skips or passes, when no adapter is found.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -42,7 +42,7 @@ fn f32s(v: &Value) -> Vec<f32> {
         .collect()
 }
 
-/// Every adapter, or a failure when one is required and none is found.
+/// Every adapter; a failure when none is found.
 fn gpus() -> Vec<Arc<Gpu>> {
     let gpus: Vec<Arc<Gpu>> = pollster::block_on(async {
         let mut out = Vec::new();
@@ -51,13 +51,12 @@ fn gpus() -> Vec<Arc<Gpu>> {
         }
         out
     });
-    if gpus.is_empty() {
-        assert!(
-            std::env::var("SPROUT_REQUIRE_GPU").as_deref() != Ok("1"),
-            "SPROUT_REQUIRE_GPU=1 but no adapter was found"
-        );
-        eprintln!("no GPU adapter: model tests did nothing");
-    }
+    // These tests check numbers a GPU computes: with no adapter they fail (never pass
+    // vacuously), whether or not SPROUT_REQUIRE_GPU is set.
+    assert!(
+        !gpus.is_empty(),
+        "no GPU adapter found; on Linux without a GPU: apt-get install mesa-vulkan-drivers libvulkan1"
+    );
     gpus
 }
 

@@ -79,8 +79,12 @@ pub enum Logits {
     All,
 }
 
-/// Per-forward scratch buffers, sized for `t` tokens.
-struct Activations {
+/// The buffers one forward pass of `t` tokens writes, allocated once and reused by every
+/// pass of that size (a decode loop makes one set for `t = 1`), so the step loop allocates
+/// nothing on the GPU.
+pub struct ForwardBuffers {
+    pub t: usize,
+    pub which: Logits,
     h: Tensor,
     xn: Tensor,
     q: Tensor,
@@ -91,11 +95,23 @@ struct Activations {
     gate: Tensor,
     up: Tensor,
     act: Tensor,
+    /// The last row of `h` (only for `Logits::Last` with `t > 1`).
+    last: Tensor,
+    normed: Tensor,
+    /// `[1 or t, vocab]`, as `which` asks.
+    pub logits: Tensor,
 }
 
-impl Activations {
-    fn new(gpu: &Gpu, c: &ModelConfig, t: usize) -> Activations {
-        Activations {
+impl ForwardBuffers {
+    pub fn new(decoder: &Decoder, t: usize, which: Logits) -> ForwardBuffers {
+        let (gpu, c) = (&*decoder.gpu, &decoder.config);
+        let rows = match which {
+            Logits::All => t,
+            Logits::Last => 1,
+        };
+        ForwardBuffers {
+            t,
+            which,
             h: gpu.zeros(t * c.hidden_size),
             xn: gpu.zeros(t * c.hidden_size),
             q: gpu.zeros(t * c.q_dim()),
@@ -106,6 +122,13 @@ impl Activations {
             gate: gpu.zeros(t * c.intermediate_size),
             up: gpu.zeros(t * c.intermediate_size),
             act: gpu.zeros(t * c.intermediate_size),
+            last: gpu.zeros(if which == Logits::Last && t > 1 {
+                c.hidden_size
+            } else {
+                0
+            }),
+            normed: gpu.zeros(rows * c.hidden_size),
+            logits: gpu.zeros(rows * c.vocab_size),
         }
     }
 }
@@ -186,21 +209,19 @@ impl Decoder {
         self.lm_head.as_ref().unwrap_or(&self.embed)
     }
 
-    /// Records the forward pass of `t` tokens (`ids [t]` u32) at positions
-    /// `pos0..pos0 + t` (`positions [t]` u32), writing their k/v into `cache`, and returns
-    /// the logits of the rows `which` asks for (`[1 or t, vocab]`).
-    #[allow(clippy::too_many_arguments)]
+    /// Records the forward pass of `a.t` tokens (`ids [t]` u32) at positions
+    /// `pos0..pos0 + t` (`positions [t]` u32), writing their k/v into `cache` and the
+    /// logits of the rows `a.which` asks for into `a.logits`.
     pub fn encode_forward(
         &self,
         encoder: &mut wgpu::CommandEncoder,
         ids: &Tensor,
         positions: &Tensor,
-        t: usize,
         pos0: usize,
         cache: &KvCache,
-        which: Logits,
-    ) -> Result<Tensor, SproutError> {
-        let c = &self.config;
+        a: &ForwardBuffers,
+    ) -> Result<(), SproutError> {
+        let (c, t) = (&self.config, a.t);
         if pos0 + t > cache.capacity {
             return Err(SproutError::Shape(format!(
                 "{} tokens do not fit a KV cache of {}",
@@ -216,7 +237,6 @@ impl Decoder {
             )));
         }
         let gpu = &*self.gpu;
-        let a = Activations::new(gpu, c, t);
         let (hidden, q_dim, kv_dim, inter) =
             (c.hidden_size, c.q_dim(), c.kv_dim(), c.intermediate_size);
         let eps = c.rms_norm_eps;
@@ -274,35 +294,21 @@ impl Decoder {
             matmul::encode(gpu, encoder, &a.act, t, &layer.down, &a.proj);
             encode_residual_add(gpu, encoder, &a.h, &a.proj, t * hidden);
         }
-        let (rows, last) = match which {
-            Logits::All => (t, a.h),
-            Logits::Last => {
-                let last = gpu.zeros(hidden);
+        // Generation needs only the last row's logits: norm and project just that row.
+        let (rows, last) = match a.which {
+            Logits::Last if t > 1 => {
                 let row = (hidden * 4) as u64;
-                encoder.copy_buffer_to_buffer(
-                    &a.h.buffer,
-                    (t as u64 - 1) * row,
-                    &last.buffer,
-                    0,
-                    row,
-                );
-                (1, last)
+                let from = (t as u64 - 1) * row;
+                encoder.copy_buffer_to_buffer(&a.h.buffer, from, &a.last.buffer, 0, row);
+                (1, &a.last)
             }
+            Logits::Last => (1, &a.h),
+            Logits::All => (t, &a.h),
         };
-        let normed = gpu.zeros(rows * hidden);
-        rmsnorm::encode(
-            gpu,
-            encoder,
-            &last,
-            &self.final_norm,
-            eps,
-            &normed,
-            rows,
-            hidden,
-        );
-        let logits = gpu.zeros(rows * c.vocab_size);
-        matmul::encode(gpu, encoder, &normed, rows, self.lm_head(), &logits);
-        Ok(logits)
+        let norm = &self.final_norm;
+        rmsnorm::encode(gpu, encoder, last, norm, eps, &a.normed, rows, hidden);
+        matmul::encode(gpu, encoder, &a.normed, rows, self.lm_head(), &a.logits);
+        Ok(())
     }
 }
 
