@@ -6,6 +6,7 @@
 pub mod error;
 pub mod generate;
 pub mod gpu;
+pub mod kv;
 pub mod model;
 pub mod reference;
 
