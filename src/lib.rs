@@ -9,5 +9,6 @@ pub mod gpu;
 pub mod kv;
 pub mod model;
 pub mod reference;
+pub mod sched;
 
 pub use error::SproutError;

@@ -1,0 +1,22 @@
+//! Requests, sequences and the continuous-batching scheduler: plain data, no wgpu.
+//!
+//! The scheduler owns every sequence's block table and the [`crate::kv::BlockPool`]. Each
+//! step it turns its queues into a [`StepPlan`] (which tokens of which sequences run, the
+//! blocks they write, the copies to make first and the tokens to draw); the GPU runner
+//! executes the plan and hands back the drawn tokens, and [`Scheduler::update`] applies
+//! them. Everything about batching, prefix reuse and preemption is decided here and can be
+//! tested on the CPU in microseconds (tests/scheduler.rs).
+//!
+//! Invariants, checked by [`Scheduler::check`] after every step in the property test:
+//! a block's reference count equals the number of block tables that hold it; no block is
+//! both free and in use; the pool's hash map names only blocks that hold that hash.
+
+mod plan;
+mod request;
+mod scheduler;
+mod sequence;
+
+pub use plan::{BlockCopy, Chunk, Draw, DrawResult, StepPlan};
+pub use request::{FinishReason, FinishedSample, Request, RequestId, SamplingParams};
+pub use scheduler::{SchedError, Scheduler, SchedulerConfig, SchedulerStats};
+pub use sequence::SeqId;

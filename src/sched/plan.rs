@@ -1,0 +1,74 @@
+//! A [`StepPlan`]: what one step computes, as plain data for the GPU runner.
+
+use crate::kv::BlockId;
+
+use super::sequence::SeqId;
+
+/// Copy block `src` to block `dst` (every layer, K and V) before the step writes anything:
+/// copy-on-write of a shared partial block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockCopy {
+    pub src: BlockId,
+    pub dst: BlockId,
+}
+
+/// Consecutive tokens of one sequence computed this step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Chunk {
+    pub seq: SeqId,
+    /// The position of `tokens[0]`; the chunk computes positions `start .. start + len`.
+    pub start: usize,
+    pub tokens: Vec<u32>,
+    /// The sequence's block table, covering at least `start + tokens.len()` positions.
+    pub block_table: Vec<BlockId>,
+    /// Part of a (re)computed prompt rather than a decode of the last drawn token.
+    pub is_prefill: bool,
+}
+
+impl Chunk {
+    pub fn end(&self) -> usize {
+        self.start + self.tokens.len()
+    }
+}
+
+/// One token to draw from the logits of a chunk's last token.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Draw {
+    /// Index into [`StepPlan::chunks`].
+    pub chunk: usize,
+    pub request_index: u32,
+    pub sample_index: u32,
+    /// The position the drawn token will have.
+    pub position: u32,
+    pub seed: u64,
+    /// 0 is greedy.
+    pub temperature: f32,
+}
+
+/// What the runner returns for each [`Draw`], in order.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DrawResult {
+    pub token: u32,
+    /// Under the model's own distribution (temperature 1).
+    pub logprob: f32,
+}
+
+/// Everything one step does, in order: `copies`, then the forward pass of every chunk's
+/// tokens as one batch, then `draws`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StepPlan {
+    pub copies: Vec<BlockCopy>,
+    pub chunks: Vec<Chunk>,
+    pub draws: Vec<Draw>,
+}
+
+impl StepPlan {
+    /// Tokens computed this step.
+    pub fn num_tokens(&self) -> usize {
+        self.chunks.iter().map(|c| c.tokens.len()).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.chunks.is_empty()
+    }
+}

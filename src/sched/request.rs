@@ -1,0 +1,56 @@
+//! What a caller asks for (a prompt sampled `n` times) and what comes back per sample.
+
+use serde::Serialize;
+
+/// The scheduler's name for a request, in the order requests were added.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct RequestId(pub u64);
+
+/// How a request's samples are drawn and when they stop.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SamplingParams {
+    /// 0 is greedy.
+    pub temperature: f32,
+    pub seed: u64,
+    /// At least 1.
+    pub max_tokens: usize,
+    /// Any of these ends a sample (and is kept as its last token).
+    pub stop_ids: Vec<u32>,
+}
+
+/// One prompt, sampled `n` times (a group): the prompt is computed once and its blocks are
+/// shared by every sample.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Request {
+    /// The prompt's index in its batch: part of every draw's random key, together with the
+    /// seed, the sample index and the position.
+    pub index: u32,
+    pub prompt: Vec<u32>,
+    /// Samples in the group, at least 1.
+    pub n: usize,
+    pub params: SamplingParams,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FinishReason {
+    /// A stop token was drawn.
+    Stop,
+    /// `max_tokens` or the model's context was reached.
+    Length,
+    /// The request was aborted; the sample holds what it had generated.
+    Abort,
+}
+
+/// A sample that will not change any more.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FinishedSample {
+    pub request: RequestId,
+    pub request_index: u32,
+    pub sample_index: u32,
+    pub prompt_token_ids: Vec<u32>,
+    pub token_ids: Vec<u32>,
+    /// The log-probability of each of `token_ids` under the model (temperature 1).
+    pub logprobs: Vec<f32>,
+    pub finish_reason: FinishReason,
+}

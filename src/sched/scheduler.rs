@@ -1,0 +1,638 @@
+//! The continuous-batching scheduler.
+//!
+//! Each [`Scheduler::schedule`] fills a token budget (`max_batch_tokens`): first every
+//! running sequence in admission order (a decode is one token; a chunked prefill takes what
+//! the budget leaves), then waiting sequences in queue order, each admitted only when its
+//! blocks are available (continuous batching: work enters whenever blocks free up). A new
+//! or preempted sequence first takes the longest run of cached full blocks that matches its
+//! hash chain (prefix caching), always leaving at least one token to compute, since its
+//! logits are needed. When a running sequence cannot get a block, the newest running
+//! sequence is preempted: it gives its blocks back and waits at the front of the queue,
+//! to be recomputed later (cheaply, from whatever of its blocks are still cached).
+//!
+//! [`Scheduler::update`] applies a step's drawn tokens: a request's root forks into its `n`
+//! samples, which share every prompt block; samples finish on a stop token, at
+//! `max_tokens`, or at the end of the model's context, and give their blocks back in reverse
+//! order so that prefix blocks are evicted last.
+
+use std::collections::{HashMap, VecDeque};
+
+use serde::Serialize;
+
+use crate::kv::{BlockHash, BlockId, BlockPool};
+
+use super::plan::{BlockCopy, Chunk, Draw, DrawResult, StepPlan};
+use super::request::{FinishReason, FinishedSample, Request, RequestId, SamplingParams};
+use super::sequence::{Role, SeqId, Sequence};
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct SchedulerConfig {
+    /// Tokens per KV block.
+    pub block_size: usize,
+    /// Blocks in the pool.
+    pub num_blocks: usize,
+    /// Tokens computed per step, at most.
+    pub max_batch_tokens: usize,
+    /// Sequences computed per step, at most (each needs a row of logits).
+    pub max_num_seqs: usize,
+    /// Positions the model can attend over; a sample ends when it reaches it.
+    pub max_model_len: usize,
+    /// Part of every block's hash: blocks computed under other weights never match.
+    pub weights_version: u64,
+    /// Reuse cached blocks across sequences (off only to measure what it saves).
+    pub prefix_caching: bool,
+}
+
+/// Counters over the scheduler's life.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct SchedulerStats {
+    pub requests: usize,
+    /// Prompt tokens of the requests added, each prompt counted once.
+    pub prompt_tokens: usize,
+    /// Tokens computed as prefill (first computations and recomputations after preemption).
+    pub prefill_tokens_computed: usize,
+    /// Tokens whose KV came from cached blocks instead of being computed.
+    pub prefix_cache_hit_tokens: usize,
+    pub generated_tokens: usize,
+    pub steps: usize,
+    pub preemptions: usize,
+    /// The most blocks in use at once.
+    pub peak_kv_blocks: usize,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum SchedError {
+    #[error("the prompt has no tokens")]
+    EmptyPrompt,
+    #[error("a request needs at least one sample (n = 0)")]
+    NoSamples,
+    #[error("max_tokens must be at least 1")]
+    NoTokens,
+    #[error("the prompt has {len} tokens; the model's context holds {max}")]
+    PromptTooLong { len: usize, max: usize },
+    #[error(
+        "one sample needs {need} KV blocks ({tokens} tokens in blocks of {block_size}), but \
+         the pool has {have}: raise --kv-blocks or --kv-memory, or lower --max-tokens"
+    )]
+    PoolTooSmall {
+        need: usize,
+        have: usize,
+        tokens: usize,
+        block_size: usize,
+    },
+    #[error("unknown request {0:?}")]
+    UnknownRequest(RequestId),
+    #[error("the step's results hold {got} draws, its plan {want}")]
+    DrawCount { got: usize, want: usize },
+}
+
+struct RequestState {
+    request: Request,
+    /// Samples not yet finished (all `n` until the root forks).
+    unfinished: usize,
+}
+
+pub struct Scheduler {
+    config: SchedulerConfig,
+    pool: BlockPool,
+    requests: HashMap<RequestId, RequestState>,
+    seqs: HashMap<SeqId, Sequence>,
+    /// Oldest admission first; the last is the first to be preempted.
+    running: Vec<SeqId>,
+    waiting: VecDeque<SeqId>,
+    next_request: u64,
+    next_seq: u64,
+    stats: SchedulerStats,
+}
+
+impl Scheduler {
+    pub fn new(config: SchedulerConfig) -> Scheduler {
+        assert!(config.block_size > 0, "block_size is 0");
+        assert!(config.max_batch_tokens > 0, "max_batch_tokens is 0");
+        assert!(config.max_num_seqs > 0, "max_num_seqs is 0");
+        Scheduler {
+            pool: BlockPool::new(config.num_blocks),
+            config,
+            requests: HashMap::new(),
+            seqs: HashMap::new(),
+            running: Vec::new(),
+            waiting: VecDeque::new(),
+            next_request: 0,
+            next_seq: 0,
+            stats: SchedulerStats::default(),
+        }
+    }
+
+    pub fn config(&self) -> &SchedulerConfig {
+        &self.config
+    }
+
+    pub fn stats(&self) -> &SchedulerStats {
+        &self.stats
+    }
+
+    pub fn pool(&self) -> &BlockPool {
+        &self.pool
+    }
+
+    /// Whether any request is unfinished.
+    pub fn has_work(&self) -> bool {
+        !self.requests.is_empty()
+    }
+
+    pub fn num_running(&self) -> usize {
+        self.running.len()
+    }
+
+    pub fn num_waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// Queues a request; it is admitted when blocks allow.
+    pub fn add_request(&mut self, request: Request) -> Result<RequestId, SchedError> {
+        let (len, max) = (request.prompt.len(), self.config.max_model_len);
+        if len == 0 {
+            return Err(SchedError::EmptyPrompt);
+        }
+        if request.n == 0 {
+            return Err(SchedError::NoSamples);
+        }
+        if request.params.max_tokens == 0 {
+            return Err(SchedError::NoTokens);
+        }
+        if len >= max {
+            return Err(SchedError::PromptTooLong { len, max });
+        }
+        // Alone in the pool, one sample must fit, or it could never finish. Its last
+        // drawn token is never computed, hence the - 1.
+        let tokens = (len + request.params.max_tokens - 1).min(max);
+        let need = tokens.div_ceil(self.config.block_size);
+        if need > self.config.num_blocks {
+            return Err(SchedError::PoolTooSmall {
+                need,
+                have: self.config.num_blocks,
+                tokens,
+                block_size: self.config.block_size,
+            });
+        }
+        let id = RequestId(self.next_request);
+        self.next_request += 1;
+        self.stats.requests += 1;
+        self.stats.prompt_tokens += len;
+        let seq = self.new_seq(Sequence {
+            id: SeqId(0),
+            request: id,
+            role: Role::Root,
+            tokens: request.prompt.clone(),
+            prompt_len: len,
+            logprobs: Vec::new(),
+            num_computed_tokens: 0,
+            blocks: Vec::new(),
+            hashes: Vec::new(),
+            prefilling: true,
+        });
+        self.waiting.push_back(seq);
+        let unfinished = request.n;
+        self.requests.insert(
+            id,
+            RequestState {
+                request,
+                unfinished,
+            },
+        );
+        Ok(id)
+    }
+
+    fn new_seq(&mut self, mut seq: Sequence) -> SeqId {
+        let id = SeqId(self.next_seq);
+        self.next_seq += 1;
+        seq.id = id;
+        self.seqs.insert(id, seq);
+        id
+    }
+
+    /// Plans the next step. Empty only when nothing is queued.
+    pub fn schedule(&mut self) -> StepPlan {
+        let mut plan = StepPlan::default();
+        let mut budget = self.config.max_batch_tokens;
+
+        // Running sequences first, oldest first; the newest give way when blocks run out.
+        let mut i = 0;
+        let max_seqs = self.config.max_num_seqs;
+        while i < self.running.len() && budget > 0 && plan.chunks.len() < max_seqs {
+            let id = self.running[i];
+            let want = self.seqs[&id].num_uncomputed().min(budget);
+            loop {
+                if self.try_allocate(id, want, &mut plan) {
+                    let chunk = self.make_chunk(id, want);
+                    plan.chunks.push(chunk);
+                    budget -= want;
+                    i += 1;
+                    break;
+                }
+                let victim = *self.running.last().expect("the sequence itself is running");
+                self.preempt(victim);
+                if victim == id {
+                    break;
+                }
+            }
+        }
+
+        // Then waiting sequences, in queue order, while their blocks are available.
+        while budget > 0 && plan.chunks.len() < max_seqs {
+            let Some(&id) = self.waiting.front() else {
+                break;
+            };
+            let Some(hits) = self.admit(id, budget) else {
+                break;
+            };
+            self.waiting.pop_front();
+            let seq = self.seqs.get_mut(&id).expect("waiting sequence exists");
+            seq.prefilling = true;
+            let want = seq.num_uncomputed().min(budget);
+            self.stats.prefix_cache_hit_tokens += hits;
+            let allocated = self.try_allocate(id, want, &mut plan);
+            assert!(allocated, "admit checked that the blocks are free");
+            let chunk = self.make_chunk(id, want);
+            plan.chunks.push(chunk);
+            budget -= want;
+            self.running.push(id);
+        }
+
+        self.add_draws(&mut plan);
+        self.stats.peak_kv_blocks = self.stats.peak_kv_blocks.max(self.pool.num_used());
+        if !plan.is_empty() {
+            self.stats.steps += 1;
+        }
+        plan
+    }
+
+    /// Takes the cached prefix of waiting sequence `id` if the blocks for its first chunk
+    /// (at most `budget` tokens) are available; returns the tokens taken from the cache, or
+    /// None (and changes nothing) when the blocks are not available.
+    fn admit(&mut self, id: SeqId, budget: usize) -> Option<usize> {
+        let bs = self.config.block_size;
+        let len = self.seqs[&id].tokens.len();
+        debug_assert!(self.seqs[&id].blocks.is_empty());
+        // The hit may not cover the last token: its logits are needed.
+        let mut hits: Vec<BlockId> = Vec::new();
+        if self.config.prefix_caching {
+            let hashes = self.hash_chain(id, (len - 1) / bs);
+            for hash in &hashes {
+                match self.pool.lookup(hash) {
+                    Some(block) => hits.push(block),
+                    None => break,
+                }
+            }
+        }
+        let computed = hits.len() * bs;
+        let want = (len - computed).min(budget);
+        let need = (computed + want).div_ceil(bs) - hits.len();
+        let free_hits = hits
+            .iter()
+            .filter(|&&b| self.pool.ref_count(b) == 0)
+            .count();
+        if self.pool.num_free() - free_hits < need {
+            return None;
+        }
+        for &b in &hits {
+            self.pool.acquire(b);
+        }
+        let seq = self.seqs.get_mut(&id).expect("waiting sequence exists");
+        seq.blocks = hits;
+        seq.num_computed_tokens = computed;
+        Some(computed)
+    }
+
+    /// The hashes of the first `blocks` full blocks of sequence `id`, extending (and
+    /// keeping) its chain as needed.
+    fn hash_chain(&mut self, id: SeqId, blocks: usize) -> Vec<BlockHash> {
+        let (bs, version) = (self.config.block_size, self.config.weights_version);
+        let seq = self.seqs.get_mut(&id).expect("sequence exists");
+        while seq.hashes.len() < blocks {
+            let b = seq.hashes.len();
+            let tokens = &seq.tokens[b * bs..(b + 1) * bs];
+            let hash = BlockHash::chain(seq.hashes.last(), tokens, version);
+            seq.hashes.push(hash);
+        }
+        seq.hashes[..blocks].to_vec()
+    }
+
+    /// Gives sequence `id` the blocks to compute its next `want` tokens, copying a shared
+    /// block it is about to write into. All or nothing: false (and no change) when the pool
+    /// has too few free blocks.
+    fn try_allocate(&mut self, id: SeqId, want: usize, plan: &mut StepPlan) -> bool {
+        let bs = self.config.block_size;
+        let seq = &self.seqs[&id];
+        let start = seq.num_computed_tokens;
+        let new_blocks = (start + want).div_ceil(bs).saturating_sub(seq.blocks.len());
+        // The block the first new token goes into, when it is already in the table and
+        // others share it (the partial last block of a forked prompt).
+        let first = start / bs;
+        let shared = seq
+            .blocks
+            .get(first)
+            .copied()
+            .filter(|&b| self.pool.ref_count(b) > 1);
+        if self.pool.num_free() < new_blocks + usize::from(shared.is_some()) {
+            return false;
+        }
+        let mut taken = Vec::with_capacity(new_blocks);
+        for _ in 0..new_blocks {
+            taken.push(self.pool.allocate().expect("counted free blocks"));
+        }
+        let copy = shared.map(|src| {
+            let dst = self.pool.allocate().expect("counted free blocks");
+            self.pool.release(src);
+            BlockCopy { src, dst }
+        });
+        let seq = self.seqs.get_mut(&id).expect("sequence exists");
+        if let Some(copy) = copy {
+            seq.blocks[first] = copy.dst;
+            plan.copies.push(copy);
+        }
+        seq.blocks.extend(taken);
+        true
+    }
+
+    fn make_chunk(&self, id: SeqId, want: usize) -> Chunk {
+        let seq = &self.seqs[&id];
+        let start = seq.num_computed_tokens;
+        Chunk {
+            seq: id,
+            start,
+            tokens: seq.tokens[start..start + want].to_vec(),
+            block_table: seq.blocks.clone(),
+            is_prefill: seq.prefilling,
+        }
+    }
+
+    /// A chunk that reaches its sequence's last token draws: `n` tokens for a root (its
+    /// samples), one for a sample.
+    fn add_draws(&self, plan: &mut StepPlan) {
+        for (c, chunk) in plan.chunks.iter().enumerate() {
+            let seq = &self.seqs[&chunk.seq];
+            if chunk.end() < seq.tokens.len() {
+                continue;
+            }
+            let request = &self.requests[&seq.request].request;
+            let samples = match seq.role {
+                Role::Root => 0..request.n as u32,
+                Role::Sample(k) => k..k + 1,
+            };
+            for sample_index in samples {
+                plan.draws.push(Draw {
+                    chunk: c,
+                    request_index: request.index,
+                    sample_index,
+                    position: seq.tokens.len() as u32,
+                    seed: request.params.seed,
+                    temperature: request.params.temperature,
+                });
+            }
+        }
+    }
+
+    /// Sends running sequence `id` back to the front of the queue, giving its blocks back.
+    fn preempt(&mut self, id: SeqId) {
+        let pos = self.running.iter().position(|&s| s == id);
+        self.running
+            .remove(pos.expect("preempting a running sequence"));
+        self.release_blocks(id);
+        let seq = self.seqs.get_mut(&id).expect("sequence exists");
+        seq.num_computed_tokens = 0;
+        self.waiting.push_front(id);
+        self.stats.preemptions += 1;
+    }
+
+    /// Releases a sequence's blocks, last first (prefix blocks are evicted last).
+    fn release_blocks(&mut self, id: SeqId) {
+        let seq = self.seqs.get_mut(&id).expect("sequence exists");
+        for &b in seq.blocks.iter().rev() {
+            self.pool.release(b);
+        }
+        seq.blocks.clear();
+    }
+
+    /// Applies a step's results (`results[i]` for `plan.draws[i]`) and returns the samples
+    /// that finished.
+    pub fn update(
+        &mut self,
+        plan: &StepPlan,
+        results: &[DrawResult],
+    ) -> Result<Vec<FinishedSample>, SchedError> {
+        if results.len() != plan.draws.len() {
+            return Err(SchedError::DrawCount {
+                got: results.len(),
+                want: plan.draws.len(),
+            });
+        }
+        for chunk in &plan.chunks {
+            self.computed(chunk);
+        }
+        let mut finished = Vec::new();
+        let mut forks: HashMap<SeqId, Vec<SeqId>> = HashMap::new();
+        for (draw, result) in plan.draws.iter().zip(results) {
+            let parent = plan.chunks[draw.chunk].seq;
+            self.stats.generated_tokens += 1;
+            let target = match self.seqs[&parent].role {
+                Role::Root => {
+                    let child = self.fork(parent, draw.sample_index);
+                    forks.entry(parent).or_default().push(child);
+                    child
+                }
+                Role::Sample(_) => parent,
+            };
+            let seq = self.seqs.get_mut(&target).expect("sequence exists");
+            seq.tokens.push(result.token);
+            seq.logprobs.push(result.logprob);
+            if let Some(reason) = self.finish_reason(target) {
+                finished.push(self.finish(target, reason));
+            }
+        }
+        // Roots give way to their samples, in place in the running order.
+        for (root, children) in forks {
+            let live: Vec<SeqId> = children
+                .into_iter()
+                .filter(|c| self.seqs.contains_key(c))
+                .collect();
+            let pos = self.running.iter().position(|&s| s == root);
+            let pos = pos.expect("a forking root is running");
+            self.running.splice(pos..=pos, live);
+            self.release_blocks(root);
+            self.seqs.remove(&root);
+        }
+        Ok(finished)
+    }
+
+    /// Records that `chunk` ran: its tokens are computed, and blocks it filled are named.
+    fn computed(&mut self, chunk: &Chunk) {
+        let bs = self.config.block_size;
+        let seq = self
+            .seqs
+            .get_mut(&chunk.seq)
+            .expect("planned sequence exists");
+        let before = seq.num_computed_tokens / bs;
+        seq.num_computed_tokens = chunk.end();
+        let full = seq.num_computed_tokens / bs;
+        if chunk.is_prefill {
+            self.stats.prefill_tokens_computed += chunk.tokens.len();
+        }
+        if seq.num_computed_tokens == seq.tokens.len() {
+            seq.prefilling = false;
+        }
+        if full > before {
+            let hashes = self.hash_chain(chunk.seq, full);
+            if self.config.prefix_caching {
+                let seq = &self.seqs[&chunk.seq];
+                for (b, hash) in hashes.into_iter().enumerate().skip(before) {
+                    self.pool.register(seq.blocks[b], hash);
+                }
+            }
+        }
+    }
+
+    /// A new sample of `root`'s request sharing all of the root's blocks.
+    fn fork(&mut self, root: SeqId, sample_index: u32) -> SeqId {
+        let parent = &self.seqs[&root];
+        let child = Sequence {
+            id: SeqId(0),
+            role: Role::Sample(sample_index),
+            ..parent.clone()
+        };
+        for &b in &child.blocks {
+            self.pool.acquire(b);
+        }
+        self.new_seq(child)
+    }
+
+    fn finish_reason(&self, id: SeqId) -> Option<FinishReason> {
+        let seq = &self.seqs[&id];
+        let params: &SamplingParams = &self.requests[&seq.request].request.params;
+        let last = *seq.tokens.last().expect("a sample has drawn a token");
+        if params.stop_ids.contains(&last) {
+            Some(FinishReason::Stop)
+        } else if seq.generated().len() >= params.max_tokens
+            || seq.tokens.len() >= self.config.max_model_len
+        {
+            Some(FinishReason::Length)
+        } else {
+            None
+        }
+    }
+
+    /// Removes sample `id`, gives its blocks back and returns what it generated.
+    fn finish(&mut self, id: SeqId, reason: FinishReason) -> FinishedSample {
+        self.release_blocks(id);
+        self.running.retain(|&s| s != id);
+        self.waiting.retain(|&s| s != id);
+        let seq = self.seqs.remove(&id).expect("sequence exists");
+        let state = self.requests.get_mut(&seq.request).expect("request exists");
+        let sample_index = match seq.role {
+            Role::Sample(k) => k,
+            Role::Root => unreachable!("roots fork before they finish"),
+        };
+        let out = FinishedSample {
+            request: seq.request,
+            request_index: state.request.index,
+            sample_index,
+            prompt_token_ids: seq.tokens[..seq.prompt_len].to_vec(),
+            token_ids: seq.tokens[seq.prompt_len..].to_vec(),
+            logprobs: seq.logprobs,
+            finish_reason: reason,
+        };
+        state.unfinished -= 1;
+        if state.unfinished == 0 {
+            self.requests.remove(&seq.request);
+        }
+        out
+    }
+
+    /// Stops request `id` now and returns each unfinished sample with what it generated so
+    /// far (a request that had not forked yet returns `n` empty samples). Call it between
+    /// steps (after `update`, before the next `schedule`).
+    pub fn abort(&mut self, id: RequestId) -> Result<Vec<FinishedSample>, SchedError> {
+        let request = match self.requests.get(&id) {
+            Some(state) => state.request.clone(),
+            None => return Err(SchedError::UnknownRequest(id)),
+        };
+        let mut ids: Vec<SeqId> = self.running.to_vec();
+        ids.extend(self.waiting.iter().copied());
+        ids.retain(|s| self.seqs[s].request == id);
+        let mut out = Vec::new();
+        for seq in ids {
+            if self.seqs[&seq].role == Role::Root {
+                self.release_blocks(seq);
+                self.running.retain(|&s| s != seq);
+                self.waiting.retain(|&s| s != seq);
+                self.seqs.remove(&seq);
+                out.extend((0..request.n as u32).map(|k| FinishedSample {
+                    request: id,
+                    request_index: request.index,
+                    sample_index: k,
+                    prompt_token_ids: request.prompt.clone(),
+                    token_ids: Vec::new(),
+                    logprobs: Vec::new(),
+                    finish_reason: FinishReason::Abort,
+                }));
+            } else {
+                out.push(self.finish(seq, FinishReason::Abort));
+            }
+        }
+        self.requests.remove(&id);
+        out.sort_by_key(|s| s.sample_index);
+        Ok(out)
+    }
+
+    /// Checks the invariants between the block tables and the pool; describes the first
+    /// violation.
+    pub fn check(&self) -> Result<(), String> {
+        self.pool.check()?;
+        let mut uses = vec![0u32; self.pool.num_blocks()];
+        for seq in self.seqs.values() {
+            for &b in &seq.blocks {
+                uses[b as usize] += 1;
+            }
+            let covered = seq.blocks.len() * self.config.block_size;
+            if covered < seq.num_computed_tokens {
+                return Err(format!(
+                    "{:?} has computed {} tokens but its table covers {covered}",
+                    seq.id, seq.num_computed_tokens
+                ));
+            }
+            for (b, hash) in seq.hashes.iter().enumerate() {
+                let Some(&block) = seq.blocks.get(b) else {
+                    break;
+                };
+                let computed = (b + 1) * self.config.block_size <= seq.num_computed_tokens;
+                match self.pool.hash_of(block) {
+                    Some(named) if computed && named != *hash => {
+                        return Err(format!(
+                            "{:?} block {b} (id {block}) is named {} but holds {}",
+                            seq.id,
+                            named.short(),
+                            hash.short()
+                        ));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        for (b, &n) in uses.iter().enumerate() {
+            let count = self.pool.ref_count(b as BlockId);
+            if count != n {
+                return Err(format!(
+                    "block {b} has reference count {count} but {n} block-table uses"
+                ));
+            }
+        }
+        let in_queues = self.running.len() + self.waiting.len();
+        if in_queues != self.seqs.len() {
+            return Err(format!(
+                "{} sequences but {in_queues} in the queues",
+                self.seqs.len()
+            ));
+        }
+        Ok(())
+    }
+}

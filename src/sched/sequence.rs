@@ -1,0 +1,54 @@
+//! One sequence of tokens with its place in the KV pool.
+//!
+//! A request starts as one *root* sequence holding the prompt. When its last prompt token
+//! has been computed, the root draws `n` tokens from the same logits and forks into `n`
+//! *sample* sequences that share every one of its blocks (the partial last block is copied
+//! on write). A preempted sequence keeps its tokens and hashes and recomputes its KV later.
+
+use crate::kv::{BlockHash, BlockId};
+
+use super::request::RequestId;
+
+/// The scheduler's name for a sequence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SeqId(pub u64);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// The prompt of a request, not yet forked into its samples.
+    Root,
+    /// Sample `k` of its request.
+    Sample(u32),
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct Sequence {
+    pub id: SeqId,
+    pub request: RequestId,
+    pub role: Role,
+    /// The prompt, then the generated tokens.
+    pub tokens: Vec<u32>,
+    pub prompt_len: usize,
+    /// The log-probability of each generated token.
+    pub logprobs: Vec<f32>,
+    /// Tokens whose K and V are in the pool (`tokens[..num_computed_tokens]`).
+    pub num_computed_tokens: usize,
+    /// The block table: position `p` lives in `blocks[p / block_size]`.
+    pub blocks: Vec<BlockId>,
+    /// The hash chain of the full blocks computed so far (kept across preemption).
+    pub hashes: Vec<BlockHash>,
+    /// Whether this sequence's current stay in the running set began with a prefill
+    /// (admission or readmission) that has not finished.
+    pub prefilling: bool,
+}
+
+impl Sequence {
+    pub fn generated(&self) -> &[u32] {
+        &self.tokens[self.prompt_len..]
+    }
+
+    /// Tokens not yet computed: the rest of a prefill, or the one token drawn last step.
+    pub fn num_uncomputed(&self) -> usize {
+        self.tokens.len() - self.num_computed_tokens
+    }
+}

@@ -1,0 +1,403 @@
+//! The scheduler on the CPU, driven by a fake model that reads every sequence's tokens back
+//! through its block table from a fake KV pool (one token id per slot). A wrong block
+//! table, a missed copy-on-write or a block reused while still in use changes what the fake
+//! model sees, and so changes its output: outputs that match a run with a huge pool prove
+//! the paging right, not just the bookkeeping.
+
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+use sprout::sched::{
+    DrawResult, FinishReason, FinishedSample, Request, SamplingParams, SchedError, Scheduler,
+    SchedulerConfig, StepPlan,
+};
+
+const VOCAB: u32 = 50;
+const STOP: u32 = 0;
+
+fn config(num_blocks: usize, block_size: usize, max_batch_tokens: usize) -> SchedulerConfig {
+    SchedulerConfig {
+        block_size,
+        num_blocks,
+        max_batch_tokens,
+        max_num_seqs: 6,
+        max_model_len: 4096,
+        weights_version: 7,
+        prefix_caching: true,
+    }
+}
+
+fn request(index: u32, prompt: Vec<u32>, n: usize, max_tokens: usize) -> Request {
+    Request {
+        index,
+        prompt,
+        n,
+        params: SamplingParams {
+            temperature: 1.0,
+            seed: 1,
+            max_tokens,
+            stop_ids: vec![STOP],
+        },
+    }
+}
+
+/// A model whose "KV" is the token id at each slot and whose next token is a hash of
+/// everything the sequence's block table shows, plus the draw's key.
+struct FakeModel {
+    slots: Vec<Option<u32>>,
+    block_size: usize,
+    /// Stop tokens are allowed only when true, so that tests can force long samples.
+    allow_stop: bool,
+}
+
+impl FakeModel {
+    fn new(c: &SchedulerConfig, allow_stop: bool) -> FakeModel {
+        FakeModel {
+            slots: vec![None; c.num_blocks * c.block_size],
+            block_size: c.block_size,
+            allow_stop,
+        }
+    }
+
+    fn slot(&self, table: &[u32], pos: usize) -> usize {
+        table[pos / self.block_size] as usize * self.block_size + pos % self.block_size
+    }
+
+    fn run(&mut self, plan: &StepPlan) -> Vec<DrawResult> {
+        let bs = self.block_size;
+        for copy in &plan.copies {
+            for i in 0..bs {
+                self.slots[copy.dst as usize * bs + i] = self.slots[copy.src as usize * bs + i];
+            }
+        }
+        for chunk in &plan.chunks {
+            for (i, &token) in chunk.tokens.iter().enumerate() {
+                let slot = self.slot(&chunk.block_table, chunk.start + i);
+                self.slots[slot] = Some(token);
+            }
+        }
+        plan.draws
+            .iter()
+            .map(|d| {
+                let chunk = &plan.chunks[d.chunk];
+                let mut h: u64 = 0xcbf29ce484222325;
+                let mut mix = |x: u64| h = (h ^ x).wrapping_mul(0x100000001b3);
+                for pos in 0..chunk.end() {
+                    let slot = self.slot(&chunk.block_table, pos);
+                    let token = self.slots[slot].expect("attention read an unwritten slot");
+                    mix(token as u64 + 1);
+                }
+                mix(d.request_index as u64);
+                mix(d.sample_index as u64 + 1000);
+                mix(d.position as u64 + 100_000);
+                let mut token = (h % VOCAB as u64) as u32;
+                if !self.allow_stop && token == STOP {
+                    token = 1;
+                }
+                DrawResult {
+                    token,
+                    logprob: -(token as f32) / 10.0,
+                }
+            })
+            .collect()
+    }
+}
+
+/// Runs every queued request to the end, checking the invariants after each step.
+fn drain(s: &mut Scheduler, model: &mut FakeModel) -> Vec<FinishedSample> {
+    let mut out = Vec::new();
+    for _ in 0..100_000 {
+        if !s.has_work() {
+            return out;
+        }
+        let plan = s.schedule();
+        assert!(!plan.is_empty(), "work is queued but nothing was scheduled");
+        assert!(plan.num_tokens() <= s.config().max_batch_tokens);
+        assert!(plan.chunks.len() <= s.config().max_num_seqs);
+        let results = model.run(&plan);
+        out.extend(s.update(&plan, &results).unwrap());
+        s.check().unwrap();
+    }
+    panic!("the scheduler did not finish");
+}
+
+fn by_sample(samples: Vec<FinishedSample>) -> BTreeMap<(u32, u32), (Vec<u32>, FinishReason)> {
+    samples
+        .into_iter()
+        .map(|s| {
+            (
+                (s.request_index, s.sample_index),
+                (s.token_ids, s.finish_reason),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_group_computes_its_prompt_once_and_shares_its_blocks() {
+    let c = config(64, 16, 256);
+    let mut s = Scheduler::new(c.clone());
+    let mut model = FakeModel::new(&c, false);
+    s.add_request(request(0, (1..=40).collect(), 4, 8)).unwrap();
+
+    let plan = s.schedule();
+    assert_eq!(plan.chunks.len(), 1);
+    assert_eq!(plan.chunks[0].tokens.len(), 40);
+    assert_eq!(plan.draws.len(), 4);
+    assert!(plan.draws.iter().all(|d| d.position == 40));
+    let table = plan.chunks[0].block_table.clone();
+    assert_eq!(table, vec![0, 1, 2]);
+    let results = model.run(&plan);
+    s.update(&plan, &results).unwrap();
+    s.check().unwrap();
+    // Four samples hold the three prompt blocks.
+    for &b in &table {
+        assert_eq!(s.pool().ref_count(b), 4);
+    }
+    assert_eq!(s.num_running(), 4);
+
+    // Their first decodes write into the shared partial block: three copy it, the last
+    // one (alone on it by then) writes in place.
+    let plan = s.schedule();
+    assert_eq!(plan.chunks.len(), 4);
+    assert_eq!(plan.copies.len(), 3);
+    assert!(plan.copies.iter().all(|c| c.src == 2));
+    assert_eq!(plan.chunks[3].block_table, vec![0, 1, 2]);
+    let results = model.run(&plan);
+    s.update(&plan, &results).unwrap();
+    s.check().unwrap();
+    assert_eq!(s.pool().ref_count(0), 4);
+    assert_eq!(s.pool().ref_count(2), 1);
+
+    let out = drain(&mut s, &mut model);
+    assert_eq!(out.len(), 4);
+    assert_eq!(s.stats().prefill_tokens_computed, 40);
+    assert_eq!(s.stats().generated_tokens, 32);
+    assert_eq!(s.pool().num_used(), 0);
+    // Different sample indices draw differently.
+    let distinct: std::collections::HashSet<_> = out.iter().map(|s| &s.token_ids).collect();
+    assert_eq!(distinct.len(), 4);
+}
+
+#[test]
+fn a_later_request_reuses_a_cached_prefix() {
+    let c = config(64, 16, 256);
+    let mut s = Scheduler::new(c.clone());
+    let mut model = FakeModel::new(&c, true);
+    let system: Vec<u32> = (100..132).collect(); // two full blocks
+    let mut a = system.clone();
+    a.extend([7, 8, 9]);
+    s.add_request(request(0, a, 1, 4)).unwrap();
+    drain(&mut s, &mut model);
+    assert_eq!(s.stats().prefix_cache_hit_tokens, 0);
+
+    let mut b = system.clone();
+    b.extend([5, 6, 7, 8, 9]);
+    s.add_request(request(1, b, 2, 4)).unwrap();
+    let plan = s.schedule();
+    assert_eq!(plan.chunks[0].start, 32);
+    assert_eq!(plan.chunks[0].tokens, vec![5, 6, 7, 8, 9]);
+    assert_eq!(s.stats().prefix_cache_hit_tokens, 32);
+    let results = model.run(&plan);
+    s.update(&plan, &results).unwrap();
+    drain(&mut s, &mut model);
+    assert_eq!(s.stats().prefill_tokens_computed, 35 + 5);
+}
+
+#[test]
+fn a_fully_cached_prompt_still_computes_its_last_token() {
+    let c = config(64, 16, 256);
+    let mut s = Scheduler::new(c.clone());
+    let mut model = FakeModel::new(&c, true);
+    let prompt: Vec<u32> = (1..=32).collect();
+    s.add_request(request(0, prompt.clone(), 1, 1)).unwrap();
+    drain(&mut s, &mut model);
+    s.add_request(request(1, prompt, 1, 1)).unwrap();
+    let plan = s.schedule();
+    // Block 0 is a hit; block 1 is recomputed so that its last token's logits exist.
+    assert_eq!(plan.chunks[0].start, 16);
+    assert_eq!(plan.chunks[0].tokens.len(), 16);
+}
+
+#[test]
+fn prefill_is_chunked_to_the_token_budget() {
+    let c = config(64, 16, 8);
+    let mut s = Scheduler::new(c.clone());
+    let mut model = FakeModel::new(&c, false);
+    s.add_request(request(0, (1..=20).collect(), 2, 3)).unwrap();
+    let mut starts = Vec::new();
+    while s.num_running() + s.num_waiting() > 0 {
+        let plan = s.schedule();
+        starts.extend(plan.chunks.iter().filter(|c| c.is_prefill).map(|c| c.start));
+        let results = model.run(&plan);
+        s.update(&plan, &results).unwrap();
+        s.check().unwrap();
+    }
+    assert_eq!(starts, vec![0, 8, 16]);
+}
+
+#[test]
+fn a_tiny_pool_preempts_and_recomputes_to_the_same_outputs() {
+    let prompts: Vec<Vec<u32>> = (0..4)
+        .map(|p| (0..23).map(|i| 1 + (p * 7 + i) % 40).collect())
+        .collect();
+    let run = |num_blocks: usize, budget: usize| {
+        let c = config(num_blocks, 4, budget);
+        let mut s = Scheduler::new(c.clone());
+        let mut model = FakeModel::new(&c, false);
+        for (i, p) in prompts.iter().enumerate() {
+            s.add_request(request(i as u32, p.clone(), 3, 20)).unwrap();
+        }
+        let out = drain(&mut s, &mut model);
+        (by_sample(out), s.stats().clone())
+    };
+    let (roomy, roomy_stats) = run(1000, 64);
+    let (tight, tight_stats) = run(12, 64);
+    let (chunked, _) = run(12, 5);
+    assert_eq!(roomy_stats.preemptions, 0);
+    assert!(tight_stats.preemptions > 0, "{tight_stats:?}");
+    assert_eq!(roomy.len(), 12);
+    assert_eq!(tight, roomy);
+    assert_eq!(chunked, roomy);
+}
+
+#[test]
+fn abort_returns_partial_output_and_frees_blocks() {
+    let c = config(64, 16, 256);
+    let mut s = Scheduler::new(c.clone());
+    let mut model = FakeModel::new(&c, false);
+    let id = s
+        .add_request(request(0, (1..=10).collect(), 2, 50))
+        .unwrap();
+    for _ in 0..3 {
+        let plan = s.schedule();
+        let results = model.run(&plan);
+        assert!(s.update(&plan, &results).unwrap().is_empty());
+    }
+    let out = s.abort(id).unwrap();
+    assert_eq!(out.len(), 2);
+    for sample in &out {
+        assert_eq!(sample.finish_reason, FinishReason::Abort);
+        assert_eq!(sample.token_ids.len(), 3);
+        assert_eq!(sample.logprobs.len(), 3);
+    }
+    assert!(!s.has_work());
+    assert_eq!(s.pool().num_used(), 0);
+    s.check().unwrap();
+    assert_eq!(s.abort(id), Err(SchedError::UnknownRequest(id)));
+}
+
+#[test]
+fn bad_requests_are_refused_with_a_reason() {
+    let mut s = Scheduler::new(config(4, 16, 256));
+    assert_eq!(
+        s.add_request(request(0, vec![], 1, 4)),
+        Err(SchedError::EmptyPrompt)
+    );
+    assert_eq!(
+        s.add_request(request(0, vec![1], 0, 4)),
+        Err(SchedError::NoSamples)
+    );
+    let err = s.add_request(request(0, vec![1; 60], 1, 10)).unwrap_err();
+    assert!(
+        matches!(err, SchedError::PoolTooSmall { need: 5, .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("--kv-blocks"));
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Add {
+        prefix: usize,
+        extra: Vec<u32>,
+        n: usize,
+        max_tokens: usize,
+    },
+    Step,
+    Abort(usize),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        (
+            0usize..3,
+            prop::collection::vec(1u32..6, 1..20),
+            1usize..4,
+            1usize..12
+        )
+            .prop_map(|(prefix, extra, n, max_tokens)| Op::Add {
+                prefix,
+                extra,
+                n,
+                max_tokens
+            }),
+        Just(Op::Step),
+        Just(Op::Step),
+        Just(Op::Step),
+        (0usize..8).prop_map(Op::Abort),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// Random adds, steps and aborts under a small pool (so preemption happens): after
+    /// every operation the reference counts equal the block-table uses, no block is both
+    /// free and used, and the hash map is consistent; at the end every request that was
+    /// not aborted has all its samples and the pool is empty.
+    #[test]
+    fn the_scheduler_keeps_its_invariants(
+        ops in prop::collection::vec(op(), 1..60),
+        num_blocks in 8usize..24,
+        block_size in 1usize..5,
+        budget in 1usize..24,
+    ) {
+        let c = config(num_blocks, block_size, budget);
+        let mut s = Scheduler::new(c.clone());
+        let mut model = FakeModel::new(&c, true);
+        let prefixes: [Vec<u32>; 3] = [vec![], vec![9, 9, 8, 7, 9, 9], vec![9, 9, 8, 1]];
+        let mut ids = Vec::new();
+        let mut expected = 0;
+        let mut got = 0;
+        for op in ops {
+            match op {
+                Op::Add { prefix, extra, n, max_tokens } => {
+                    let mut prompt = prefixes[prefix].clone();
+                    prompt.extend(extra);
+                    let r = request(ids.len() as u32, prompt, n, max_tokens);
+                    match s.add_request(r) {
+                        Ok(id) => {
+                            ids.push((id, n));
+                            expected += n;
+                        }
+                        Err(SchedError::PoolTooSmall { .. }) => {}
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+                Op::Step => {
+                    let plan = s.schedule();
+                    prop_assert!(plan.num_tokens() <= budget);
+                    prop_assert_eq!(plan.is_empty(), !s.has_work());
+                    let results = model.run(&plan);
+                    got += s.update(&plan, &results).unwrap().len();
+                }
+                Op::Abort(i) => {
+                    if let Some(&(id, _)) = ids.get(i) {
+                        match s.abort(id) {
+                            Ok(out) => got += out.len(),
+                            Err(SchedError::UnknownRequest(_)) => {}
+                            Err(e) => panic!("{e}"),
+                        }
+                    }
+                }
+            }
+            if let Err(e) = s.check() {
+                return Err(TestCaseError::fail(e));
+            }
+        }
+        got += drain(&mut s, &mut model).len();
+        prop_assert_eq!(got, expected);
+        prop_assert_eq!(s.pool().num_used(), 0);
+    }
+}
