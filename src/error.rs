@@ -27,4 +27,7 @@ pub enum SproutError {
     Tokenizer(String),
     #[error(transparent)]
     Io(#[from] std::io::Error),
+    /// A request the scheduler cannot take; the message names the problem.
+    #[error(transparent)]
+    Request(#[from] crate::sched::SchedError),
 }

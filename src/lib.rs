@@ -3,6 +3,7 @@
 //! See DESIGN.md in the repository for the architecture. The library core compiles to
 //! wasm32: device setup and read-back are async and nothing here blocks on a thread.
 
+pub mod engine;
 pub mod error;
 pub mod generate;
 pub mod gpu;

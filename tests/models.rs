@@ -7,12 +7,15 @@
 //!
 //! Every test fails, never skips or passes, when no adapter is found.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use common::{gpus, smollm2_path};
 use serde_json::Value;
 use sprout::generate::{GenerateParams, generate, logits, score};
-use sprout::gpu::{BackendChoice, Gpu, list_adapters};
+use sprout::gpu::Gpu;
 use sprout::model::decoder::Decoder;
 use sprout::model::gguf_model::GgufModel;
 use sprout::model::safetensors_dir::SafetensorsDir;
@@ -40,24 +43,6 @@ fn f32s(v: &Value) -> Vec<f32> {
         .iter()
         .map(|x| x.as_f64().unwrap() as f32)
         .collect()
-}
-
-/// Every adapter; a failure when none is found.
-fn gpus() -> Vec<Arc<Gpu>> {
-    let gpus: Vec<Arc<Gpu>> = pollster::block_on(async {
-        let mut out = Vec::new();
-        for a in list_adapters(BackendChoice::Auto).await {
-            out.push(Gpu::from_adapter(&a).await.unwrap());
-        }
-        out
-    });
-    // These tests check numbers a GPU computes: with no adapter they fail (never pass
-    // vacuously), whether or not SPROUT_REQUIRE_GPU is set.
-    assert!(
-        !gpus.is_empty(),
-        "no GPU adapter found; on Linux without a GPU: apt-get install mesa-vulkan-drivers libvulkan1"
-    );
-    gpus
 }
 
 fn load(gpu: &Arc<Gpu>, source: &mut dyn WeightSource) -> Decoder {
@@ -140,13 +125,6 @@ fn tiny_llama_tied_bf16_matches_transformers() {
 #[test]
 fn tiny_qwen2_f16_with_bias_matches_transformers() {
     check_tiny("tiny-qwen2");
-}
-
-fn smollm2_path() -> PathBuf {
-    match std::env::var_os("SPROUT_TEST_MODEL").filter(|p| !p.is_empty()) {
-        Some(p) => PathBuf::from(p),
-        None => sprout::model::default_model::path().expect("the default model"),
-    }
 }
 
 #[test]

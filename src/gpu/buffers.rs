@@ -55,7 +55,7 @@ impl Gpu {
         let bytes = self
             .read_bytes(&tensor.buffer, tensor.len as u64 * 4)
             .await?;
-        Ok(bytemuck::cast_slice(&bytes).to_vec())
+        Ok(bytemuck::pod_collect_to_vec(&bytes))
     }
 
     /// Reads `tensor` back as u32.
@@ -63,7 +63,7 @@ impl Gpu {
         let bytes = self
             .read_bytes(&tensor.buffer, tensor.len as u64 * 4)
             .await?;
-        Ok(bytemuck::cast_slice(&bytes).to_vec())
+        Ok(bytemuck::pod_collect_to_vec(&bytes))
     }
 
     /// Copies the first `size` bytes of `buffer` to the CPU (after all submitted work).
@@ -75,17 +75,37 @@ impl Gpu {
         if size == 0 {
             return Ok(Vec::new());
         }
-        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("read-back"),
-            size,
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
+        let staging = self.staging(size);
         let mut encoder = self.encoder();
         encoder.copy_buffer_to_buffer(buffer, 0, &staging, 0, size);
         self.submit(encoder);
+        self.read_staged(&staging, size).await
+    }
+
+    /// A buffer the CPU can read: copy results into it inside a step's own encoder, then
+    /// [`Gpu::read_staged`] after the submit (one submit per step, and the buffer is reused).
+    pub fn staging(&self, size: u64) -> wgpu::Buffer {
+        self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("read-back"),
+            size: size.max(4),
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        })
+    }
+
+    /// The first `size` bytes of a [`Gpu::staging`] buffer, once the work submitted so far
+    /// has finished.
+    pub async fn read_staged(
+        &self,
+        staging: &wgpu::Buffer,
+        size: u64,
+    ) -> Result<Vec<u8>, SproutError> {
+        if size == 0 {
+            return Ok(Vec::new());
+        }
+        let slice = staging.slice(..size);
         let (tx, rx) = futures_channel::oneshot::channel();
-        staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
+        slice.map_async(wgpu::MapMode::Read, move |r| {
             let _ = tx.send(r);
         });
         #[cfg(not(target_arch = "wasm32"))]
@@ -95,8 +115,7 @@ impl Gpu {
         rx.await
             .map_err(|_| SproutError::ReadBack("the device was lost".into()))?
             .map_err(|e| SproutError::ReadBack(e.to_string()))?;
-        let view = staging
-            .slice(..)
+        let view = slice
             .get_mapped_range()
             .map_err(|e| SproutError::ReadBack(e.to_string()))?;
         let out = view.to_vec();

@@ -1,24 +1,31 @@
 //! The decoder forward pass on the GPU: a Llama-family transformer (Llama, SmolLM,
 //! Mistral, Qwen2) recorded into one command encoder per step.
 //!
+//! The batch is varlen: prefill chunks and single-token decodes of many sequences share
+//! one pass, each row at its own position, its K and V in the paged pool
+//! ([`PagedKv`]) where its block table says. Every kernel computes a row the same way
+//! whatever else is in the batch, so a sequence's logits are bitwise independent of it.
+//!
 //! Per layer: RMSNorm, q/k/v projections (+ bias for Qwen2), RoPE on q and k, the new k/v
-//! rows copied into the layer's KV cache, causal GQA attention, the output projection and
+//! rows written to their pool slots, causal GQA paged attention, the output projection and
 //! a residual add; then RMSNorm, gate and up projections, SiLU-gate, the down projection
 //! and a residual add. A final RMSNorm and the output projection (the embedding when tied)
 //! give logits.
 //!
-//! Weights stay in their stored formats; only norm and bias vectors are f32. The KV cache
-//! here is contiguous per layer (one sequence); the paged pool replaces it later.
+//! Weights stay in their stored formats; only norm and bias vectors are f32.
 
 use std::sync::Arc;
 
 use crate::error::SproutError;
 use crate::gpu::kernels::attention::{self, AttentionShape};
-use crate::gpu::kernels::elementwise::{encode_add_bias, encode_residual_add, encode_silu_gate};
+use crate::gpu::kernels::elementwise::{
+    encode_add_bias, encode_gather_rows, encode_residual_add, encode_silu_gate,
+};
 use crate::gpu::kernels::rope::{self, RopeTable};
-use crate::gpu::kernels::{embedding, matmul, rmsnorm};
+use crate::gpu::kernels::{embedding, kv_write, matmul, rmsnorm};
 use crate::gpu::{Gpu, GpuWeight, Tensor};
 use crate::model::config::ModelConfig;
+use crate::model::paged_kv::PagedKv;
 use crate::model::source::{TensorData, WeightSource};
 
 struct Layer {
@@ -47,44 +54,31 @@ pub struct Decoder {
     rope: RopeTable,
 }
 
-/// The key/value cache of one sequence: per layer `[capacity, kv_dim]` for k and for v.
-pub struct KvCache {
-    k: Vec<Tensor>,
-    v: Vec<Tensor>,
-    pub capacity: usize,
-}
-
-impl KvCache {
-    pub fn new(decoder: &Decoder, capacity: usize) -> KvCache {
-        let c = &decoder.config;
-        let per_layer = capacity * c.kv_dim();
-        KvCache {
-            k: (0..c.n_layers)
-                .map(|_| decoder.gpu.zeros(per_layer))
-                .collect(),
-            v: (0..c.n_layers)
-                .map(|_| decoder.gpu.zeros(per_layer))
-                .collect(),
-            capacity,
-        }
-    }
-}
-
-/// Which rows of logits a forward pass produces.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Logits {
-    /// Only the last token's (generation).
-    Last,
-    /// Every token's (scoring, tests).
-    All,
-}
-
-/// The buffers one forward pass of `t` tokens writes, allocated once and reused by every
-/// pass of that size (a decode loop makes one set for `t = 1`), so the step loop allocates
-/// nothing on the GPU.
-pub struct ForwardBuffers {
+/// One step's batch on the GPU: `t` token rows from any number of sequences, each row at
+/// its own position with its own block table (a varlen batch of prefill chunks and
+/// decodes), and the `r` rows whose logits are wanted.
+pub struct BatchView<'a> {
     pub t: usize,
-    pub which: Logits,
+    /// `[t]` u32 token ids.
+    pub ids: &'a Tensor,
+    /// `[t]` u32 absolute positions.
+    pub positions: &'a Tensor,
+    /// `[t]` u32: the pool row each token's K and V are written to.
+    pub slots: &'a Tensor,
+    /// `[t, 2]` u32: (offset of the row's block table in `block_tables`, its position).
+    pub rows: &'a Tensor,
+    /// Every sequence's block table, concatenated.
+    pub block_tables: &'a Tensor,
+    pub r: usize,
+    /// `[r]` u32: the rows whose logits the pass computes, in output order.
+    pub logit_rows: &'a Tensor,
+}
+
+/// The buffers a forward pass writes, allocated once for up to `max_t` tokens and
+/// `max_r` logit rows and reused by every step, so the step loop allocates nothing.
+pub struct ForwardBuffers {
+    pub max_t: usize,
+    pub max_r: usize,
     h: Tensor,
     xn: Tensor,
     q: Tensor,
@@ -95,40 +89,32 @@ pub struct ForwardBuffers {
     gate: Tensor,
     up: Tensor,
     act: Tensor,
-    /// The last row of `h` (only for `Logits::Last` with `t > 1`).
-    last: Tensor,
+    /// `[max_r, hidden]`: the rows of `h` that logits are wanted for.
+    picked: Tensor,
     normed: Tensor,
-    /// `[1 or t, vocab]`, as `which` asks.
+    /// `[max_r, vocab]`; a pass writes its first `r` rows.
     pub logits: Tensor,
 }
 
 impl ForwardBuffers {
-    pub fn new(decoder: &Decoder, t: usize, which: Logits) -> ForwardBuffers {
+    pub fn new(decoder: &Decoder, max_t: usize, max_r: usize) -> ForwardBuffers {
         let (gpu, c) = (&*decoder.gpu, &decoder.config);
-        let rows = match which {
-            Logits::All => t,
-            Logits::Last => 1,
-        };
         ForwardBuffers {
-            t,
-            which,
-            h: gpu.zeros(t * c.hidden_size),
-            xn: gpu.zeros(t * c.hidden_size),
-            q: gpu.zeros(t * c.q_dim()),
-            k: gpu.zeros(t * c.kv_dim()),
-            v: gpu.zeros(t * c.kv_dim()),
-            attn: gpu.zeros(t * c.q_dim()),
-            proj: gpu.zeros(t * c.hidden_size),
-            gate: gpu.zeros(t * c.intermediate_size),
-            up: gpu.zeros(t * c.intermediate_size),
-            act: gpu.zeros(t * c.intermediate_size),
-            last: gpu.zeros(if which == Logits::Last && t > 1 {
-                c.hidden_size
-            } else {
-                0
-            }),
-            normed: gpu.zeros(rows * c.hidden_size),
-            logits: gpu.zeros(rows * c.vocab_size),
+            max_t,
+            max_r,
+            h: gpu.zeros(max_t * c.hidden_size),
+            xn: gpu.zeros(max_t * c.hidden_size),
+            q: gpu.zeros(max_t * c.q_dim()),
+            k: gpu.zeros(max_t * c.kv_dim()),
+            v: gpu.zeros(max_t * c.kv_dim()),
+            attn: gpu.zeros(max_t * c.q_dim()),
+            proj: gpu.zeros(max_t * c.hidden_size),
+            gate: gpu.zeros(max_t * c.intermediate_size),
+            up: gpu.zeros(max_t * c.intermediate_size),
+            act: gpu.zeros(max_t * c.intermediate_size),
+            picked: gpu.zeros(max_r * c.hidden_size),
+            normed: gpu.zeros(max_r * c.hidden_size),
+            logits: gpu.zeros(max_r * c.vocab_size),
         }
     }
 }
@@ -209,38 +195,30 @@ impl Decoder {
         self.lm_head.as_ref().unwrap_or(&self.embed)
     }
 
-    /// Records the forward pass of `a.t` tokens (`ids [t]` u32) at positions
-    /// `pos0..pos0 + t` (`positions [t]` u32), writing their k/v into `cache` and the
-    /// logits of the rows `a.which` asks for into `a.logits`.
+    /// Records the forward pass of `batch` into `encoder`: every token's K and V are
+    /// written to its slot in `kv`, and the logits of `batch.logit_rows` to `a.logits`.
+    /// Positions must be below the model's context; the runner checks that.
     pub fn encode_forward(
         &self,
         encoder: &mut wgpu::CommandEncoder,
-        ids: &Tensor,
-        positions: &Tensor,
-        pos0: usize,
-        cache: &KvCache,
+        batch: &BatchView,
+        kv: &PagedKv,
         a: &ForwardBuffers,
     ) -> Result<(), SproutError> {
-        let (c, t) = (&self.config, a.t);
-        if pos0 + t > cache.capacity {
+        let (c, t, r) = (&self.config, batch.t, batch.r);
+        if t == 0 || t > a.max_t || r > a.max_r {
             return Err(SproutError::Shape(format!(
-                "{} tokens do not fit a KV cache of {}",
-                pos0 + t,
-                cache.capacity
-            )));
-        }
-        if pos0 + t > self.rope.max_positions {
-            return Err(SproutError::Shape(format!(
-                "position {} is past the model's context of {} tokens",
-                pos0 + t - 1,
-                self.rope.max_positions
+                "a batch of {t} tokens and {r} logit rows does not fit buffers for 1 to {} \
+                 tokens and {} rows",
+                a.max_t, a.max_r
             )));
         }
         let gpu = &*self.gpu;
         let (hidden, q_dim, kv_dim, inter) =
             (c.hidden_size, c.q_dim(), c.kv_dim(), c.intermediate_size);
         let eps = c.rms_norm_eps;
-        embedding::encode(gpu, encoder, &self.embed, ids, t, &a.h);
+        let shape = AttentionShape::new(t, c.n_heads, c.n_kv_heads, c.head_dim, kv.block_size);
+        embedding::encode(gpu, encoder, &self.embed, batch.ids, t, &a.h);
         for (l, layer) in self.layers.iter().enumerate() {
             rmsnorm::encode(gpu, encoder, &a.h, &layer.attn_norm, eps, &a.xn, t, hidden);
             matmul::encode(gpu, encoder, &a.xn, t, &layer.q, &a.q);
@@ -251,38 +229,42 @@ impl Decoder {
                 encode_add_bias(gpu, encoder, &a.k, bk, t, kv_dim);
                 encode_add_bias(gpu, encoder, &a.v, bv, t, kv_dim);
             }
+            let positions = batch.positions;
+            let layout = c.rope_layout;
             rope::encode(
-                gpu,
-                encoder,
-                c.rope_layout,
-                &a.q,
-                positions,
-                &self.rope,
-                t,
-                c.n_heads,
+                gpu, encoder, layout, &a.q, positions, &self.rope, t, c.n_heads,
             );
             rope::encode(
                 gpu,
                 encoder,
-                c.rope_layout,
+                layout,
                 &a.k,
                 positions,
                 &self.rope,
                 t,
                 c.n_kv_heads,
             );
-            let offset = (pos0 * kv_dim * 4) as u64;
-            let bytes = (t * kv_dim * 4) as u64;
-            encoder.copy_buffer_to_buffer(&a.k.buffer, 0, &cache.k[l].buffer, offset, bytes);
-            encoder.copy_buffer_to_buffer(&a.v.buffer, 0, &cache.v[l].buffer, offset, bytes);
-            let shape = AttentionShape::new(t, pos0, c.n_heads, c.n_kv_heads, c.head_dim);
+            let (k_pool, v_pool) = (&kv.k[l], &kv.v[l]);
+            kv_write::encode(
+                gpu,
+                encoder,
+                &a.k,
+                &a.v,
+                batch.slots,
+                t,
+                kv_dim,
+                k_pool,
+                v_pool,
+            );
             attention::encode(
                 gpu,
                 encoder,
                 &shape,
                 &a.q,
-                &cache.k[l],
-                &cache.v[l],
+                k_pool,
+                v_pool,
+                batch.block_tables,
+                batch.rows,
                 &a.attn,
             );
             matmul::encode(gpu, encoder, &a.attn, t, &layer.o, &a.proj);
@@ -294,21 +276,21 @@ impl Decoder {
             matmul::encode(gpu, encoder, &a.act, t, &layer.down, &a.proj);
             encode_residual_add(gpu, encoder, &a.h, &a.proj, t * hidden);
         }
-        // Generation needs only the last row's logits: norm and project just that row.
-        let (rows, last) = match a.which {
-            Logits::Last if t > 1 => {
-                let row = (hidden * 4) as u64;
-                let from = (t as u64 - 1) * row;
-                encoder.copy_buffer_to_buffer(&a.h.buffer, from, &a.last.buffer, 0, row);
-                (1, &a.last)
-            }
-            Logits::Last => (1, &a.h),
-            Logits::All => (t, &a.h),
-        };
+        if r == 0 {
+            return Ok(());
+        }
+        // Only the rows that draw (or are scored) need the final norm and the vocabulary
+        // projection, the largest matmul of the pass.
+        encode_gather_rows(gpu, encoder, &a.h, batch.logit_rows, r, hidden, &a.picked);
         let norm = &self.final_norm;
-        rmsnorm::encode(gpu, encoder, last, norm, eps, &a.normed, rows, hidden);
-        matmul::encode(gpu, encoder, &a.normed, rows, self.lm_head(), &a.logits);
+        rmsnorm::encode(gpu, encoder, &a.picked, norm, eps, &a.normed, r, hidden);
+        matmul::encode(gpu, encoder, &a.normed, r, self.lm_head(), &a.logits);
         Ok(())
+    }
+
+    /// The model's context length (positions `0 .. max_positions`).
+    pub fn max_positions(&self) -> usize {
+        self.rope.max_positions
     }
 }
 

@@ -15,6 +15,7 @@ pub mod hf_config;
 pub mod names;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod open;
+pub mod paged_kv;
 pub mod safetensors_dir;
 pub mod source;
 pub mod tokenizer;

@@ -1,23 +1,39 @@
-//! Reference for `gpu::kernels::attention`: causal grouped-query attention over a
-//! contiguous KV cache, a plain softmax (max subtracted) accumulated in f64.
+//! Reference for `gpu::kernels::attention`: causal grouped-query attention over a paged KV
+//! pool for a varlen batch, a plain softmax (max subtracted) accumulated in f64.
 
 use crate::gpu::kernels::attention::AttentionShape;
 
-/// `q` is `[t, n_heads, head_dim]`, `k` and `v` are `[s_cap, n_kv_heads, head_dim]` with
-/// rows `0 .. pos0 + t` valid; the result is `[t, n_heads, head_dim]`. Query row `i` (at
-/// position `pos0 + i`) attends keys `0 ..= pos0 + i`; query head `h` uses kv head
-/// `h / (n_heads / n_kv_heads)`.
-pub fn attention(shape: &AttentionShape, q: &[f32], k: &[f32], v: &[f32]) -> Vec<f32> {
+/// The pool row holding key `key` of the sequence whose block table starts at `table`:
+/// `block_tables[table + key / block_size] * block_size + key % block_size`.
+pub fn pool_row(block_tables: &[u32], table: usize, key: usize, block_size: usize) -> usize {
+    block_tables[table + key / block_size] as usize * block_size + key % block_size
+}
+
+/// `q` is `[t, n_heads, head_dim]`; `k_pool` and `v_pool` are
+/// `[num_blocks * block_size, n_kv_heads, head_dim]`; `rows` is `[t, 2]`: per query row the
+/// offset of its sequence's block table in `block_tables` and its absolute position `p`.
+/// Query row `i` attends keys `0 ..= p` of its sequence, key `j` at pool row
+/// [`pool_row`]`(block_tables, offset, j, block_size)`; query head `h` uses kv head
+/// `h / (n_heads / n_kv_heads)`. The result is `[t, n_heads, head_dim]`.
+pub fn attention(
+    shape: &AttentionShape,
+    q: &[f32],
+    k_pool: &[f32],
+    v_pool: &[f32],
+    block_tables: &[u32],
+    rows: &[u32],
+) -> Vec<f32> {
     assert!(
         shape.n_kv_heads > 0 && shape.n_heads.is_multiple_of(shape.n_kv_heads),
         "attention reference: n_heads must be a multiple of n_kv_heads"
     );
+    assert!(shape.block_size > 0, "attention reference: block_size is 0");
     let AttentionShape {
         t,
-        pos0,
         n_heads,
         n_kv_heads,
         head_dim: hd,
+        block_size,
         scale,
     } = *shape;
     assert!(
@@ -25,24 +41,35 @@ pub fn attention(shape: &AttentionShape, q: &[f32], k: &[f32], v: &[f32]) -> Vec
         "attention reference: q is too short"
     );
     assert!(
-        k.len() >= shape.kv_len() && v.len() >= shape.kv_len(),
-        "attention reference: k or v is too short"
+        rows.len() >= 2 * t,
+        "attention reference: rows hold {} values, need {}",
+        rows.len(),
+        2 * t
     );
     let group = n_heads / n_kv_heads;
-    let row = |buf: &[f32], key: usize, g: usize| -> Vec<f64> {
-        let start = (key * n_kv_heads + g) * hd;
+    let row = |buf: &[f32], pool_row: usize, g: usize| -> Vec<f64> {
+        let start = (pool_row * n_kv_heads + g) * hd;
+        assert!(
+            start + hd <= buf.len(),
+            "attention reference: pool row {pool_row} is past the pool"
+        );
         buf[start..start + hd].iter().map(|&x| x as f64).collect()
     };
     let mut out = vec![0.0f32; shape.q_len()];
     for i in 0..t {
-        let n_keys = pos0 + i + 1;
+        let table = rows[2 * i] as usize;
+        let n_keys = rows[2 * i + 1] as usize + 1;
+        let slots: Vec<usize> = (0..n_keys)
+            .map(|j| pool_row(block_tables, table, j, block_size))
+            .collect();
         for h in 0..n_heads {
             let g = h / group;
             let start = (i * n_heads + h) * hd;
             let qr = &q[start..start + hd];
-            let scores: Vec<f64> = (0..n_keys)
-                .map(|j| {
-                    let kr = row(k, j, g);
+            let scores: Vec<f64> = slots
+                .iter()
+                .map(|&s| {
+                    let kr = row(k_pool, s, g);
                     qr.iter().zip(&kr).map(|(&a, b)| a as f64 * b).sum::<f64>() * scale as f64
                 })
                 .collect();
@@ -50,8 +77,8 @@ pub fn attention(shape: &AttentionShape, q: &[f32], k: &[f32], v: &[f32]) -> Vec
             let weights: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
             let total: f64 = weights.iter().sum();
             let mut o = vec![0.0f64; hd];
-            for (j, w) in weights.iter().enumerate() {
-                for (od, vd) in o.iter_mut().zip(row(v, j, g)) {
+            for (w, &s) in weights.iter().zip(&slots) {
+                for (od, vd) in o.iter_mut().zip(row(v_pool, s, g)) {
                     *od += w / total * vd;
                 }
             }

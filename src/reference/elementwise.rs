@@ -36,3 +36,18 @@ pub fn add_bias(x: &[f32], bias: &[f32]) -> Vec<f32> {
         .map(|(i, v)| v + bias[i % bias.len()])
         .collect()
 }
+
+/// `src[rows[r], :]` for each `r`, rows of `width` values (zeros for a row past `src`, as
+/// on the GPU).
+pub fn gather_rows(src: &[f32], rows: &[u32], width: usize) -> Vec<f32> {
+    assert!(width > 0, "gather_rows reference: width is 0");
+    rows.iter()
+        .flat_map(|&r| {
+            let start = r as usize * width;
+            match src.get(start..start + width) {
+                Some(row) => row.to_vec(),
+                None => vec![0.0; width],
+            }
+        })
+        .collect()
+}

@@ -4,6 +4,7 @@
 pub mod attention;
 pub mod elementwise;
 pub mod embedding;
+pub mod kv_write;
 pub mod matmul;
 pub mod rmsnorm;
 pub mod rope;

@@ -1,179 +1,384 @@
-//! Causal grouped-query attention: awkward shapes against the f64 reference, and batch
-//! invariance (a query row is bitwise the same decoded alone, in its prefill, or in a
-//! prefill chunk of another size and start).
+//! Paged, varlen causal grouped-query attention: mixed batches of sequences whose keys sit
+//! in shuffled, non-contiguous blocks of the pool, against the f64 reference run on each
+//! sequence's contiguous keys; and batch invariance (a query row is bitwise the same in a
+//! mixed batch of prefill chunks and decodes, alone, in another chunk, at other physical
+//! blocks, and with another block size).
 
 use sprout::gpu::Gpu;
 use sprout::gpu::kernels::attention::{AttentionShape, encode};
 use sprout::reference;
 
-use crate::common::{Case, Rng, check_bitwise, check_close, read_f32};
+use crate::common::{Case, Outcome, Rng, check_bitwise, check_close, read_f32};
 
 /// Scores and weighted sums are f32 fma chains and `exp` is the shader's, against an f64
 /// reference: relative errors of ~1e-6 at worst, so an NMSE far below 1e-10 (about 1e-13
-/// seen on lavapipe and llvmpipe GL); a wrong key, head or mask gives 1e-3 or more.
+/// seen on lavapipe and llvmpipe GL); a wrong key, head, block or mask gives 1e-3 or more.
 const TOLERANCE: f64 = 1e-10;
 
-/// Rows of K/V past the valid ones, filled with NaN: reading them poisons the output.
-const PADDING_ROWS: usize = 5;
-
-/// One attention problem: q for the dispatch's rows, and K/V caches with `s_cap` rows.
-struct Problem {
-    q: Vec<f32>,
-    k: Vec<f32>,
-    v: Vec<f32>,
+/// The heads and the pool's block size of a case (`t` is set per dispatch).
+#[derive(Clone, Copy)]
+struct Heads {
+    n_heads: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
+    block_size: usize,
+    /// Factor on `1 / sqrt(head_dim)`: 4 gives sharp softmaxes where the running max matters.
+    sharp: f32,
 }
 
-fn problem(shape: &AttentionShape, seed: u64) -> Problem {
-    let mut rng = Rng::new(seed);
-    let kv_row = shape.n_kv_heads * shape.head_dim;
-    let mut k = rng.vec(shape.kv_len(), 1.0);
-    let mut v = rng.vec(shape.kv_len(), 1.0);
-    k.extend(std::iter::repeat_n(f32::NAN, PADDING_ROWS * kv_row));
-    v.extend(std::iter::repeat_n(f32::NAN, PADDING_ROWS * kv_row));
-    Problem {
-        q: rng.vec(shape.q_len(), 1.0),
-        k,
-        v,
+impl Heads {
+    fn shape(&self, t: usize) -> AttentionShape {
+        let mut shape = AttentionShape::new(
+            t,
+            self.n_heads,
+            self.n_kv_heads,
+            self.head_dim,
+            self.block_size,
+        );
+        shape.scale *= self.sharp;
+        shape
+    }
+
+    fn q_row(&self) -> usize {
+        self.n_heads * self.head_dim
+    }
+
+    fn kv_dim(&self) -> usize {
+        self.n_kv_heads * self.head_dim
     }
 }
 
-fn run(gpu: &Gpu, shape: &AttentionShape, q: &[f32], k: &[f32], v: &[f32]) -> Vec<f32> {
-    let (q, k, v) = (gpu.upload(q), gpu.upload(k), gpu.upload(v));
+/// One sequence: its keys and values `[len, kv_dim]`, and a query `[n_heads * head_dim]`
+/// for every position.
+struct Seq {
+    len: usize,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    q: Vec<f32>,
+}
+
+fn sequences(heads: &Heads, lens: &[usize], seed: u64) -> Vec<Seq> {
+    let mut rng = Rng::new(seed);
+    lens.iter()
+        .map(|&len| Seq {
+            len,
+            k: rng.vec(len * heads.kv_dim(), 1.0),
+            v: rng.vec(len * heads.kv_dim(), 1.0),
+            q: rng.vec(len * heads.q_row(), 1.0),
+        })
+        .collect()
+}
+
+/// A query row: (index of its sequence, its position).
+type Query = (usize, usize);
+
+/// The pools, block tables and rows of one dispatch over `seqs`.
+struct Paged {
+    k_pool: Vec<f32>,
+    v_pool: Vec<f32>,
+    tables: Vec<u32>,
+    /// Where each sequence's block table starts in `tables`.
+    offsets: Vec<usize>,
+}
+
+/// Places `seqs` in blocks picked at random (by `seed`) from a pool with spare blocks;
+/// every pool row no sequence owns (spare blocks, the tail of a last block) is NaN, so
+/// reading one poisons the output. The tables start with a few ids of spare blocks and
+/// list the sequences in reverse order.
+fn page(heads: &Heads, seqs: &[Seq], seed: u64) -> Paged {
+    let (bs, kv_dim) = (heads.block_size, heads.kv_dim());
+    let needed: Vec<usize> = seqs.iter().map(|s| s.len.div_ceil(bs)).collect();
+    let used: usize = needed.iter().sum();
+    let num_blocks = used + used / 2 + 3;
+    let mut rng = Rng::new(seed);
+    let mut ids: Vec<u32> = (0..num_blocks as u32).collect();
+    for i in (1..ids.len()).rev() {
+        ids.swap(i, rng.below(i as u32 + 1) as usize);
+    }
+    let (owned, spare) = ids.split_at(used);
+    let mut k_pool = vec![f32::NAN; num_blocks * bs * kv_dim];
+    let mut v_pool = k_pool.clone();
+    let junk = 1 + (seed % 3) as usize;
+    let mut tables: Vec<u32> = spare.iter().cycle().take(junk).copied().collect();
+    let mut offsets = vec![0; seqs.len()];
+    let mut first_block = vec![0; seqs.len()];
+    let mut next = 0;
+    for (s, n) in needed.iter().enumerate() {
+        first_block[s] = next;
+        next += n;
+    }
+    for s in (0..seqs.len()).rev() {
+        offsets[s] = tables.len();
+        tables.extend_from_slice(&owned[first_block[s]..first_block[s] + needed[s]]);
+    }
+    for (s, seq) in seqs.iter().enumerate() {
+        for j in 0..seq.len {
+            let block = owned[first_block[s] + j / bs] as usize;
+            let dst = (block * bs + j % bs) * kv_dim;
+            let src = j * kv_dim;
+            k_pool[dst..dst + kv_dim].copy_from_slice(&seq.k[src..src + kv_dim]);
+            v_pool[dst..dst + kv_dim].copy_from_slice(&seq.v[src..src + kv_dim]);
+        }
+    }
+    Paged {
+        k_pool,
+        v_pool,
+        tables,
+        offsets,
+    }
+}
+
+/// The query rows of one dispatch, laid out in `seed`'s pages, on the GPU.
+fn run(gpu: &Gpu, heads: &Heads, seqs: &[Seq], queries: &[Query], seed: u64) -> Vec<f32> {
+    let paged = page(heads, seqs, seed);
+    let shape = heads.shape(queries.len());
+    let q: Vec<f32> = queries
+        .iter()
+        .flat_map(|&(s, pos)| &seqs[s].q[pos * heads.q_row()..(pos + 1) * heads.q_row()])
+        .copied()
+        .collect();
+    let rows: Vec<u32> = queries
+        .iter()
+        .flat_map(|&(s, pos)| [paged.offsets[s] as u32, pos as u32])
+        .collect();
+    let (q, k_pool, v_pool) = (
+        gpu.upload(&q),
+        gpu.upload(&paged.k_pool),
+        gpu.upload(&paged.v_pool),
+    );
+    let (tables, rows) = (gpu.upload(&paged.tables), gpu.upload(&rows));
     let out = gpu.zeros(shape.q_len());
     let mut enc = gpu.encoder();
-    encode(gpu, &mut enc, shape, &q, &k, &v, &out);
+    encode(
+        gpu, &mut enc, &shape, &q, &k_pool, &v_pool, &tables, &rows, &out,
+    );
     gpu.submit(enc);
     read_f32(gpu, &out)
 }
 
-/// (t, pos0, n_heads, n_kv_heads, head_dim, scale factor on 1/sqrt(head_dim)).
-type ShapeRow = (usize, usize, usize, usize, usize, f32);
+/// The reference for each query, on its sequence's keys laid out contiguously (block `b`
+/// at pool block `b`): independent of `page`.
+fn expected(heads: &Heads, seqs: &[Seq], queries: &[Query]) -> Vec<f32> {
+    let mut out = Vec::new();
+    for &(s, pos) in queries {
+        let seq = &seqs[s];
+        let blocks = seq.len.div_ceil(heads.block_size);
+        let pad = (blocks * heads.block_size - seq.len) * heads.kv_dim();
+        let k: Vec<f32> = seq.k.iter().copied().chain(vec![0.0; pad]).collect();
+        let v: Vec<f32> = seq.v.iter().copied().chain(vec![0.0; pad]).collect();
+        let table: Vec<u32> = (0..blocks as u32).collect();
+        let q = &seq.q[pos * heads.q_row()..(pos + 1) * heads.q_row()];
+        out.extend(reference::attention::attention(
+            &heads.shape(1),
+            q,
+            &k,
+            &v,
+            &table,
+            &[0, pos as u32],
+        ));
+    }
+    out
+}
 
-/// Decode and prefill; t and key counts off the 64-key chunk and across chunk edges;
-/// pos0 > 0; plain multi-head and GQA ratios 3 and 4; head_dim 4, 20, 32, 48, 64, 80, 96,
-/// 128 and 256 (so the kernel splits a chunk into 64, 12, 8, 5, 4, 3, 2, 2 and 1 key groups,
-/// some leaving invocations idle); 300- and 512-key contexts; and sharp softmaxes
-/// (scale x4) where the running max matters.
+/// (n_heads, n_kv_heads, head_dim, block_size, scale factor, sequences as (length, first
+/// query position): each sequence's rows first .. length are in the batch).
+type ShapeRow = (usize, usize, usize, usize, f32, &'static [(usize, usize)]);
+
+/// SmolLM2-135M's heads (9 over 3 kv heads, head_dim 64) with blocks of 16 and 4 over
+/// sequences of 1, 15, 16, 17 and 100 keys, whole prefills, chunks and decodes in one
+/// batch, and long decodes; then plain multi-head and GQA ratios 3 and 4; head_dim 4, 20,
+/// 32, 48, 64, 80, 96, 128 and 256 (so the kernel splits a chunk into 64, 12, 8, 5, 4, 3, 2,
+/// 2 and 1 key groups, some leaving invocations idle); blocks of 1, 5, 8 and 32; key counts
+/// across the 64-key chunk edges; and sharp softmaxes (scale x4).
 const SHAPES: &[ShapeRow] = &[
-    (1, 0, 4, 4, 64, 1.0),
-    (1, 127, 9, 3, 64, 1.0),
-    (1, 511, 9, 3, 64, 1.0),
-    (7, 0, 6, 2, 32, 1.0),
-    (13, 50, 8, 2, 80, 1.0),
-    (64, 0, 4, 1, 48, 1.0),
-    (5, 295, 4, 2, 64, 1.0),
-    (3, 62, 2, 1, 256, 1.0),
-    (70, 0, 3, 3, 64, 1.0),
-    (4, 10, 3, 1, 4, 1.0),
-    (6, 60, 4, 1, 20, 1.0),
-    (2, 199, 6, 2, 96, 1.0),
-    (17, 100, 8, 2, 128, 1.0),
-    (9, 120, 8, 2, 64, 4.0),
-    (33, 0, 4, 4, 80, 4.0),
+    (
+        9,
+        3,
+        64,
+        16,
+        1.0,
+        &[(1, 0), (15, 0), (16, 10), (17, 16), (100, 60)],
+    ),
+    (
+        9,
+        3,
+        64,
+        4,
+        1.0,
+        &[(1, 0), (15, 14), (16, 0), (17, 3), (100, 99)],
+    ),
+    (9, 3, 64, 16, 1.0, &[(512, 511), (128, 127), (300, 295)]),
+    (4, 4, 64, 16, 1.0, &[(1, 0)]),
+    (6, 2, 32, 16, 1.0, &[(7, 0), (3, 2)]),
+    (8, 2, 80, 4, 1.0, &[(63, 50)]),
+    (4, 1, 48, 16, 1.0, &[(64, 0)]),
+    (2, 1, 256, 16, 1.0, &[(65, 62)]),
+    (3, 3, 64, 1, 1.0, &[(70, 0)]),
+    (3, 1, 4, 5, 1.0, &[(14, 10), (6, 0)]),
+    (4, 1, 20, 16, 1.0, &[(66, 60)]),
+    (6, 2, 96, 16, 1.0, &[(201, 199)]),
+    (8, 2, 128, 32, 1.0, &[(117, 100), (40, 39)]),
+    (8, 2, 64, 16, 4.0, &[(129, 120)]),
+    (4, 4, 80, 8, 4.0, &[(33, 0)]),
 ];
 
-/// A prefill computed whole, then some of its rows again in other splits.
+/// The batch's query rows: each sequence's rows in order, sequences interleaved from the
+/// back so that rows of one sequence are not all adjacent to row 0.
+fn batch_queries(seqs: &[(usize, usize)]) -> Vec<Query> {
+    let mut out = Vec::new();
+    for (s, &(len, first)) in seqs.iter().enumerate().rev() {
+        out.extend((first..len).map(|p| (s, p)));
+    }
+    out
+}
+
+fn accuracy_case(row: &ShapeRow, gpu: &Gpu) -> Result<Outcome, String> {
+    let &(n_heads, n_kv_heads, head_dim, block_size, sharp, spec) = row;
+    let heads = Heads {
+        n_heads,
+        n_kv_heads,
+        head_dim,
+        block_size,
+        sharp,
+    };
+    let lens: Vec<usize> = spec.iter().map(|&(len, _)| len).collect();
+    let seed = (n_heads * 1_000_000 + head_dim * 1000 + block_size * 10 + lens[0]) as u64;
+    let seqs = sequences(&heads, &lens, seed);
+    let queries = batch_queries(spec);
+    let got = run(gpu, &heads, &seqs, &queries, seed + 1);
+    check_close(&got, &expected(&heads, &seqs, &queries), TOLERANCE)
+}
+
+/// One more dispatch: (block size, its query rows as (sequence, first, end)).
+type Rerun = (usize, &'static [(usize, usize, usize)]);
+
+/// A mixed batch, then some of its rows again in other dispatches.
 struct Invariance {
-    t: usize,
-    pos0: usize,
     n_heads: usize,
     n_kv_heads: usize,
     head_dim: usize,
-    /// (first absolute position, rows): each is one more dispatch over the same caches.
-    splits: &'static [(usize, usize)],
+    block_size: usize,
+    /// (length, first query position) per sequence, as in `SHAPES`.
+    seqs: &'static [(usize, usize)],
+    /// Each at other physical blocks.
+    reruns: &'static [Rerun],
 }
 
 const INVARIANCE: &[Invariance] = &[
-    // The brief's case: a 64-token prefill from 0 against decodes and other chunks.
+    // Prefill chunks of two sequences (rows 40..100 of a 100-token one, a whole 17-token
+    // one) and decodes of three others (1, 16 and 65 keys), in one dispatch.
     Invariance {
-        t: 64,
-        pos0: 0,
         n_heads: 9,
         n_kv_heads: 3,
         head_dim: 64,
-        splits: &[
-            (0, 1),
-            (1, 1),
-            (37, 1),
-            (63, 1),
-            (20, 13),
-            (24, 40),
-            (60, 4),
+        block_size: 16,
+        seqs: &[(100, 40), (17, 0), (1, 0), (16, 15), (65, 64)],
+        reruns: &[
+            (16, &[(0, 40, 41)]),
+            (16, &[(0, 63, 64)]),
+            (16, &[(0, 64, 65)]),
+            (16, &[(0, 99, 100)]),
+            (16, &[(1, 0, 1)]),
+            (16, &[(1, 16, 17)]),
+            (16, &[(2, 0, 1)]),
+            (16, &[(3, 15, 16)]),
+            (16, &[(4, 64, 65)]),
+            // Other chunks, together and in another order.
+            (16, &[(4, 64, 65), (0, 60, 70), (1, 5, 9)]),
+            (16, &[(0, 40, 64)]),
+            // Another block size, for decodes and a chunk.
+            (4, &[(2, 0, 1), (4, 64, 65), (0, 90, 100)]),
+            (1, &[(3, 15, 16), (1, 10, 17)]),
         ],
     },
-    // A later chunk whose rows straddle the 128-key chunk edge, with GQA 4 and partial dims.
+    // Chunks whose rows straddle the 128-key chunk edge, with GQA 4 and partial dims.
     Invariance {
-        t: 50,
-        pos0: 100,
         n_heads: 4,
         n_kv_heads: 1,
         head_dim: 80,
-        splits: &[
-            (100, 1),
-            (127, 1),
-            (128, 1),
-            (149, 1),
-            (110, 13),
-            (126, 3),
-            (130, 20),
+        block_size: 4,
+        seqs: &[(150, 100), (130, 120), (128, 127), (129, 128), (5, 4)],
+        reruns: &[
+            (4, &[(0, 100, 101)]),
+            (4, &[(0, 127, 128)]),
+            (4, &[(0, 128, 129)]),
+            (4, &[(0, 149, 150)]),
+            (4, &[(1, 125, 126)]),
+            (4, &[(2, 127, 128)]),
+            (4, &[(3, 128, 129)]),
+            (4, &[(4, 4, 5)]),
+            (4, &[(0, 110, 123), (1, 126, 129)]),
+            (16, &[(0, 130, 150), (3, 128, 129)]),
         ],
     },
 ];
 
-fn invariance_case(c: &'static Invariance, gpu: &Gpu) -> Result<crate::common::Outcome, String> {
-    let shape = AttentionShape::new(c.t, c.pos0, c.n_heads, c.n_kv_heads, c.head_dim);
-    let p = problem(&shape, (c.t * 1000 + c.pos0) as u64);
-    let batch = run(gpu, &shape, &p.q, &p.k, &p.v);
+fn invariance_case(c: &'static Invariance, gpu: &Gpu) -> Result<Outcome, String> {
+    let heads = Heads {
+        n_heads: c.n_heads,
+        n_kv_heads: c.n_kv_heads,
+        head_dim: c.head_dim,
+        block_size: c.block_size,
+        sharp: 1.0,
+    };
+    let lens: Vec<usize> = c.seqs.iter().map(|&(len, _)| len).collect();
+    let seed = (c.n_heads * 1000 + c.head_dim) as u64;
+    let seqs = sequences(&heads, &lens, seed);
+    let queries = batch_queries(c.seqs);
+    let batch = run(gpu, &heads, &seqs, &queries, seed + 1);
     // The whole batch must be right, or bitwise agreement would prove nothing.
-    let outcome = check_close(
-        &batch,
-        &reference::attention::attention(&shape, &p.q, &p.k, &p.v),
-        TOLERANCE,
-    )?;
-    let row = c.n_heads * c.head_dim;
-    for &(start, rows) in c.splits {
-        let i = start - c.pos0;
-        assert!(i + rows <= c.t, "split {start}+{rows} outside the batch");
-        let sub = AttentionShape::new(rows, start, c.n_heads, c.n_kv_heads, c.head_dim);
-        // The same caches: rows past start + rows hold later tokens, which must be unseen.
-        let y = run(gpu, &sub, &p.q[i * row..(i + rows) * row], &p.k, &p.v);
-        check_bitwise(
-            &format!(
-                "positions {start}..{} with t={rows} vs inside t={} at pos0={}",
-                start + rows,
-                c.t,
-                c.pos0
-            ),
-            &y,
-            &batch[i * row..(i + rows) * row],
-        )?;
+    let outcome = check_close(&batch, &expected(&heads, &seqs, &queries), TOLERANCE)?;
+    let row = heads.q_row();
+    for (r, &(block_size, parts)) in c.reruns.iter().enumerate() {
+        let rerun: Vec<Query> = parts
+            .iter()
+            .flat_map(|&(s, first, end)| (first..end).map(move |p| (s, p)))
+            .collect();
+        let heads = Heads {
+            block_size,
+            ..heads
+        };
+        // Other physical blocks (another seed), maybe another block size.
+        let y = run(gpu, &heads, &seqs, &rerun, seed + 100 + r as u64);
+        for (i, query) in rerun.iter().enumerate() {
+            let at = queries
+                .iter()
+                .position(|q| q == query)
+                .expect("rerun row in batch");
+            check_bitwise(
+                &format!(
+                    "sequence {} position {} in rerun {r} (t={}, block size {block_size}) vs \
+                     in the batch (t={})",
+                    query.0,
+                    query.1,
+                    rerun.len(),
+                    queries.len()
+                ),
+                &y[i * row..(i + 1) * row],
+                &batch[at * row..(at + 1) * row],
+            )?;
+        }
     }
     Ok(outcome)
 }
 
 pub fn cases() -> Vec<Case> {
     let mut cases = Vec::new();
-    for &(t, pos0, n_heads, n_kv_heads, head_dim, sharp) in SHAPES {
-        let name = format!("t{t}_pos{pos0}_h{n_heads}_kv{n_kv_heads}_d{head_dim}_scale{sharp}");
+    for row in SHAPES {
+        let (n_heads, n_kv_heads, head_dim, block_size, sharp, seqs) = *row;
+        let seqs: Vec<String> = seqs.iter().map(|(l, f)| format!("{f}..{l}")).collect();
+        let name = format!(
+            "h{n_heads}_kv{n_kv_heads}_d{head_dim}_bs{block_size}_scale{sharp}_rows{}",
+            seqs.join(",")
+        );
         cases.push(Case::new("attention", name, move |gpu| {
-            let mut shape = AttentionShape::new(t, pos0, n_heads, n_kv_heads, head_dim);
-            shape.scale *= sharp;
-            let p = problem(
-                &shape,
-                (t * 100_000 + pos0 * 1000 + n_heads * 10 + head_dim) as u64,
-            );
-            let y = run(gpu, &shape, &p.q, &p.k, &p.v);
-            check_close(
-                &y,
-                &reference::attention::attention(&shape, &p.q, &p.k, &p.v),
-                TOLERANCE,
-            )
+            accuracy_case(row, gpu)
         }));
     }
     for c in INVARIANCE {
         let name = format!(
-            "batch-invariance/t{}_pos{}_h{}_kv{}_d{}",
-            c.t, c.pos0, c.n_heads, c.n_kv_heads, c.head_dim
+            "batch-invariance/h{}_kv{}_d{}_bs{}",
+            c.n_heads, c.n_kv_heads, c.head_dim, c.block_size
         );
         cases.push(Case::new("attention", name, move |gpu| {
             invariance_case(c, gpu)

@@ -1,10 +1,11 @@
-//! SiLU-gate, residual add and bias add: lengths that are not multiples of the workgroup, a length
-//! whose workgroups need a 2D grid, extreme gate values (no inf or NaN), and invariance of
-//! a value to the length of the array it sits in.
+//! SiLU-gate, residual add, bias add and row gather: lengths that are not multiples of the
+//! workgroup, a length whose workgroups need a 2D grid, extreme gate values (no inf or NaN),
+//! invariance of a value to the length of the array it sits in, and gathers (repeated,
+//! shuffled and out-of-range rows) that copy exactly.
 
 use sprout::gpu::Gpu;
 use sprout::gpu::kernels::elementwise::{
-    WORKGROUP, encode_add_bias, encode_residual_add, encode_silu_gate,
+    WORKGROUP, encode_add_bias, encode_gather_rows, encode_residual_add, encode_silu_gate,
 };
 use sprout::reference::elementwise as reference;
 
@@ -78,8 +79,57 @@ fn check_bias(gpu: &Gpu, m: usize, cols: usize) -> Result<Outcome, String> {
     check_close(&got, &want, ADD_TOLERANCE)
 }
 
+/// Gathers `m` rows of `width` from `n_src` rows: repeated and shuffled indices, and (when
+/// `past_end`) one index past `src`, which gives zeros.
+fn check_gather(
+    gpu: &Gpu,
+    n_src: usize,
+    m: usize,
+    width: usize,
+    past_end: bool,
+) -> Result<Outcome, String> {
+    let mut rng = Rng::new((n_src * 7 + m * 31 + width) as u64);
+    let src = rng.vec(n_src * width, 3.0);
+    let mut rows: Vec<u32> = (0..m).map(|_| rng.below(n_src as u32)).collect();
+    if past_end {
+        rows[m / 2] = n_src as u32 + 1;
+    }
+    let (st, rt, dst) = (gpu.upload(&src), gpu.upload(&rows), gpu.zeros(m * width));
+    let mut enc = gpu.encoder();
+    encode_gather_rows(gpu, &mut enc, &st, &rt, m, width, &dst);
+    gpu.submit(enc);
+    check_bitwise(
+        "gathered rows",
+        &read_f32(gpu, &dst),
+        &reference::gather_rows(&src, &rows, width),
+    )?;
+    Ok(Outcome {
+        nmse: 0.0,
+        tolerance: ADD_TOLERANCE,
+    })
+}
+
 pub fn cases() -> Vec<Case> {
     let mut cases = Vec::new();
+    // SmolLM2's hidden size picking the rows that need logits; widths off the workgroup;
+    // one row; every row once.
+    for (n_src, m, width, past_end) in [
+        (64, 5, 576, false),
+        (1, 1, 576, false),
+        (300, 64, 257, false),
+        (10, 10, 1, false),
+        (17, 9, 192, true),
+        (3, 200, 4096, false),
+    ] {
+        cases.push(Case::new(
+            "elementwise",
+            format!(
+                "gather_rows/src{n_src}_m{m}_w{width}{}",
+                if past_end { "_past-end" } else { "" }
+            ),
+            move |gpu| check_gather(gpu, n_src, m, width, past_end),
+        ));
+    }
     for (m, cols) in [(1, 576), (7, 192), (13, 257), (64, 64)] {
         cases.push(Case::new(
             "elementwise",

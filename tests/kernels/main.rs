@@ -10,6 +10,7 @@ mod attention;
 mod common;
 mod elementwise;
 mod embedding;
+mod kv_write;
 mod matmul;
 mod rmsnorm;
 mod rope;
@@ -23,6 +24,7 @@ fn main() {
     let cases: Vec<Case> = [
         matmul::cases(),
         attention::cases(),
+        kv_write::cases(),
         embedding::cases(),
         rmsnorm::cases(),
         rope::cases(),

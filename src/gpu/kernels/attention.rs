@@ -1,24 +1,28 @@
-//! Causal attention with grouped-query heads over a contiguous KV cache
+//! Causal attention with grouped-query heads over the paged KV pool, for a varlen batch
 //! (shaders/attention.wgsl).
 //!
 //! Owns one dispatch, `out[i, h] = Σ_j softmax_j(scale · q[i, h] · k[j, g]) · v[j, g]` with
-//! kv head `g = h / (n_heads / n_kv_heads)`, for the `t` query rows of one sequence at
-//! absolute positions `pos0 .. pos0 + t`, where row `i` attends keys `0 ..= pos0 + i`.
-//! `q` and `out` are `[t, n_heads, head_dim]`; `k` and `v` are `[s_cap, n_kv_heads,
-//! head_dim]` with rows `0 .. pos0 + t` already written (the new tokens' keys and values
-//! included). Rows past `pos0 + t` are never read.
+//! kv head `g = h / (n_heads / n_kv_heads)`, for `t` query rows that may come from any
+//! number of sequences (prefill chunks and single-token decodes together). Each query row
+//! carries, in `rows [t, 2]` (u32), the offset of its sequence's block table in
+//! `block_tables` and its own absolute position `p`; it attends keys `0 ..= p` of its
+//! sequence, key `j` living at pool row
+//! `block_tables[offset + j / block_size] * block_size + j % block_size`.
+//! `q` and `out` are `[t, n_heads, head_dim]`; `k_pool` and `v_pool` are
+//! `[num_blocks * block_size, n_kv_heads, head_dim]`, with every key a row attends already
+//! written (the batch's new keys and values included: record `kv_write` first).
 //! `head_dim` is a multiple of 4 (the kernel reads vec4s) and at most `MAX_HEAD_DIM`;
 //! `scale` is positive.
 //!
-//! Invariant: a row's output is bitwise the same whatever `t` and `pos0` split put it in a
-//! dispatch (decoded alone or inside any prefill chunk). One workgroup per (head, row) takes
-//! keys in fixed chunks of 64 from key 0 with an online softmax whose order of operations
-//! depends only on `head_dim` and the row's own key count (DESIGN.md, principle 1; the
-//! shader's header spells out the order).
+//! Invariant: a row's output is bitwise the same whichever other rows and sequences share
+//! the dispatch, whatever prefill chunking put it there, and whichever physical blocks hold
+//! its keys. One workgroup per (head, row) takes keys in fixed chunks of 64 from key 0 with
+//! an online softmax whose order of operations depends only on `head_dim` and the row's own
+//! key count `p + 1` (DESIGN.md, principle 1; the shader's header spells out the order).
 //!
-//! Paged KV (block tables) and varlen batches will change where a key's row lives and where
-//! a query row's position comes from (`kv_base` and `n_keys` in the shader), not the
-//! reduction.
+//! `rows` and `block_tables` live on the GPU, so the host cannot check them: a wrong offset
+//! or block id reads the wrong keys (past the end of a buffer, whatever robust buffer access
+//! gives). The caller (the runner, from a `StepPlan`) keeps them right.
 
 use crate::gpu::pipelines::{Access, KernelSpec};
 use crate::gpu::{Gpu, Tensor};
@@ -30,27 +34,33 @@ pub const MAX_HEAD_DIM: usize = 256;
 /// The sizes of one attention dispatch.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct AttentionShape {
-    /// Query rows (tokens of one sequence) in this dispatch.
+    /// Query rows in this dispatch, from any number of sequences.
     pub t: usize,
-    /// Absolute position of the first query row; row `i` sees `pos0 + i + 1` keys.
-    pub pos0: usize,
     pub n_heads: usize,
     /// Key/value heads; must divide `n_heads`.
     pub n_kv_heads: usize,
     pub head_dim: usize,
+    /// Key rows per block of the KV pools.
+    pub block_size: usize,
     /// Multiplies `q · k`; positive, normally `1 / sqrt(head_dim)`.
     pub scale: f32,
 }
 
 impl AttentionShape {
     /// The usual shape, with `scale = 1 / sqrt(head_dim)`.
-    pub fn new(t: usize, pos0: usize, n_heads: usize, n_kv_heads: usize, head_dim: usize) -> Self {
+    pub fn new(
+        t: usize,
+        n_heads: usize,
+        n_kv_heads: usize,
+        head_dim: usize,
+        block_size: usize,
+    ) -> Self {
         AttentionShape {
             t,
-            pos0,
             n_heads,
             n_kv_heads,
             head_dim,
+            block_size,
             scale: 1.0 / (head_dim as f32).sqrt(),
         }
     }
@@ -65,9 +75,9 @@ impl AttentionShape {
         self.t * self.n_heads * self.head_dim
     }
 
-    /// Values of `k` (and of `v`) that the dispatch reads: `(pos0 + t) * n_kv_heads * head_dim`.
-    pub fn kv_len(&self) -> usize {
-        (self.pos0 + self.t) * self.n_kv_heads * self.head_dim
+    /// Values in one key (or value) row of the pools: `n_kv_heads * head_dim`.
+    pub fn kv_dim(&self) -> usize {
+        self.n_kv_heads * self.head_dim
     }
 
     /// Panics, naming the problem, when the shape is not one the kernel supports.
@@ -85,13 +95,14 @@ impl AttentionShape {
             "attention: head_dim {} is not a multiple of 4 in 4..={MAX_HEAD_DIM}",
             self.head_dim
         );
+        assert!(self.block_size > 0, "attention: block_size is 0");
         assert!(
             self.scale.is_finite() && self.scale > 0.0,
             "attention: scale {} is not finite and positive",
             self.scale
         );
         assert!(
-            u32::try_from(self.kv_len()).is_ok() && u32::try_from(self.q_len()).is_ok(),
+            u32::try_from(self.q_len()).is_ok() && u32::try_from(self.block_size).is_ok(),
             "attention: {self:?} indexes past u32"
         );
     }
@@ -101,36 +112,49 @@ impl AttentionShape {
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 struct Params {
     t: u32,
-    pos0: u32,
     n_heads: u32,
     n_kv_heads: u32,
     head_dim: u32,
     group: u32,
+    block_size: u32,
     scale: f32,
     _pad: u32,
 }
 
 pub fn spec() -> KernelSpec {
+    use Access::{Read, ReadWrite};
     KernelSpec {
-        key: "attention/causal_contiguous".into(),
+        key: "attention/causal_paged".into(),
         source: SOURCE.into(),
         entry: "attention",
-        storage: &[Access::Read, Access::Read, Access::Read, Access::ReadWrite],
+        storage: &[Read, Read, Read, Read, Read, ReadWrite],
     }
 }
 
-/// Records causal attention for `shape.t` query rows of one sequence into `encoder`.
+/// Records causal paged attention for the `shape.t` query rows of a varlen batch into
+/// `encoder`.
+///
+/// `rows`: `[t, 2]` u32 per query row: (offset of its sequence's block table in
+/// `block_tables`, the row's absolute position `p`); the row attends keys `0 ..= p` of its
+/// sequence. Key `j`'s K/V row lives at pool row
+/// `block_tables[offset + j / block_size] * block_size + j % block_size`.
+/// `k_pool`/`v_pool`: `[num_blocks * block_size, n_kv_heads, head_dim]` f32.
+/// `q` and `out`: `[t, n_heads, head_dim]` f32.
+#[allow(clippy::too_many_arguments)]
 pub fn encode(
     gpu: &Gpu,
     encoder: &mut wgpu::CommandEncoder,
     shape: &AttentionShape,
     q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
+    k_pool: &Tensor,
+    v_pool: &Tensor,
+    block_tables: &Tensor,
+    rows: &Tensor,
     out: &Tensor,
 ) {
     shape.validate();
-    let (q_len, kv_len) = (shape.q_len(), shape.kv_len());
+    let q_len = shape.q_len();
+    let block_len = shape.block_size * shape.kv_dim();
     assert!(
         q.len >= q_len,
         "attention: q holds {} values, {shape:?} needs {q_len}",
@@ -142,18 +166,42 @@ pub fn encode(
         out.len
     );
     assert!(
-        k.len >= kv_len,
-        "attention: k holds {} values, {shape:?} reads {kv_len} (rows 0..{})",
-        k.len,
-        shape.pos0 + shape.t
+        rows.len >= 2 * shape.t,
+        "attention: rows hold {} values, {} query rows need {}",
+        rows.len,
+        shape.t,
+        2 * shape.t
     );
+    for (name, pool) in [("k_pool", k_pool), ("v_pool", v_pool)] {
+        assert!(
+            pool.len >= block_len && pool.len.is_multiple_of(block_len),
+            "attention: {name} holds {} values, not a whole number of blocks of {block_len} \
+             ({} rows of {})",
+            pool.len,
+            shape.block_size,
+            shape.kv_dim()
+        );
+        assert!(
+            u32::try_from(pool.len / 4).is_ok(),
+            "attention: {name} holds {} values, past u32 vec4 indexing",
+            pool.len
+        );
+    }
     assert!(
-        v.len >= kv_len,
-        "attention: v holds {} values, {shape:?} reads {kv_len} (rows 0..{})",
-        v.len,
-        shape.pos0 + shape.t
+        k_pool.len == v_pool.len,
+        "attention: k_pool holds {} values but v_pool {}",
+        k_pool.len,
+        v_pool.len
     );
-    for (name, t) in [("q", q), ("k", k), ("v", v), ("out", out)] {
+    let buffers = [
+        ("q", q),
+        ("k_pool", k_pool),
+        ("v_pool", v_pool),
+        ("block_tables", block_tables),
+        ("rows", rows),
+        ("out", out),
+    ];
+    for (name, t) in buffers {
         assert!(
             t.buffer.size() <= gpu.caps.max_binding,
             "attention: {name} is {} bytes, past the adapter's {}-byte binding limit",
@@ -173,11 +221,11 @@ pub fn encode(
     }
     let params = Params {
         t: shape.t as u32,
-        pos0: shape.pos0 as u32,
         n_heads: shape.n_heads as u32,
         n_kv_heads: shape.n_kv_heads as u32,
         head_dim: shape.head_dim as u32,
         group: shape.group() as u32,
+        block_size: shape.block_size as u32,
         scale: shape.scale,
         _pad: 0,
     };
@@ -186,7 +234,7 @@ pub fn encode(
         encoder,
         &kernel,
         bytemuck::bytes_of(&params),
-        &[&q.buffer, &k.buffer, &v.buffer, &out.buffer],
+        &buffers.map(|(_, t)| &t.buffer),
         [shape.n_heads as u32, shape.t as u32, 1],
     );
 }

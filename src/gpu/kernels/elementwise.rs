@@ -1,10 +1,12 @@
 //! Elementwise kernels (shaders/elementwise.wgsl): the SwiGLU gate `out = silu(gate) * up`,
-//! the in-place residual add `a += b` and the in-place bias add `x[m, cols] += bias[cols]`.
+//! the in-place residual add `a += b`, the in-place bias add `x[m, cols] += bias[cols]`,
+//! and the row gather `dst[r, :] = src[rows[r], :]` (which picks the rows of a varlen batch
+//! that need logits).
 //!
 //! Any length works: the last workgroup is partial, and more workgroups than the adapter
 //! allows per dimension are folded into a 2D grid ([`grid`], also used by the other
 //! one-invocation-per-element and one-workgroup-per-row kernels). No reductions, so every
-//! value is independent of the length and of its neighbours.
+//! value is independent of the length and of its neighbours; the gather is a bitwise copy.
 
 use crate::gpu::grid::grid;
 use crate::gpu::pipelines::{Access, KernelSpec};
@@ -28,13 +30,15 @@ pub enum Elementwise {
     SiluGate,
     ResidualAdd,
     AddBias,
+    GatherRows,
 }
 
 impl Elementwise {
-    pub const ALL: [Elementwise; 3] = [
+    pub const ALL: [Elementwise; 4] = [
         Elementwise::SiluGate,
         Elementwise::ResidualAdd,
         Elementwise::AddBias,
+        Elementwise::GatherRows,
     ];
 
     fn entry(self) -> &'static str {
@@ -42,6 +46,7 @@ impl Elementwise {
             Elementwise::SiluGate => "silu_gate",
             Elementwise::ResidualAdd => "residual_add",
             Elementwise::AddBias => "add_bias",
+            Elementwise::GatherRows => "gather_rows",
         }
     }
 }
@@ -52,7 +57,9 @@ pub fn spec(kernel: Elementwise) -> KernelSpec {
         source: SOURCE.to_string(),
         entry: kernel.entry(),
         storage: match kernel {
-            Elementwise::SiluGate => &[Access::ReadWrite, Access::Read, Access::Read],
+            Elementwise::SiluGate | Elementwise::GatherRows => {
+                &[Access::ReadWrite, Access::Read, Access::Read]
+            }
             Elementwise::ResidualAdd | Elementwise::AddBias => &[Access::ReadWrite, Access::Read],
         },
     }
@@ -170,5 +177,48 @@ pub fn encode_add_bias(
         m * cols,
         cols,
         &[&x.buffer, &bias.buffer],
+    );
+}
+
+/// Records `dst[r, :] = src[rows[r], :]` for `r in 0..m`, rows of `width` f32 (a bitwise
+/// copy). `rows` holds `m` u32 row indices into `src`; an index past `src` gives a row of
+/// zeros. `dst` must be its own buffer.
+pub fn encode_gather_rows(
+    gpu: &Gpu,
+    encoder: &mut wgpu::CommandEncoder,
+    src: &Tensor,
+    rows: &Tensor,
+    m: usize,
+    width: usize,
+    dst: &Tensor,
+) {
+    assert!(width > 0, "gather_rows: width is 0");
+    assert!(
+        src.len >= width,
+        "gather_rows: src holds {} values, less than one row of {width}",
+        src.len
+    );
+    assert!(
+        u32::try_from(src.len).is_ok(),
+        "gather_rows: src holds {} values, past u32 indexing",
+        src.len
+    );
+    assert!(
+        rows.len >= m,
+        "gather_rows: rows hold {} indices, need {m}",
+        rows.len
+    );
+    assert!(
+        dst.len >= m * width,
+        "gather_rows: dst holds {} values, needs {m}x{width}",
+        dst.len
+    );
+    dispatch(
+        gpu,
+        encoder,
+        Elementwise::GatherRows,
+        m * width,
+        width,
+        &[&dst.buffer, &src.buffer, &rows.buffer],
     );
 }

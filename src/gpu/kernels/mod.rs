@@ -4,6 +4,7 @@
 pub mod attention;
 pub mod elementwise;
 pub mod embedding;
+pub mod kv_write;
 pub mod matmul;
 pub mod rmsnorm;
 pub mod rope;
@@ -27,6 +28,7 @@ pub fn all_modules() -> Vec<(String, String)> {
     for (name, source) in [
         ("attention", attention::SOURCE),
         ("elementwise", elementwise::SOURCE),
+        ("kv_write", kv_write::SOURCE),
         ("rmsnorm", rmsnorm::SOURCE),
         ("rope", rope::SOURCE),
     ] {

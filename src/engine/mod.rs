@@ -1,0 +1,235 @@
+//! The step loop: plan (the scheduler, on the CPU) -> run (the GPU) -> update.
+//!
+//! An [`Engine`] owns a scheduler and a step runner over one loaded [`Decoder`]. Callers
+//! add requests at any time (they join the batch as blocks allow) and call
+//! [`Engine::step`] until [`Engine::has_work`] is false; each step reports the tokens it
+//! drew (for streaming and progress) and the samples that finished.
+
+mod pack;
+mod runner;
+
+pub use pack::PackedBatch;
+pub use runner::StepRunner;
+
+use serde::Serialize;
+
+use crate::error::SproutError;
+use crate::gpu::Gpu;
+use crate::kv::DEFAULT_BLOCK_SIZE;
+use crate::model::config::ModelConfig;
+use crate::model::decoder::Decoder;
+use crate::model::paged_kv::PagedKv;
+use crate::sched::{
+    FinishedSample, Request, RequestId, Scheduler, SchedulerConfig, SchedulerStats,
+};
+
+/// How much KV memory to use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KvSize {
+    /// Chosen from the adapter and the model ([`default_kv_memory`]).
+    Auto,
+    /// A budget in bytes over all layers, K and V.
+    Memory(u64),
+    /// An exact number of blocks.
+    Blocks(usize),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct EngineConfig {
+    pub block_size: usize,
+    pub kv: KvSize,
+    /// Tokens per step, at most.
+    pub max_batch_tokens: usize,
+    /// Sequences per step, at most (each drawing sequence needs a row of logits).
+    pub max_num_seqs: usize,
+    pub prefix_caching: bool,
+    /// Names the weights in every block hash; change it when the weights change.
+    pub weights_version: u64,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            block_size: DEFAULT_BLOCK_SIZE,
+            kv: KvSize::Auto,
+            max_batch_tokens: 512,
+            max_num_seqs: 128,
+            prefix_caching: true,
+            weights_version: 0,
+        }
+    }
+}
+
+/// The default KV budget, by adapter kind (wgpu does not report memory sizes): 2 GiB on
+/// a discrete GPU, 1 GiB on a CPU adapter (system memory), 512 MiB otherwise (integrated,
+/// virtual, browser). [`Engine::new`] then caps the block count by the binding limit.
+pub fn default_kv_memory(gpu: &Gpu) -> u64 {
+    const MIB: u64 = 1 << 20;
+    match gpu.adapter.device_type.as_str() {
+        "discrete-gpu" => 2048 * MIB,
+        "cpu" => 1024 * MIB,
+        _ => 512 * MIB,
+    }
+}
+
+/// A token drawn this step.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct DrawnToken {
+    pub request_index: u32,
+    pub sample_index: u32,
+    pub token: u32,
+    pub logprob: f32,
+}
+
+/// What one step did.
+#[derive(Clone, Debug, Default)]
+pub struct StepOutput {
+    pub drawn: Vec<DrawnToken>,
+    pub finished: Vec<FinishedSample>,
+    /// Tokens computed this step.
+    pub tokens: usize,
+}
+
+pub struct Engine<'d> {
+    decoder: &'d Decoder,
+    scheduler: Scheduler,
+    runner: StepRunner,
+}
+
+impl<'d> Engine<'d> {
+    pub fn new(decoder: &'d Decoder, config: &EngineConfig) -> Result<Engine<'d>, SproutError> {
+        let (gpu, c) = (&*decoder.gpu, &decoder.config);
+        let num_blocks = num_blocks(gpu, c, config)?;
+        let kv = PagedKv::new(gpu, c, num_blocks, config.block_size)?;
+        // Each drawing sequence needs a row of logits; all of them must fit one binding.
+        let logit_rows = (gpu.caps.max_binding / (4 * c.vocab_size as u64)) as usize;
+        let max_num_seqs = config
+            .max_num_seqs
+            .min(config.max_batch_tokens)
+            .min(logit_rows)
+            .max(1);
+        let scheduler = Scheduler::new(SchedulerConfig {
+            block_size: config.block_size,
+            num_blocks,
+            max_batch_tokens: config.max_batch_tokens,
+            max_num_seqs,
+            max_model_len: decoder.max_positions(),
+            weights_version: config.weights_version,
+            prefix_caching: config.prefix_caching,
+        });
+        let runner = StepRunner::new(decoder, kv, config.max_batch_tokens, max_num_seqs);
+        Ok(Engine {
+            decoder,
+            scheduler,
+            runner,
+        })
+    }
+
+    pub fn decoder(&self) -> &Decoder {
+        self.decoder
+    }
+
+    pub fn scheduler(&self) -> &Scheduler {
+        &self.scheduler
+    }
+
+    pub fn stats(&self) -> &SchedulerStats {
+        self.scheduler.stats()
+    }
+
+    pub fn num_blocks(&self) -> usize {
+        self.scheduler.config().num_blocks
+    }
+
+    pub fn has_work(&self) -> bool {
+        self.scheduler.has_work()
+    }
+
+    /// Queues a request after checking its tokens against the vocabulary.
+    pub fn add_request(&mut self, request: Request) -> Result<RequestId, SproutError> {
+        let vocab = self.decoder.config.vocab_size;
+        if let Some(bad) = request.prompt.iter().find(|&&id| id as usize >= vocab) {
+            return Err(SproutError::Shape(format!(
+                "prompt token {bad} is outside the vocabulary of {vocab}"
+            )));
+        }
+        Ok(self.scheduler.add_request(request)?)
+    }
+
+    /// Stops a request now; returns its samples with what they had generated.
+    pub fn abort(&mut self, id: RequestId) -> Result<Vec<FinishedSample>, SproutError> {
+        Ok(self.scheduler.abort(id)?)
+    }
+
+    /// Runs one step.
+    pub async fn step(&mut self) -> Result<StepOutput, SproutError> {
+        let plan = self.scheduler.schedule();
+        if plan.is_empty() {
+            if self.scheduler.has_work() {
+                return Err(SproutError::Shape(
+                    "the scheduler could not place any queued work (this is a bug)".into(),
+                ));
+            }
+            return Ok(StepOutput::default());
+        }
+        let results = self.runner.run(self.decoder, &plan).await?;
+        let drawn = plan
+            .draws
+            .iter()
+            .zip(&results)
+            .map(|(d, r)| DrawnToken {
+                request_index: d.request_index,
+                sample_index: d.sample_index,
+                token: r.token,
+                logprob: r.logprob,
+            })
+            .collect();
+        let finished = self.scheduler.update(&plan, &results)?;
+        Ok(StepOutput {
+            drawn,
+            finished,
+            tokens: plan.num_tokens(),
+        })
+    }
+
+    /// Steps until every request has finished; returns every sample, ordered by request
+    /// index then sample index. `on_step` sees each step's output as it happens.
+    pub async fn run_to_completion(
+        &mut self,
+        mut on_step: impl FnMut(&StepOutput),
+    ) -> Result<Vec<FinishedSample>, SproutError> {
+        let mut out = Vec::new();
+        while self.has_work() {
+            let step = self.step().await?;
+            on_step(&step);
+            out.extend(step.finished);
+        }
+        out.sort_by_key(|s| (s.request_index, s.sample_index));
+        Ok(out)
+    }
+}
+
+fn num_blocks(gpu: &Gpu, c: &ModelConfig, config: &EngineConfig) -> Result<usize, SproutError> {
+    let bs = config.block_size;
+    if bs == 0 {
+        return Err(SproutError::Shape(
+            "the KV block size must be at least 1".into(),
+        ));
+    }
+    let max = PagedKv::max_blocks(gpu, c, bs);
+    let per_block = PagedKv::bytes_per_block(c, bs);
+    let wanted = match config.kv {
+        KvSize::Blocks(n) => return Ok(n),
+        KvSize::Memory(bytes) => {
+            let n = PagedKv::blocks_for_memory(c, bs, bytes);
+            if n == 0 {
+                return Err(SproutError::Shape(format!(
+                    "a KV budget of {bytes} bytes holds no block ({per_block} bytes each)"
+                )));
+            }
+            n
+        }
+        KvSize::Auto => PagedKv::blocks_for_memory(c, bs, default_kv_memory(gpu)),
+    };
+    Ok(wanted.min(max))
+}

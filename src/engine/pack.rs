@@ -1,0 +1,118 @@
+//! Packing a [`StepPlan`] into the flat arrays the forward pass reads: plain data, tested
+//! on the CPU.
+
+use crate::sched::StepPlan;
+
+/// One step's inputs, row by row in chunk order.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PackedBatch {
+    pub ids: Vec<u32>,
+    pub positions: Vec<u32>,
+    /// The pool row each token's K and V go to: `block * block_size + position % block_size`.
+    pub slots: Vec<u32>,
+    /// Per row: (offset of its sequence's table in `block_tables`, its position).
+    pub rows: Vec<[u32; 2]>,
+    pub block_tables: Vec<u32>,
+    /// The rows whose logits are computed: the last row of each chunk that draws.
+    pub logit_rows: Vec<u32>,
+    /// Per draw of the plan, the index into `logit_rows` it draws from (the G draws of a
+    /// group's prompt share one).
+    pub draw_rows: Vec<u32>,
+}
+
+impl PackedBatch {
+    /// Packs `plan`, reusing this batch's allocations.
+    pub fn pack(&mut self, plan: &StepPlan, block_size: usize) {
+        self.ids.clear();
+        self.positions.clear();
+        self.slots.clear();
+        self.rows.clear();
+        self.block_tables.clear();
+        self.logit_rows.clear();
+        self.draw_rows.clear();
+        let mut chunk_logit_row = vec![None; plan.chunks.len()];
+        for draw in &plan.draws {
+            chunk_logit_row[draw.chunk] = Some(0);
+        }
+        for (c, chunk) in plan.chunks.iter().enumerate() {
+            let offset = self.block_tables.len() as u32;
+            self.block_tables.extend_from_slice(&chunk.block_table);
+            for (i, &id) in chunk.tokens.iter().enumerate() {
+                let pos = chunk.start + i;
+                let block = chunk.block_table[pos / block_size] as usize;
+                self.ids.push(id);
+                self.positions.push(pos as u32);
+                self.slots
+                    .push((block * block_size + pos % block_size) as u32);
+                self.rows.push([offset, pos as u32]);
+            }
+            if let Some(r) = &mut chunk_logit_row[c] {
+                *r = self.logit_rows.len() as u32;
+                self.logit_rows.push(self.ids.len() as u32 - 1);
+            }
+        }
+        for draw in &plan.draws {
+            let row = chunk_logit_row[draw.chunk].expect("marked above");
+            self.draw_rows.push(row);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sched::{Chunk, Draw, SeqId};
+
+    fn draw(chunk: usize, sample_index: u32) -> Draw {
+        Draw {
+            chunk,
+            request_index: 0,
+            sample_index,
+            position: 0,
+            seed: 0,
+            temperature: 1.0,
+        }
+    }
+
+    #[test]
+    fn packs_prefill_and_decode_rows_with_their_tables() {
+        let plan = StepPlan {
+            copies: vec![],
+            chunks: vec![
+                Chunk {
+                    seq: SeqId(0),
+                    start: 3,
+                    tokens: vec![10, 11, 12],
+                    block_table: vec![7, 2],
+                    is_prefill: true,
+                },
+                Chunk {
+                    seq: SeqId(1),
+                    start: 0,
+                    tokens: vec![20, 21],
+                    block_table: vec![5],
+                    is_prefill: true,
+                },
+                Chunk {
+                    seq: SeqId(2),
+                    start: 9,
+                    tokens: vec![30],
+                    block_table: vec![1, 4, 6],
+                    is_prefill: false,
+                },
+            ],
+            draws: vec![draw(0, 0), draw(0, 1), draw(2, 0)],
+        };
+        let mut b = PackedBatch::default();
+        b.pack(&plan, 4);
+        assert_eq!(b.ids, [10, 11, 12, 20, 21, 30]);
+        assert_eq!(b.positions, [3, 4, 5, 0, 1, 9]);
+        // Position 3 is block 7 slot 3; 4 and 5 are block 2 slots 0 and 1; 9 is block 6 slot 1.
+        assert_eq!(b.slots, [31, 8, 9, 20, 21, 25]);
+        assert_eq!(b.block_tables, [7, 2, 5, 1, 4, 6]);
+        assert_eq!(b.rows, [[0, 3], [0, 4], [0, 5], [2, 0], [2, 1], [3, 9]]);
+        // Chunk 1 draws nothing, so it has no logits row.
+        assert_eq!(b.logit_rows, [2, 5]);
+        assert_eq!(b.draw_rows, [0, 0, 1]);
+    }
+}

@@ -1,0 +1,175 @@
+//! Executes a [`StepPlan`] on the GPU: block copies, one varlen forward pass, the draws.
+//!
+//! One step records one command encoder and submits once. The inputs are written with
+//! `queue.write_buffer` into buffers allocated up front (grown, rarely, when a step needs
+//! more draws or table entries than any before), and only the drawn tokens and their
+//! log-probabilities come back, through a reused staging buffer: never the logits.
+
+use crate::error::SproutError;
+use crate::gpu::kernels::sample::{self, SampleKey};
+use crate::gpu::kernels::softmax::{self, Extra, RowStats};
+use crate::gpu::{Gpu, Tensor};
+use crate::model::decoder::{BatchView, Decoder, ForwardBuffers};
+use crate::model::paged_kv::PagedKv;
+use crate::sched::{DrawResult, StepPlan};
+
+use super::pack::PackedBatch;
+
+/// A storage buffer that is replaced by a larger one when a step needs more room.
+struct Growable {
+    tensor: Tensor,
+}
+
+impl Growable {
+    fn new(gpu: &Gpu, len: usize) -> Growable {
+        Growable {
+            tensor: gpu.zeros(len.max(1)),
+        }
+    }
+
+    /// Writes `data` at the start, growing first (to the next power of two) if needed.
+    fn write<T: bytemuck::Pod>(&mut self, gpu: &Gpu, data: &[T]) {
+        let words = std::mem::size_of_val(data) / 4;
+        if words > self.tensor.len {
+            self.tensor = gpu.zeros(words.next_power_of_two());
+        }
+        gpu.queue
+            .write_buffer(&self.tensor.buffer, 0, bytemuck::cast_slice(data));
+    }
+}
+
+pub struct StepRunner {
+    kv: PagedKv,
+    buffers: ForwardBuffers,
+    packed: PackedBatch,
+    ids: Growable,
+    positions: Growable,
+    slots: Growable,
+    rows: Growable,
+    block_tables: Growable,
+    logit_rows: Growable,
+    keys: Growable,
+    tokens: Growable,
+    logprobs: Growable,
+    stats: RowStats,
+    staging: wgpu::Buffer,
+    staging_size: u64,
+}
+
+impl StepRunner {
+    /// Buffers for steps of up to `max_t` tokens and `max_r` sequences that draw.
+    pub fn new(decoder: &Decoder, kv: PagedKv, max_t: usize, max_r: usize) -> StepRunner {
+        let gpu = &*decoder.gpu;
+        StepRunner {
+            kv,
+            buffers: ForwardBuffers::new(decoder, max_t, max_r),
+            packed: PackedBatch::default(),
+            ids: Growable::new(gpu, max_t),
+            positions: Growable::new(gpu, max_t),
+            slots: Growable::new(gpu, max_t),
+            rows: Growable::new(gpu, 2 * max_t),
+            block_tables: Growable::new(gpu, 4 * max_t),
+            logit_rows: Growable::new(gpu, max_r),
+            keys: Growable::new(gpu, max_r * size_of::<SampleKey>() / 4),
+            tokens: Growable::new(gpu, max_r),
+            logprobs: Growable::new(gpu, max_r),
+            stats: RowStats::zeros(gpu, max_r),
+            staging: gpu.staging(8 * max_r as u64),
+            staging_size: 8 * max_r as u64,
+        }
+    }
+
+    pub fn kv(&self) -> &PagedKv {
+        &self.kv
+    }
+
+    /// Runs `plan` and returns one result per draw, in the plan's order.
+    pub async fn run(
+        &mut self,
+        decoder: &Decoder,
+        plan: &StepPlan,
+    ) -> Result<Vec<DrawResult>, SproutError> {
+        let gpu = &*decoder.gpu;
+        let vocab = decoder.config.vocab_size;
+        let max_pos = decoder.max_positions();
+        if let Some(c) = plan.chunks.iter().find(|c| c.end() > max_pos) {
+            return Err(SproutError::Shape(format!(
+                "position {} is past the model's context of {max_pos} tokens",
+                c.end() - 1
+            )));
+        }
+        self.packed.pack(plan, self.kv.block_size);
+        let p = &self.packed;
+        let (t, r, d) = (p.ids.len(), p.logit_rows.len(), plan.draws.len());
+        self.ids.write(gpu, &p.ids);
+        self.positions.write(gpu, &p.positions);
+        self.slots.write(gpu, &p.slots);
+        self.rows.write(gpu, &p.rows);
+        self.block_tables.write(gpu, &p.block_tables);
+        self.logit_rows.write(gpu, &p.logit_rows);
+        let keys: Vec<SampleKey> = plan
+            .draws
+            .iter()
+            .zip(&p.draw_rows)
+            .map(|(draw, &row)| {
+                SampleKey::new(
+                    draw.seed,
+                    draw.request_index,
+                    draw.sample_index,
+                    draw.position,
+                    draw.temperature,
+                    row,
+                )
+            })
+            .collect();
+        self.keys.write(gpu, &keys);
+        if d > self.tokens.tensor.len {
+            self.tokens = Growable::new(gpu, d.next_power_of_two());
+            self.logprobs = Growable::new(gpu, d.next_power_of_two());
+        }
+        let bytes = 4 * d as u64;
+        if 2 * bytes > self.staging_size {
+            self.staging_size = (2 * bytes).next_power_of_two();
+            self.staging = gpu.staging(self.staging_size);
+        }
+
+        let mut enc = gpu.encoder();
+        for copy in &plan.copies {
+            self.kv.encode_copy(&mut enc, copy.src, copy.dst);
+        }
+        let batch = BatchView {
+            t,
+            ids: &self.ids.tensor,
+            positions: &self.positions.tensor,
+            slots: &self.slots.tensor,
+            rows: &self.rows.tensor,
+            block_tables: &self.block_tables.tensor,
+            r,
+            logit_rows: &self.logit_rows.tensor,
+        };
+        decoder.encode_forward(&mut enc, &batch, &self.kv, &self.buffers)?;
+        if d > 0 {
+            let logits = &self.buffers.logits;
+            let (keys, tokens) = (&self.keys.tensor, &self.tokens.tensor);
+            let stats = &self.stats;
+            softmax::encode(gpu, &mut enc, logits, r, vocab, stats, Extra::Nothing);
+            sample::encode(gpu, &mut enc, logits, vocab, keys, d, tokens);
+            let logprobs = &self.logprobs.tensor;
+            sample::encode_draw_logprobs(
+                gpu, &mut enc, logits, vocab, stats, keys, tokens, d, logprobs,
+            );
+            enc.copy_buffer_to_buffer(&tokens.buffer, 0, &self.staging, 0, bytes);
+            enc.copy_buffer_to_buffer(&logprobs.buffer, 0, &self.staging, bytes, bytes);
+        }
+        gpu.submit(enc);
+        let bytes = gpu.read_staged(&self.staging, 2 * bytes).await?;
+        // A Vec<u8> need not be aligned for u32: copy rather than cast.
+        let words: Vec<u32> = bytemuck::pod_collect_to_vec(&bytes);
+        Ok((0..d)
+            .map(|i| DrawResult {
+                token: words[i],
+                logprob: f32::from_bits(words[d + i]),
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,33 @@
+//! What the end-to-end tests share: every adapter (a failure when there is none) and the
+//! default model's path.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use sprout::gpu::{BackendChoice, Gpu, list_adapters};
+
+/// Every adapter; a failure when none is found.
+pub fn gpus() -> Vec<Arc<Gpu>> {
+    let gpus: Vec<Arc<Gpu>> = pollster::block_on(async {
+        let mut out = Vec::new();
+        for a in list_adapters(BackendChoice::Auto).await {
+            out.push(Gpu::from_adapter(&a).await.unwrap());
+        }
+        out
+    });
+    // These tests check numbers a GPU computes: with no adapter they fail (never pass
+    // vacuously), whether or not SPROUT_REQUIRE_GPU is set.
+    assert!(
+        !gpus.is_empty(),
+        "no GPU adapter found; on Linux without a GPU: apt-get install mesa-vulkan-drivers libvulkan1"
+    );
+    gpus
+}
+
+/// SmolLM2-135M-Instruct: `SPROUT_TEST_MODEL`, or the default model (fetched on first use).
+pub fn smollm2_path() -> PathBuf {
+    match std::env::var_os("SPROUT_TEST_MODEL").filter(|p| !p.is_empty()) {
+        Some(p) => PathBuf::from(p),
+        None => sprout::model::default_model::path().expect("the default model"),
+    }
+}

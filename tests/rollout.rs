@@ -1,0 +1,218 @@
+//! The engine end to end on every adapter: groups share their prompt, prefixes are reused
+//! across requests, a tiny pool preempts, and a sample's tokens and log-probs are bitwise
+//! the same alone or in a batch of 64, with or without prefix-cache hits, with any prefill
+//! chunk size and after preemption.
+//!
+//! Most tests use the tiny random Llama fixture (fast on a CPU adapter, and its flat
+//! distribution makes samples diverge quickly); one repeats the invariance check on the
+//! default model. Every test fails, never skips, when no adapter is found.
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use common::{gpus, smollm2_path};
+use sprout::engine::{Engine, EngineConfig, KvSize};
+use sprout::gpu::Gpu;
+use sprout::model::decoder::Decoder;
+use sprout::model::gguf_model::GgufModel;
+use sprout::model::safetensors_dir::SafetensorsDir;
+use sprout::sched::{FinishedSample, Request, SamplingParams, SchedulerStats};
+
+fn tiny_llama(gpu: &Arc<Gpu>) -> Decoder {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-llama");
+    let mut source = SafetensorsDir::open(&dir).unwrap();
+    Decoder::load(gpu.clone(), &mut source, &mut |_, _| {}).unwrap()
+}
+
+fn request(index: u32, prompt: Vec<u32>, n: usize, max_tokens: usize) -> Request {
+    Request {
+        index,
+        prompt,
+        n,
+        params: SamplingParams {
+            temperature: 1.0,
+            seed: 42,
+            max_tokens,
+            // No stop tokens: every sample runs to max_tokens, so lengths are known.
+            stop_ids: vec![],
+        },
+    }
+}
+
+/// A prompt of `len` tokens from the tiny model's vocabulary, different for each `salt`.
+fn prompt(len: usize, salt: u32) -> Vec<u32> {
+    (0..len as u32)
+        .map(|i| 3 + (i * 7 + salt * 13) % 300)
+        .collect()
+}
+
+fn run(
+    decoder: &Decoder,
+    config: &EngineConfig,
+    requests: &[Request],
+) -> (Vec<FinishedSample>, SchedulerStats) {
+    let mut engine = Engine::new(decoder, config).unwrap();
+    for r in requests {
+        engine.add_request(r.clone()).unwrap();
+    }
+    let out = pollster::block_on(engine.run_to_completion(|_| {})).unwrap();
+    (out, engine.stats().clone())
+}
+
+fn config(blocks: usize, max_batch_tokens: usize) -> EngineConfig {
+    EngineConfig {
+        kv: KvSize::Blocks(blocks),
+        max_batch_tokens,
+        ..EngineConfig::default()
+    }
+}
+
+/// The samples of request index 0, with log-probs as bits (bitwise comparison).
+fn first_prompt(samples: &[FinishedSample]) -> Vec<(u32, Vec<u32>, Vec<u32>)> {
+    samples
+        .iter()
+        .filter(|s| s.request_index == 0)
+        .map(|s| {
+            let bits = s.logprobs.iter().map(|l| l.to_bits()).collect();
+            (s.sample_index, s.token_ids.clone(), bits)
+        })
+        .collect()
+}
+
+#[test]
+fn a_group_computes_its_prompt_once_and_its_samples_differ() {
+    for gpu in gpus() {
+        let label = gpu.adapter.label();
+        let decoder = tiny_llama(&gpu);
+        let (out, stats) = run(
+            &decoder,
+            &config(64, 256),
+            &[request(0, prompt(37, 0), 8, 12)],
+        );
+        assert_eq!(out.len(), 8, "{label}");
+        assert_eq!(stats.prefill_tokens_computed, 37, "{label}: {stats:?}");
+        assert_eq!(stats.generated_tokens, 8 * 12, "{label}");
+        let distinct: std::collections::HashSet<_> = out.iter().map(|s| &s.token_ids).collect();
+        assert_eq!(distinct.len(), 8, "{label}: samples should differ");
+        // A rerun repeats every sample exactly.
+        let (again, _) = run(
+            &decoder,
+            &config(64, 256),
+            &[request(0, prompt(37, 0), 8, 12)],
+        );
+        assert_eq!(first_prompt(&again), first_prompt(&out), "{label}: rerun");
+    }
+}
+
+#[test]
+fn a_later_request_reuses_the_cached_prefix() {
+    for gpu in gpus() {
+        let label = gpu.adapter.label();
+        let decoder = tiny_llama(&gpu);
+        let mut engine = Engine::new(&decoder, &config(64, 256)).unwrap();
+        let system = prompt(48, 9);
+        let with_question = |q: u32| {
+            let mut p = system.clone();
+            p.extend(prompt(5, q));
+            p
+        };
+        engine
+            .add_request(request(0, with_question(1), 2, 4))
+            .unwrap();
+        pollster::block_on(engine.run_to_completion(|_| {})).unwrap();
+        engine
+            .add_request(request(1, with_question(2), 2, 4))
+            .unwrap();
+        pollster::block_on(engine.run_to_completion(|_| {})).unwrap();
+        let stats = engine.stats();
+        assert_eq!(stats.prefix_cache_hit_tokens, 48, "{label}: {stats:?}");
+        assert_eq!(stats.prefill_tokens_computed, 53 + 5, "{label}: {stats:?}");
+    }
+}
+
+/// Sample k of a prompt is bitwise the same alone, among 64 samples, with prefix-cache hits,
+/// with small prefill chunks, and in a pool so small that sequences are preempted.
+#[test]
+fn samples_are_batch_invariant() {
+    for gpu in gpus() {
+        let label = gpu.adapter.label();
+        let decoder = tiny_llama(&gpu);
+        let target = request(0, prompt(41, 0), 8, 24);
+        let (alone, _) = run(&decoder, &config(128, 256), std::slice::from_ref(&target));
+        let want = first_prompt(&alone);
+        assert_eq!(want.len(), 8);
+
+        // 8 prompts x 8 samples: one step decodes 64 sequences.
+        let mut batch = vec![target.clone()];
+        batch.extend((1..8).map(|i| request(i, prompt(20 + 3 * i as usize, i), 8, 24)));
+        let (out, _) = run(&decoder, &config(512, 256), &batch);
+        assert_eq!(first_prompt(&out), want, "{label}: in a batch of 64");
+
+        // Other prompts sharing its first two blocks run first and leave them cached.
+        let mut shared = target.prompt[..32].to_vec();
+        shared.extend(prompt(6, 5));
+        let mut cached = vec![target.clone()];
+        cached.push(request(1, shared, 2, 3));
+        let mut engine = Engine::new(&decoder, &config(128, 256)).unwrap();
+        engine.add_request(cached[1].clone()).unwrap();
+        pollster::block_on(engine.run_to_completion(|_| {})).unwrap();
+        engine.add_request(target.clone()).unwrap();
+        let out = pollster::block_on(engine.run_to_completion(|_| {})).unwrap();
+        assert_eq!(engine.stats().prefix_cache_hit_tokens, 32, "{label}");
+        assert_eq!(first_prompt(&out), want, "{label}: with prefix-cache hits");
+
+        // Prefill in chunks of 5 tokens.
+        let (out, _) = run(&decoder, &config(128, 5), &batch[..3]);
+        assert_eq!(first_prompt(&out), want, "{label}: in chunks of 5");
+
+        // A pool of 12 blocks (16 tokens each) cannot hold 24 long samples at once.
+        let (out, stats) = run(&decoder, &config(12, 256), &batch[..3]);
+        assert!(stats.preemptions > 0, "{label}: {stats:?}");
+        assert_eq!(first_prompt(&out), want, "{label}: after preemption");
+    }
+}
+
+/// The invariance check on the real model (shorter: a CPU adapter is slow).
+#[test]
+fn smollm2_samples_are_batch_invariant() {
+    let path = smollm2_path();
+    for gpu in gpus() {
+        let label = gpu.adapter.label();
+        let mut model = GgufModel::open(&path).unwrap();
+        let tokenizer = model.tokenizer().unwrap();
+        let decoder = Decoder::load(gpu.clone(), &mut model, &mut |_, _| {}).unwrap();
+        let ids = |text: &str| tokenizer.encode(text).unwrap();
+        let target = request(0, ids("The three primary colors are"), 4, 8);
+        let (alone, _) = run(&decoder, &config(64, 256), std::slice::from_ref(&target));
+        let want = first_prompt(&alone);
+        let batch = vec![
+            target,
+            request(1, ids("Write a haiku about the sea."), 4, 8),
+            request(2, ids("def fibonacci(n):"), 4, 8),
+        ];
+        let (out, stats) = run(&decoder, &config(6, 7), &batch);
+        assert!(stats.preemptions > 0, "{label}: {stats:?}");
+        assert_eq!(first_prompt(&out), want, "{label}");
+        let distinct: std::collections::HashSet<_> = want.iter().map(|s| &s.1).collect();
+        assert_eq!(distinct.len(), 4, "{label}: samples should differ");
+    }
+}
+
+#[test]
+fn bad_requests_are_refused_with_a_reason() {
+    let gpu = gpus().remove(0);
+    let decoder = tiny_llama(&gpu);
+    let mut engine = Engine::new(&decoder, &config(4, 256)).unwrap();
+    let err = engine
+        .add_request(request(0, vec![1, 999], 1, 4))
+        .unwrap_err();
+    assert!(err.to_string().contains("vocabulary"), "{err}");
+    let err = engine
+        .add_request(request(0, prompt(60, 0), 1, 10))
+        .unwrap_err();
+    assert!(err.to_string().contains("KV blocks"), "{err}");
+    let err = engine.add_request(request(0, vec![], 1, 4)).unwrap_err();
+    assert!(err.to_string().contains("no tokens"), "{err}");
+}
