@@ -11,5 +11,6 @@ pub mod kv;
 pub mod model;
 pub mod reference;
 pub mod sched;
+pub mod trajectory;
 
 pub use error::SproutError;

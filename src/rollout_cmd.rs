@@ -15,12 +15,12 @@ use clap::Args;
 
 use crate::cli_args::{EngineArgs, ModelArg, SamplingArgs};
 use indicatif::{ProgressBar, ProgressStyle};
-use serde::Serialize;
 use serde_json::json;
 use sprout::engine::Engine;
 use sprout::gpu::{BackendChoice, Gpu};
 use sprout::model::tokenizer::Tokenizer;
-use sprout::sched::{FinishReason, FinishedSample, Request, SamplingParams};
+use sprout::sched::{FinishedSample, Request, SamplingParams};
+use sprout::trajectory::{Provenance, SampleRecord};
 
 #[derive(Args)]
 pub struct RolloutArgs {
@@ -45,17 +45,6 @@ pub struct RolloutArgs {
     json: bool,
     #[command(flatten)]
     engine: EngineArgs,
-}
-
-#[derive(Serialize)]
-struct SampleLine<'a> {
-    prompt_index: u32,
-    sample_index: u32,
-    prompt_token_ids: &'a [u32],
-    token_ids: &'a [u32],
-    logprobs: &'a [f32],
-    text: String,
-    finish_reason: FinishReason,
 }
 
 /// Reads prompts: one `{"prompt": "..."}` object per line; blank lines are skipped.
@@ -91,6 +80,8 @@ fn read_prompts(path: &Path) -> Result<Vec<String>> {
 struct OrderedWriter<'a> {
     out: Box<dyn Write + 'a>,
     tokenizer: &'a Tokenizer,
+    params: &'a SamplingParams,
+    provenance: &'a Provenance,
     n: usize,
     pending: BTreeMap<u32, Vec<FinishedSample>>,
     next_prompt: u32,
@@ -112,15 +103,8 @@ impl OrderedWriter<'_> {
             let mut samples = self.pending.remove(&self.next_prompt).expect("checked");
             samples.sort_by_key(|s| s.sample_index);
             for s in &samples {
-                let line = SampleLine {
-                    prompt_index: s.request_index,
-                    sample_index: s.sample_index,
-                    prompt_token_ids: &s.prompt_token_ids,
-                    token_ids: &s.token_ids,
-                    logprobs: &s.logprobs,
-                    text: self.tokenizer.decode_with(&s.token_ids, true)?,
-                    finish_reason: s.finish_reason,
-                };
+                let text = self.tokenizer.decode_with(&s.token_ids, true)?;
+                let line = SampleRecord::new(s, text, self.params, self.provenance);
                 match &mut self.kept {
                     Some(kept) => kept.push(serde_json::to_value(&line)?),
                     None => writeln!(self.out, "{}", serde_json::to_string(&line)?)?,
@@ -157,6 +141,23 @@ pub fn run(backend: BackendChoice, args: RolloutArgs) -> Result<()> {
     let gpu = pollster::block_on(Gpu::open(backend))?;
     let decoder = crate::generate_cmd::load(&gpu, source.as_mut())?;
     let mut engine = Engine::new(&decoder, &config)?;
+    let model_path = std::path::PathBuf::from(&opened.info.path);
+    let (sprout_version, git_commit) = Provenance::build();
+    let provenance = Provenance {
+        sprout_version,
+        git_commit,
+        model_file: opened.info.name.clone(),
+        model_sha256: sprout::model::open::model_sha256(&model_path)
+            .with_context(|| format!("hashing {}", model_path.display()))?,
+        weights_version: config.weights_version,
+        tokenizer_sha256: tokenizer.sha256()?,
+        weight_format: decoder.weight_format(),
+        backend: gpu.adapter.backend.clone(),
+        adapter: gpu.adapter.name.clone(),
+        driver: format!("{} {}", gpu.adapter.driver, gpu.adapter.driver_info)
+            .trim()
+            .to_string(),
+    };
     let params = SamplingParams {
         temperature: args.sampling.temperature,
         seed: args.sampling.seed,
@@ -187,6 +188,8 @@ pub fn run(backend: BackendChoice, args: RolloutArgs) -> Result<()> {
     let mut writer = OrderedWriter {
         out,
         tokenizer: &tokenizer,
+        params: &params,
+        provenance: &provenance,
         n: args.n,
         pending: BTreeMap::new(),
         next_prompt: 0,

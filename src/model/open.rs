@@ -70,3 +70,30 @@ pub fn open(path: Option<&Path>) -> Result<OpenedModel, SproutError> {
         info,
     })
 }
+
+/// SHA-256 (hex) of a model: of the file itself for a `.gguf`; for a directory, of the
+/// lines `<sha256>  <name>` of its regular files in name order (as `sha256sum` prints
+/// them), so any changed, added or removed file changes it.
+pub fn model_sha256(path: &Path) -> Result<String, SproutError> {
+    use sha2::{Digest, Sha256};
+    fn file_hash(path: &Path) -> Result<String, SproutError> {
+        let mut file = std::fs::File::open(path)?;
+        let mut hasher = Sha256::new();
+        std::io::copy(&mut file, &mut hasher)?;
+        Ok(crate::model::hex(&hasher.finalize()))
+    }
+    if !path.is_dir() {
+        return file_hash(path);
+    }
+    let mut names: Vec<PathBuf> = std::fs::read_dir(path)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file())
+        .collect();
+    names.sort();
+    let mut listing = String::new();
+    for p in &names {
+        let name = p.file_name().unwrap_or_default().to_string_lossy();
+        listing.push_str(&format!("{}  {name}\n", file_hash(p)?));
+    }
+    Ok(crate::model::hex(&Sha256::digest(listing.as_bytes())))
+}

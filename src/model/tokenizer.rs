@@ -55,6 +55,17 @@ impl Tokenizer {
     }
 
     /// The ids of `text`, with the special tokens the model adds on its own (if any).
+    /// SHA-256 (hex) of the tokenizer's canonical JSON: two tokenizers with the same hash
+    /// map text to the same ids.
+    pub fn sha256(&self) -> Result<String, SproutError> {
+        use sha2::Digest;
+        let json = self
+            .inner
+            .to_string(false)
+            .map_err(|e| SproutError::Tokenizer(e.to_string()))?;
+        Ok(crate::model::hex(&sha2::Sha256::digest(json.as_bytes())))
+    }
+
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, SproutError> {
         self.encode_with(text, true)
     }

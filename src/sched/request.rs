@@ -1,6 +1,6 @@
 //! What a caller asks for (a prompt sampled `n` times) and what comes back per sample.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The scheduler's name for a request, in the order requests were added.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -31,7 +31,7 @@ pub struct Request {
     pub params: SamplingParams,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum FinishReason {
     /// A stop token was drawn.
