@@ -8,6 +8,7 @@ use sprout::gpu::{AdapterSummary, BackendChoice, list_adapters};
 
 mod cli_args;
 mod generate_cmd;
+mod prompts_file;
 mod rollout_cmd;
 
 #[derive(Parser)]

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{BufRead, BufReader, IsTerminal, Write};
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -14,10 +14,12 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 
 use crate::cli_args::{EngineArgs, ModelArg, SamplingArgs};
+use crate::prompts_file::{self, LineError, LineParams, PromptInput, PromptLine};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 use sprout::engine::Engine;
 use sprout::gpu::{BackendChoice, Gpu};
+use sprout::model::chat::ChatTemplate;
 use sprout::model::tokenizer::Tokenizer;
 use sprout::sched::{FinishedSample, Request, SamplingParams};
 use sprout::trajectory::{Provenance, SampleRecord};
@@ -29,7 +31,10 @@ pub struct RolloutArgs {
     /// One prompt (special tokens such as <|im_start|> are recognised).
     #[arg(long, conflicts_with = "prompts", required_unless_present = "prompts")]
     prompt: Option<String>,
-    /// A JSONL file of prompts, one `{"prompt": "..."}` object per line.
+    /// A JSONL file, one prompt per line: `{"prompt": "..."}`, `{"prompt_token_ids":
+    /// [...]}` or `{"messages": [{"role", "content"}, ...]}` (rendered with the model's chat
+    /// template), each optionally with its own "n", "max_tokens", "temperature", "seed". A
+    /// line that cannot be used is reported with its number and skipped.
     #[arg(long)]
     prompts: Option<PathBuf>,
     /// Samples per prompt (G); a prompt is computed once and shared by its samples.
@@ -47,44 +52,14 @@ pub struct RolloutArgs {
     engine: EngineArgs,
 }
 
-/// Reads prompts: one `{"prompt": "..."}` object per line; blank lines are skipped.
-fn read_prompts(path: &Path) -> Result<Vec<String>> {
-    #[derive(serde::Deserialize)]
-    #[serde(deny_unknown_fields)]
-    struct Line {
-        prompt: String,
-    }
-    let file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let mut prompts = Vec::new();
-    for (i, line) in BufReader::new(file).lines().enumerate() {
-        let line = line.with_context(|| format!("reading {}", path.display()))?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let parsed: Line = serde_json::from_str(&line).with_context(|| {
-            format!(
-                "{} line {}: expected {{\"prompt\": \"...\"}}",
-                path.display(),
-                i + 1
-            )
-        })?;
-        prompts.push(parsed.prompt);
-    }
-    if prompts.is_empty() {
-        bail!("{} holds no prompts", path.display());
-    }
-    Ok(prompts)
-}
-
 /// Writes samples in (prompt, sample) order as prompts complete.
 struct OrderedWriter<'a> {
     out: Box<dyn Write + 'a>,
     tokenizer: &'a Tokenizer,
-    params: &'a SamplingParams,
     provenance: &'a Provenance,
-    n: usize,
+    /// Every queued prompt by index: its sampling parameters and sample count.
+    expected: BTreeMap<u32, (SamplingParams, usize)>,
     pending: BTreeMap<u32, Vec<FinishedSample>>,
-    next_prompt: u32,
     /// Lines kept for the --json summary instead of being written.
     kept: Option<Vec<serde_json::Value>>,
 }
@@ -95,23 +70,22 @@ impl OrderedWriter<'_> {
             .entry(sample.request_index)
             .or_default()
             .push(sample);
-        while self
-            .pending
-            .get(&self.next_prompt)
-            .is_some_and(|s| s.len() == self.n)
-        {
-            let mut samples = self.pending.remove(&self.next_prompt).expect("checked");
+        while let Some((&index, (_, n))) = self.expected.first_key_value() {
+            if self.pending.get(&index).is_none_or(|s| s.len() < *n) {
+                break;
+            }
+            let (params, _) = self.expected.remove(&index).expect("checked");
+            let mut samples = self.pending.remove(&index).expect("checked");
             samples.sort_by_key(|s| s.sample_index);
             for s in &samples {
                 let text = self.tokenizer.decode_with(&s.token_ids, true)?;
-                let line = SampleRecord::new(s, text, self.params, self.provenance);
+                let line = SampleRecord::new(s, text, &params, self.provenance);
                 match &mut self.kept {
                     Some(kept) => kept.push(serde_json::to_value(&line)?),
                     None => writeln!(self.out, "{}", serde_json::to_string(&line)?)?,
                 }
             }
             self.out.flush()?;
-            self.next_prompt += 1;
         }
         Ok(())
     }
@@ -123,11 +97,18 @@ pub fn run(backend: BackendChoice, args: RolloutArgs) -> Result<()> {
         bail!("-n must be at least 1");
     }
     let config = args.engine.config()?;
-    let prompts = match (&args.prompt, &args.prompts) {
-        (Some(p), _) => vec![p.clone()],
-        (None, Some(path)) => read_prompts(path)?,
+    let lines = match (&args.prompt, &args.prompts) {
+        (Some(p), _) => vec![Ok(PromptLine {
+            line: 1,
+            input: PromptInput::Text(p.clone()),
+            params: LineParams::default(),
+        })],
+        (None, Some(path)) => prompts_file::read(path)?,
         (None, None) => bail!("give --prompt TEXT or --prompts FILE.jsonl"),
     };
+    if lines.is_empty() {
+        bail!("the prompts file holds no prompts");
+    }
     let out: Box<dyn Write> = match &args.out {
         Some(path) => Box::new(std::io::BufWriter::new(
             File::create(path).with_context(|| format!("creating {}", path.display()))?,
@@ -158,27 +139,58 @@ pub fn run(backend: BackendChoice, args: RolloutArgs) -> Result<()> {
             .trim()
             .to_string(),
     };
-    let params = SamplingParams {
-        temperature: args.sampling.temperature,
-        seed: args.sampling.seed,
-        max_tokens: args.sampling.max_tokens,
-        stop_ids: decoder.config.eos_token_ids.clone(),
+    let template = match &opened.chat_template {
+        Some(source) => {
+            let text = |id: Option<u32>| -> Result<String> {
+                Ok(match id {
+                    Some(id) => tokenizer.decode_with(&[id], false)?,
+                    None => String::new(),
+                })
+            };
+            let c = &decoder.config;
+            let (bos, eos) = (
+                text(c.bos_token_id)?,
+                text(c.eos_token_ids.first().copied())?,
+            );
+            Some(ChatTemplate::new(source, &bos, &eos)?)
+        }
+        None => None,
     };
-    for (i, text) in prompts.iter().enumerate() {
-        let prompt = tokenizer.encode(text)?;
-        engine
-            .add_request(Request {
-                index: i as u32,
-                prompt,
-                n: args.n,
-                params: params.clone(),
-            })
-            .with_context(|| format!("prompt {i}"))?;
+    // Each prompt keeps its index among the file's non-blank lines (part of its draw
+    // keys), whether or not other lines fail.
+    let mut expected = BTreeMap::new();
+    let mut errors: Vec<LineError> = Vec::new();
+    for (index, line) in lines.into_iter().enumerate() {
+        let index = index as u32;
+        let queued = line.and_then(|line| {
+            let fail = |e: anyhow::Error| LineError {
+                line: line.line,
+                error: format!("{e:#}"),
+            };
+            let request = build_request(index, &line, &args, &decoder, &tokenizer, &template)
+                .map_err(fail)?;
+            let (params, n) = (request.params.clone(), request.n);
+            engine.add_request(request).map_err(|e| fail(e.into()))?;
+            Ok((params, n))
+        });
+        match queued {
+            Ok(entry) => {
+                expected.insert(index, entry);
+            }
+            Err(e) => {
+                let file = args.prompts.as_deref().unwrap_or(Path::new("--prompt"));
+                eprintln!("warning: {} line {}: {}", file.display(), e.line, e.error);
+                errors.push(e);
+            }
+        }
+    }
+    if expected.is_empty() {
+        bail!("no prompt could be used ({} lines failed)", errors.len());
     }
 
-    let total = (prompts.len() * args.n) as u64;
+    let total: usize = expected.values().map(|(_, n)| n).sum();
     let bar = if std::io::stderr().is_terminal() {
-        ProgressBar::new(total).with_style(
+        ProgressBar::new(total as u64).with_style(
             ProgressStyle::with_template("rollout {bar:30} {pos}/{len} samples  {msg}")
                 .expect("a valid template"),
         )
@@ -188,11 +200,9 @@ pub fn run(backend: BackendChoice, args: RolloutArgs) -> Result<()> {
     let mut writer = OrderedWriter {
         out,
         tokenizer: &tokenizer,
-        params: &params,
         provenance: &provenance,
-        n: args.n,
+        expected,
         pending: BTreeMap::new(),
-        next_prompt: 0,
         kept: (args.json && args.out.is_none()).then(Vec::new),
     };
     let start = Instant::now();
@@ -212,7 +222,7 @@ pub fn run(backend: BackendChoice, args: RolloutArgs) -> Result<()> {
     let s = engine.stats();
     let mut summary = json!({
         "requests": s.requests,
-        "samples": prompts.len() * args.n,
+        "samples": total,
         "prompt_tokens": s.prompt_tokens,
         "prefill_tokens_computed": s.prefill_tokens_computed,
         "prefix_cache_hit_tokens": s.prefix_cache_hit_tokens,
@@ -225,6 +235,9 @@ pub fn run(backend: BackendChoice, args: RolloutArgs) -> Result<()> {
         "generated_tokens_per_s": s.generated_tokens as f64 / wall_s,
     });
     if args.json {
+        if !errors.is_empty() {
+            summary["errors"] = serde_json::to_value(&errors)?;
+        }
         if let Some(kept) = writer.kept.take() {
             summary["sample_lines"] = serde_json::Value::Array(kept);
         }
@@ -234,7 +247,7 @@ pub fn run(backend: BackendChoice, args: RolloutArgs) -> Result<()> {
             "{} samples, {} generated tokens in {wall_s:.2} s ({:.1} tokens/s); prefill computed \
              {} of {} prompt tokens ({} from the prefix cache); {} steps, {} preemptions, peak \
              {} of {} KV blocks",
-            prompts.len() * args.n,
+            total,
             s.generated_tokens,
             s.generated_tokens as f64 / wall_s,
             s.prefill_tokens_computed,
@@ -247,4 +260,36 @@ pub fn run(backend: BackendChoice, args: RolloutArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The request a prompt line asks for: its text, ids or messages as token ids, and the
+/// command's sampling parameters with the line's overrides.
+fn build_request(
+    index: u32,
+    line: &PromptLine,
+    args: &RolloutArgs,
+    decoder: &sprout::model::decoder::Decoder,
+    tokenizer: &Tokenizer,
+    template: &Option<ChatTemplate>,
+) -> Result<Request> {
+    let prompt = match &line.input {
+        PromptInput::Text(text) => tokenizer.encode(text)?,
+        PromptInput::TokenIds(ids) => ids.clone(),
+        PromptInput::Messages(messages) => match template {
+            Some(t) => tokenizer.encode(&t.render(messages)?)?,
+            None => bail!("\"messages\" needs a chat template, and this model has none"),
+        },
+    };
+    let p = &line.params;
+    Ok(Request {
+        index,
+        prompt,
+        n: p.n.unwrap_or(args.n),
+        params: SamplingParams {
+            temperature: p.temperature.unwrap_or(args.sampling.temperature),
+            seed: p.seed.unwrap_or(args.sampling.seed),
+            max_tokens: p.max_tokens.unwrap_or(args.sampling.max_tokens),
+            stop_ids: decoder.config.eos_token_ids.clone(),
+        },
+    })
 }

@@ -1,6 +1,7 @@
 //! Models: weight formats, configs, the sources weights are read from (GGUF files,
 //! Hugging Face directories), tokenizers, and the decoder forward pass.
 
+pub mod chat;
 pub mod config;
 pub mod decoder;
 #[cfg(not(target_arch = "wasm32"))]

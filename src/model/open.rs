@@ -28,6 +28,8 @@ pub struct OpenedModel {
     pub source: Box<dyn WeightSource>,
     pub tokenizer: Tokenizer,
     pub info: ModelInfo,
+    /// The model's Jinja chat template, if it ships one.
+    pub chat_template: Option<String>,
 }
 
 /// Opens `path`, or the default model (fetched and cached on first use) when `None`.
@@ -43,14 +45,17 @@ pub fn open(path: Option<&Path>) -> Result<OpenedModel, SproutError> {
             path.display()
         )));
     }
-    let (source, tokenizer): (Box<dyn WeightSource>, Tokenizer) = if path.is_dir() {
+    let (source, tokenizer, chat_template): (Box<dyn WeightSource>, Tokenizer, _) = if path.is_dir()
+    {
         let dir = SafetensorsDir::open(&path)?;
         let tokenizer = dir.tokenizer()?;
-        (Box::new(dir), tokenizer)
+        let template = dir.chat_template()?;
+        (Box::new(dir), tokenizer, template)
     } else {
         let model = GgufModel::open(&path)?;
         let tokenizer = model.tokenizer()?;
-        (Box::new(model), tokenizer)
+        let template = model.chat_template().map(str::to_string);
+        (Box::new(model), tokenizer, template)
     };
     let c = source.config();
     let info = ModelInfo {
@@ -68,6 +73,7 @@ pub fn open(path: Option<&Path>) -> Result<OpenedModel, SproutError> {
         source,
         tokenizer,
         info,
+        chat_template,
     })
 }
 

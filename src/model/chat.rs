@@ -1,0 +1,97 @@
+//! Rendering chat messages into a prompt with the model's own Jinja chat template
+//! (minijinja, with Python string methods that Hugging Face templates call).
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::SproutError;
+
+/// One chat message (`{"role": "user", "content": "..."}`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    pub role: String,
+    pub content: String,
+}
+
+/// A model's chat template, ready to render.
+pub struct ChatTemplate {
+    env: minijinja::Environment<'static>,
+    bos_token: String,
+    eos_token: String,
+}
+
+impl ChatTemplate {
+    /// Compiles `source`; `bos_token` and `eos_token` are the texts templates may print.
+    pub fn new(source: &str, bos_token: &str, eos_token: &str) -> Result<Self, SproutError> {
+        let mut env = minijinja::Environment::new();
+        minijinja_contrib::add_to_environment(&mut env);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function("raise_exception", |msg: String| -> Result<String, _> {
+            Err(minijinja::Error::new(
+                minijinja::ErrorKind::InvalidOperation,
+                msg,
+            ))
+        });
+        env.add_template_owned("chat", source.to_string())
+            .map_err(|e| SproutError::Model(format!("the model's chat template: {e}")))?;
+        Ok(ChatTemplate {
+            env,
+            bos_token: bos_token.to_string(),
+            eos_token: eos_token.to_string(),
+        })
+    }
+
+    /// The prompt for `messages`, ending with the assistant's turn opened.
+    pub fn render(&self, messages: &[Message]) -> Result<String, SproutError> {
+        let template = self.env.get_template("chat").expect("added in new");
+        template
+            .render(minijinja::context! {
+                messages => messages,
+                add_generation_prompt => true,
+                bos_token => self.bos_token,
+                eos_token => self.eos_token,
+            })
+            .map_err(|e| SproutError::Model(format!("rendering the chat template: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// SmolLM2-Instruct's template (ChatML with a default system prompt).
+    const SMOLLM2: &str = "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+    fn user(text: &str) -> Message {
+        Message {
+            role: "user".into(),
+            content: text.into(),
+        }
+    }
+
+    #[test]
+    fn renders_chatml_with_the_generation_prompt() {
+        let t = ChatTemplate::new(SMOLLM2, "", "<|im_end|>").unwrap();
+        let got = t.render(&[user("Hi")]).unwrap();
+        assert_eq!(
+            got,
+            "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by \
+             Hugging Face<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+        );
+    }
+
+    #[test]
+    fn python_string_methods_and_raise_exception_work() {
+        let src = "{% if messages|length == 0 %}{{ raise_exception('no messages') }}{% endif %}\
+                   {% for m in messages %}{{ m['content'].strip() }}{% endfor %}";
+        let t = ChatTemplate::new(src, "", "").unwrap();
+        assert_eq!(t.render(&[user("  padded  ")]).unwrap(), "padded");
+        let err = t.render(&[]).unwrap_err().to_string();
+        assert!(err.contains("no messages"), "{err}");
+    }
+
+    #[test]
+    fn a_broken_template_is_an_error_naming_it() {
+        let err = ChatTemplate::new("{% for %}", "", "").err().unwrap();
+        assert!(err.to_string().contains("chat template"), "{err}");
+    }
+}

@@ -1,0 +1,140 @@
+//! Reading a prompts file: one JSON object per line, each a prompt in one of three forms,
+//! optionally with its own sampling parameters. A line that cannot be used is reported
+//! with its number and reason and skipped; the others still run.
+
+use std::io::BufRead;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use serde::Deserialize;
+use sprout::model::chat::Message;
+
+/// What a line asks to be completed.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PromptInput {
+    Text(String),
+    TokenIds(Vec<u32>),
+    /// Rendered with the model's chat template.
+    Messages(Vec<Message>),
+}
+
+/// Per-line overrides of the command's sampling parameters.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LineParams {
+    pub n: Option<usize>,
+    pub max_tokens: Option<usize>,
+    pub temperature: Option<f32>,
+    pub seed: Option<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct PromptLine {
+    /// 1-based line number in the file.
+    pub line: usize,
+    pub input: PromptInput,
+    pub params: LineParams,
+}
+
+/// A line that could not be used.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct LineError {
+    pub line: usize,
+    pub error: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLine {
+    prompt: Option<String>,
+    prompt_token_ids: Option<Vec<u32>>,
+    messages: Option<Vec<Message>>,
+    // The fields of LineParams (serde cannot deny unknown fields through a flatten).
+    n: Option<usize>,
+    max_tokens: Option<usize>,
+    temperature: Option<f32>,
+    seed: Option<u64>,
+}
+
+/// Parses one line's JSON.
+pub fn parse_line(line: usize, text: &str) -> Result<PromptLine, LineError> {
+    let fail = |error: String| LineError { line, error };
+    let raw: RawLine = serde_json::from_str(text).map_err(|e| fail(e.to_string()))?;
+    let input = match (raw.prompt, raw.prompt_token_ids, raw.messages) {
+        (Some(p), None, None) => PromptInput::Text(p),
+        (None, Some(ids), None) => PromptInput::TokenIds(ids),
+        (None, None, Some(m)) => PromptInput::Messages(m),
+        _ => {
+            return Err(fail(
+                "give exactly one of \"prompt\", \"prompt_token_ids\" or \"messages\"".into(),
+            ));
+        }
+    };
+    let params = LineParams {
+        n: raw.n,
+        max_tokens: raw.max_tokens,
+        temperature: raw.temperature,
+        seed: raw.seed,
+    };
+    if params.n == Some(0) {
+        return Err(fail("\"n\" must be at least 1".into()));
+    }
+    if params.max_tokens == Some(0) {
+        return Err(fail("\"max_tokens\" must be at least 1".into()));
+    }
+    match params.temperature {
+        Some(t) if !(t.is_finite() && t >= 0.0) => {
+            return Err(fail(format!(
+                "\"temperature\" must be a finite number >= 0, not {t}"
+            )));
+        }
+        _ => {}
+    }
+    Ok(PromptLine {
+        line,
+        input,
+        params,
+    })
+}
+
+/// Every non-blank line of `path`, parsed or with its error, in file order.
+pub fn read(path: &Path) -> Result<Vec<Result<PromptLine, LineError>>> {
+    let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut out = Vec::new();
+    for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
+        let line = line.with_context(|| format!("reading {}", path.display()))?;
+        if !line.trim().is_empty() {
+            out.push(parse_line(i + 1, &line));
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_three_forms_parse_with_their_own_parameters() {
+        let l = parse_line(1, r#"{"prompt": "hi", "n": 3, "temperature": 0.5}"#).unwrap();
+        assert_eq!(l.input, PromptInput::Text("hi".into()));
+        assert_eq!(l.params.n, Some(3));
+        assert_eq!(l.params.temperature, Some(0.5));
+        let l = parse_line(2, r#"{"prompt_token_ids": [1, 2, 3]}"#).unwrap();
+        assert_eq!(l.input, PromptInput::TokenIds(vec![1, 2, 3]));
+        let l = parse_line(3, r#"{"messages": [{"role": "user", "content": "x"}]}"#).unwrap();
+        assert!(matches!(l.input, PromptInput::Messages(m) if m.len() == 1));
+    }
+
+    #[test]
+    fn bad_lines_name_their_line_and_reason() {
+        let e = parse_line(4, r#"{"prompt": "a", "messages": []}"#).unwrap_err();
+        assert_eq!(e.line, 4);
+        assert!(e.error.contains("exactly one"), "{}", e.error);
+        let e = parse_line(5, "{not json").unwrap_err();
+        assert_eq!(e.line, 5);
+        let e = parse_line(6, r#"{"prompt": "a", "temprature": 1}"#).unwrap_err();
+        assert!(e.error.contains("temprature"), "{}", e.error);
+        let e = parse_line(7, r#"{"prompt": "a", "n": 0}"#).unwrap_err();
+        assert!(e.error.contains("\"n\""), "{}", e.error);
+    }
+}
