@@ -1,54 +1,97 @@
-// Draws tokens from chosen rows of logits by the Gumbel-max trick:
-//     tokens[d] = argmax_c ( logits[keys[d].row, c] * inv_temperature[d] + g(keys[d], c) )
-// for d in 0 .. m draws, where g = -log(-log(u)) and u in (0, 1) comes from a
-// counter-based hash of (seed, request, stream, position, c). argmax of logits/T plus
-// Gumbel noise is an exact draw from softmax(logits / T), and a draw depends only on its
-// own key and logits row: never on which other draws share the dispatch, on where its row
-// sits in the logits buffer, nor on the order draws run in (DESIGN.md, principle 1).
-// Several draws may read one row (the G samples of a group after their shared prompt).
-// A draw with greedy != 0 takes the plain argmax (no noise). Ties go to the lowest index.
-// A key whose row is past the logits draws 0xffffffff.
+// Truncated sampling from chosen rows of logits: temperature, top-k, top-p, min-p, by the
+// Gumbel-max trick restricted to the kept tokens, with each drawn token's raw log-prob and
+// its log-prob under the distribution actually sampled from ("sampling log-prob").
 //
-//     sample:         tokens[d] as above; one workgroup per draw: invocation t scans
-//                     c = t, t + 256, ... and a fixed binary tree combines the 256
-//                     candidates (shaders/common/argmax.wgsl, appended by the host).
-//     draw_logprobs:  logprobs[d] = logits[keys[d].row, tokens[d]] - lse[keys[d].row] with
-//                     lse from the softmax kernel's row stats: the same f32 subtraction as
-//                     softmax's target_logprobs, so bitwise the same value (NaN for a token
-//                     >= vocab or a row past the logits). One invocation per draw.
-// The entry points share one set of bindings; sample binds the first three.
-// Logits must be finite.
+// Per logits row r (RowParams, from the host; `l` is the row's logits, V = vocab):
+//   s_c    = l_c * inv_temperature (one f32 multiply; inv_temperature = 1 / T > 0),
+//            s_max = l_max * inv_temperature. inv_temperature == 0 is greedy (T = 0).
+//   The kept set S = { c : l_c >= tau } with tau = the m-th largest logit (counted with
+//   multiplicity): the first m tokens by descending logit, and every token tied with the
+//   m-th. m = min(m_k, m_p, m_min), so tau = max(tau_k, tau_p, tau_min):
+//   - top-k:  m_k = top_k; top_k = 0 or >= V is off (m_k = V, tau_k = the smallest logit).
+//   - top-p:  over the top-k set K = { l_c >= tau_k } renormalised: with
+//             M(x) = sum_{c : l_c >= x} exp(s_c - s_max) and Z_k = M(tau_k), tau_p is the
+//             largest logit x with M(x) >= top_p * Z_k (the m_p-th largest logit, m_p the
+//             smallest m whose first m tokens hold mass >= top_p). top_p >= 1 is off.
+//   - min-p:  keep c with s_c - s_max >= log_min_p (= ln(min_p), rounded to f32 by the
+//             host: softmax prob >= min_p * the largest prob); tau_min is the smallest
+//             logit kept. log_min_p = -3.40282347e38 (-f32::MAX, min_p = 0) is off.
+//   log_z  = s_max + log(M(tau)): the log normaliser of softmax(s) over S.
+//   Greedy rows: tau = l_max, log_z = 0.
+//
+//     truncate:       cut[r] = (tau, log_z) for r in 0 .. rows; one workgroup of 256 per
+//                     row. M and the counts are reduced in a fixed order: invocation t scans
+//                     c = t, t + 256, ... sequentially, then a fixed binary tree combines
+//                     the 256 partials (M in f32, counts and min/max exactly in u32). tau
+//                     is found by binary search over the order-preserving u32 image of the
+//                     logits: at most 32 count passes over [l_min, l_max] for top-k, one
+//                     min pass for min-p, then at most 32 M passes over
+//                     [max(tau_k, tau_min), l_max] for top-p. M is computed the same way
+//                     everywhere and is monotone in x, so the search is exact for the f32
+//                     masses the kernel computes (top-k and min-p cuts are exact outright).
+//     sample:         tokens[d] = argmax over { c : l_c >= tau } of (s_c + g(keys[d], c))
+//                     for d in 0 .. m draws, each from row keys[d].row with that row's
+//                     params and cut; g = -log(-log(u)), u in (0, 1) from a counter-based
+//                     hash of (seed, request, stream, position, c). Gumbel-max over S is an
+//                     exact draw from softmax(s) renormalised over S. Greedy rows take the
+//                     plain argmax of the logits. Ties go to the lowest index. One workgroup
+//                     per draw: invocation t scans c = t, t + 256, ... and a fixed binary
+//                     tree combines the 256 candidates (shaders/common/argmax.wgsl, appended
+//                     by the host). A key whose row is past the rows draws 0xffffffff.
+//     draw_logprobs:  logprobs[d] = l_token - lse[row] with lse from the softmax kernel's
+//                     row stats: the same f32 subtraction as softmax's target_logprobs, so
+//                     bitwise the same value. sampling_logprobs[d] = s_token - log_z
+//                     (= l_token * inv_temperature - log_z in f32; 0 for a greedy row); it
+//                     is meaningful only for a token in S. Both NaN for a token >= vocab or
+//                     a row past the rows. One invocation per draw.
+// A draw depends only on its own key, its row's logits, params and cut: never on which
+// other rows or draws share the dispatch, on where its row sits in the buffer, nor on the
+// order draws run in (DESIGN.md, principle 1). Several draws may read one row (the G
+// samples of a group after their shared prompt).
+// The entry points share one set of bindings; truncate binds the first three, sample the
+// first five. Logits must be finite (as for softmax.wgsl).
 
 struct Params {
-    m: u32,     // draws
+    m: u32,     // draws (sample, draw_logprobs)
     vocab: u32, // logits per row
-    rows: u32,  // rows of logits in the buffer
+    rows: u32,  // truncate: rows to cut; sample, draw_logprobs: rows readable
     _pad0: u32,
+}
+
+// Per-row sampling parameters (16 bytes): matches `RowParams` on the host.
+struct RowParams {
+    inv_temperature: f32, // 1 / T; 0: greedy
+    top_k: u32,           // 0 or >= vocab: off
+    top_p: f32,           // in (0, 1]; >= 1: off
+    log_min_p: f32,       // ln(min_p); -f32::MAX: off
 }
 
 // Per-draw sampling key (32 bytes): matches `SampleKey` on the host.
 struct DrawKey {
     seed_lo: u32,
     seed_hi: u32,
-    stream: u32,          // which sample of a group
-    position: u32,        // the position of the token being drawn
-    inv_temperature: f32, // 1 / T
-    greedy: u32,          // 1: argmax, no noise
-    request: u32,         // which prompt (mixed into the noise)
-    row: u32,             // the logits row this draw reads
+    stream: u32,   // which sample of a group
+    position: u32, // the position of the token being drawn
+    request: u32,  // which prompt (mixed into the noise)
+    row: u32,      // the logits row this draw reads
+    _reserved0: u32,
+    _reserved1: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> logits: array<f32>;          // [rows, vocab]
-@group(0) @binding(2) var<storage, read> keys: array<DrawKey>;        // [m]
-@group(0) @binding(3) var<storage, read_write> tokens: array<u32>;    // [m]: sample writes, draw_logprobs reads
-@group(0) @binding(4) var<storage, read> stats: array<f32>;           // [rows, 2]: (max logit, lse) from softmax
-@group(0) @binding(5) var<storage, read_write> logprobs: array<f32>;  // [m]
+@group(0) @binding(1) var<storage, read> logits: array<f32>;                // [rows, vocab]
+@group(0) @binding(2) var<storage, read> params: array<RowParams>;          // [rows]
+@group(0) @binding(3) var<storage, read_write> cut: array<f32>;             // [rows, 2]: (tau, log_z); truncate writes
+@group(0) @binding(4) var<storage, read> keys: array<DrawKey>;              // [m]
+@group(0) @binding(5) var<storage, read_write> tokens: array<u32>;          // [m]: sample writes, draw_logprobs reads
+@group(0) @binding(6) var<storage, read> stats: array<f32>;                 // [rows, 2]: (max logit, lse) from softmax
+@group(0) @binding(7) var<storage, read_write> logprobs: array<f32>;        // [m]: raw, l - lse
+@group(0) @binding(8) var<storage, read_write> sampling_logprobs: array<f32>; // [m]: s - log_z
 
 const WG: u32 = 256u;
 const LOGPROB_WG: u32 = 64u;
 const NO_INDEX: u32 = 0xffffffffu;
-
+const MIN_P_OFF: f32 = -3.40282347e38;
 
 // PCG-based 4D hash (Jarzynski and Olano, "Hash Functions for GPU Rendering", 2020).
 fn pcg4d(input: vec4<u32>) -> vec4<u32> {
@@ -72,16 +115,212 @@ fn uniform01(key: DrawKey, c: u32) -> f32 {
     return (f32(h.x >> 8u) + 0.5) * (1.0 / 16777216.0);
 }
 
-fn score(key: DrawKey, logit: f32, c: u32) -> f32 {
-    if (key.greedy != 0u) {
-        return logit;
-    }
-    return logit * key.inv_temperature - log(-log(uniform01(key, c)));
-}
-
 fn workgroup_index(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
     return wid.y * nwg.x + wid.x;
 }
+
+// ---- truncate ------------------------------------------------------------------------
+
+var<workgroup> red_f: array<f32, WG>;
+var<workgroup> red_u: array<u32, WG>;
+var<workgroup> result_f: f32;
+var<workgroup> result_u: u32;
+
+// The order-preserving u32 image of a finite f32 (-0 is taken as +0), and back.
+fn order_key(x: f32) -> u32 {
+    let b = bitcast<u32>(x);
+    if (b == 0x80000000u) {
+        return 0x80000000u;
+    }
+    if ((b & 0x80000000u) != 0u) {
+        return ~b;
+    }
+    return b | 0x80000000u;
+}
+
+fn from_order_key(k: u32) -> f32 {
+    if ((k & 0x80000000u) != 0u) {
+        return bitcast<f32>(k & 0x7fffffffu);
+    }
+    return bitcast<f32>(~k);
+}
+
+// Fixed-tree workgroup reductions. Every invocation calls them with its partial and gets
+// the (uniform) result. The result slot is written only after the next reduction's first
+// barrier, which every invocation reaches after reading the previous result.
+fn sum_f32(t: u32, v: f32) -> f32 {
+    red_f[t] = v;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s >>= 1u) {
+        if (t < s) {
+            red_f[t] = red_f[t] + red_f[t + s];
+        }
+        workgroupBarrier();
+    }
+    if (t == 0u) {
+        result_f = red_f[0];
+    }
+    return workgroupUniformLoad(&result_f);
+}
+
+fn sum_u32(t: u32, v: u32) -> u32 {
+    red_u[t] = v;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s >>= 1u) {
+        if (t < s) {
+            red_u[t] = red_u[t] + red_u[t + s];
+        }
+        workgroupBarrier();
+    }
+    if (t == 0u) {
+        result_u = red_u[0];
+    }
+    return workgroupUniformLoad(&result_u);
+}
+
+fn min_u32(t: u32, v: u32) -> u32 {
+    red_u[t] = v;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s >>= 1u) {
+        if (t < s) {
+            red_u[t] = min(red_u[t], red_u[t + s]);
+        }
+        workgroupBarrier();
+    }
+    if (t == 0u) {
+        result_u = red_u[0];
+    }
+    return workgroupUniformLoad(&result_u);
+}
+
+fn max_u32(t: u32, v: u32) -> u32 {
+    red_u[t] = v;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s >>= 1u) {
+        if (t < s) {
+            red_u[t] = max(red_u[t], red_u[t + s]);
+        }
+        workgroupBarrier();
+    }
+    if (t == 0u) {
+        result_u = red_u[0];
+    }
+    return workgroupUniformLoad(&result_u);
+}
+
+// How many logits of the row have order key >= x.
+fn count_at_least(t: u32, base: u32, x: u32) -> u32 {
+    var n = 0u;
+    for (var c = t; c < p.vocab; c += WG) {
+        if (order_key(logits[base + c]) >= x) {
+            n += 1u;
+        }
+    }
+    return sum_u32(t, n);
+}
+
+// M(x) = sum of exp(s_c - s_max) over the logits with order key >= x, in the fixed order.
+fn mass_at_least(t: u32, base: u32, x: u32, inv_t: f32, s_max: f32) -> f32 {
+    var sum = 0.0;
+    for (var c = t; c < p.vocab; c += WG) {
+        let l = logits[base + c];
+        if (order_key(l) >= x) {
+            sum += exp(l * inv_t - s_max);
+        }
+    }
+    return sum_f32(t, sum);
+}
+
+// Dispatch: rows workgroups, folded into (x, y, 1).
+@compute @workgroup_size(256)
+fn truncate(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) t: u32,
+) {
+    let row = workgroup_index(wid, nwg);
+    if (row >= p.rows) {
+        return;
+    }
+    let rp = params[row];
+    let base = row * p.vocab;
+
+    // The smallest and largest logit, as order keys.
+    var lo_local = 0xffffffffu;
+    var hi_local = 0u;
+    for (var c = t; c < p.vocab; c += WG) {
+        let k = order_key(logits[base + c]);
+        lo_local = min(lo_local, k);
+        hi_local = max(hi_local, k);
+    }
+    let min_key = min_u32(t, lo_local);
+    let max_key = max_u32(t, hi_local);
+    let max_logit = from_order_key(max_key);
+    if (rp.inv_temperature == 0.0) {
+        if (t == 0u) {
+            cut[2u * row] = max_logit;
+            cut[2u * row + 1u] = 0.0;
+        }
+        return; // uniform: the whole workgroup leaves
+    }
+    let inv_t = rp.inv_temperature;
+    let s_max = max_logit * inv_t;
+
+    // top-k: the largest x with count(>= x) >= k, by bisection (count(min_key) = V >= k).
+    var tau_k = min_key;
+    if (rp.top_k > 0u && rp.top_k < p.vocab) {
+        var lo = min_key;
+        var hi = max_key;
+        while (lo < hi) {
+            let mid = lo + (hi - lo + 1u) / 2u;
+            if (count_at_least(t, base, mid) >= rp.top_k) {
+                lo = mid;
+            } else {
+                hi = mid - 1u;
+            }
+        }
+        tau_k = lo;
+    }
+
+    // min-p: the smallest logit with s_c - s_max >= log_min_p (the argmax always passes).
+    var tau_min = min_key;
+    if (rp.log_min_p > MIN_P_OFF) {
+        var m_local = 0xffffffffu;
+        for (var c = t; c < p.vocab; c += WG) {
+            let l = logits[base + c];
+            if (l * inv_t - s_max >= rp.log_min_p) {
+                m_local = min(m_local, order_key(l));
+            }
+        }
+        tau_min = min_u32(t, m_local);
+    }
+
+    // top-p: the largest x with M(x) >= top_p * Z_k, searched from max(tau_k, tau_min):
+    // if even that bound fails the predicate, the bound itself is tau.
+    var tau = max(tau_k, tau_min);
+    if (rp.top_p < 1.0) {
+        let goal = rp.top_p * mass_at_least(t, base, tau_k, inv_t, s_max);
+        var lo = tau;
+        var hi = max_key;
+        while (lo < hi) {
+            let mid = lo + (hi - lo + 1u) / 2u;
+            if (mass_at_least(t, base, mid, inv_t, s_max) >= goal) {
+                lo = mid;
+            } else {
+                hi = mid - 1u;
+            }
+        }
+        tau = lo;
+    }
+
+    let log_z = s_max + log(mass_at_least(t, base, tau, inv_t, s_max));
+    if (t == 0u) {
+        cut[2u * row] = from_order_key(tau);
+        cut[2u * row + 1u] = log_z;
+    }
+}
+
+// ---- sample --------------------------------------------------------------------------
 
 // Dispatch: m workgroups, folded into (x, y, 1).
 @compute @workgroup_size(256)
@@ -101,11 +340,21 @@ fn sample(
         }
         return; // uniform: the whole workgroup leaves
     }
+    let rp = params[key.row];
+    let greedy = rp.inv_temperature == 0.0;
+    let tau = cut[2u * key.row];
     let base = key.row * p.vocab;
     var bv = 0.0;
     var bi = NO_INDEX;
     for (var c = t; c < p.vocab; c += WG) {
-        let v = score(key, logits[base + c], c);
+        let l = logits[base + c];
+        var v = l;
+        if (!greedy) {
+            if (l < tau) {
+                continue;
+            }
+            v = l * rp.inv_temperature - log(-log(uniform01(key, c)));
+        }
         if (beats(v, c, bv, bi)) {
             bv = v;
             bi = c;
@@ -116,6 +365,8 @@ fn sample(
         tokens[d] = best.index;
     }
 }
+
+// ---- draw_logprobs -------------------------------------------------------------------
 
 // Dispatch: ceil(m / 64) workgroups, folded into (x, y, 1).
 @compute @workgroup_size(64)
@@ -131,8 +382,16 @@ fn draw_logprobs(
     let row = keys[d].row;
     let id = tokens[d];
     if (row < p.rows && id < p.vocab) {
-        logprobs[d] = logits[row * p.vocab + id] - stats[2u * row + 1u];
+        let l = logits[row * p.vocab + id];
+        logprobs[d] = l - stats[2u * row + 1u];
+        let inv_t = params[row].inv_temperature;
+        if (inv_t == 0.0) {
+            sampling_logprobs[d] = 0.0;
+        } else {
+            sampling_logprobs[d] = l * inv_t - cut[2u * row + 1u];
+        }
     } else {
         logprobs[d] = bitcast<f32>(0x7fc00000u);
+        sampling_logprobs[d] = bitcast<f32>(0x7fc00000u);
     }
 }

@@ -26,6 +26,15 @@ pub struct SamplingArgs {
     /// index, position), so a rerun repeats every sample exactly.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Sample only from the k most likely tokens (0: all).
+    #[arg(long, default_value_t = 0)]
+    pub top_k: usize,
+    /// Sample only from the fewest most likely tokens whose probability reaches p (1: all).
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f32,
+    /// Sample only tokens at least min_p times as likely as the most likely one (0: all).
+    #[arg(long, default_value_t = 0.0)]
+    pub min_p: f32,
 }
 
 impl SamplingArgs {
@@ -38,6 +47,12 @@ impl SamplingArgs {
         }
         if self.max_tokens == 0 {
             bail!("--max-tokens must be at least 1");
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            bail!("--top-p must be in (0, 1], not {}", self.top_p);
+        }
+        if !(0.0..1.0).contains(&self.min_p) {
+            bail!("--min-p must be in [0, 1), not {}", self.min_p);
         }
         Ok(())
     }

@@ -62,7 +62,9 @@ pub async fn generate(
             seed: params.seed,
             max_tokens: params.max_tokens,
             stop_ids: params.stop_ids.clone(),
+            ..SamplingParams::default()
         },
+        forced: Vec::new(),
     })?;
     let samples = engine
         .run_to_completion(|step| {

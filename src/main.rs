@@ -10,6 +10,7 @@ mod cli_args;
 mod generate_cmd;
 mod prompts_file;
 mod rollout_cmd;
+mod score_cmd;
 
 #[derive(Parser)]
 #[command(
@@ -38,6 +39,8 @@ enum Command {
     /// Sample each prompt G times (one shared prompt computation per group, continuous
     /// batching, prefix caching) and write every sample as a JSON line.
     Rollout(rollout_cmd::RolloutArgs),
+    /// Add teacher-forced log-probabilities (`scored_logprobs`) to rollout records.
+    Score(score_cmd::ScoreArgs),
 }
 
 fn main() -> ExitCode {
@@ -46,6 +49,7 @@ fn main() -> ExitCode {
         Command::Devices { json } => devices(cli.backend, json),
         Command::Generate(args) => generate_cmd::run(cli.backend, args),
         Command::Rollout(args) => rollout_cmd::run(cli.backend, args),
+        Command::Score(args) => score_cmd::run(cli.backend, args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

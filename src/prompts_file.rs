@@ -25,6 +25,9 @@ pub struct LineParams {
     pub max_tokens: Option<usize>,
     pub temperature: Option<f32>,
     pub seed: Option<u64>,
+    pub top_k: Option<usize>,
+    pub top_p: Option<f32>,
+    pub min_p: Option<f32>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -53,6 +56,9 @@ struct RawLine {
     max_tokens: Option<usize>,
     temperature: Option<f32>,
     seed: Option<u64>,
+    top_k: Option<usize>,
+    top_p: Option<f32>,
+    min_p: Option<f32>,
 }
 
 /// Parses one line's JSON.
@@ -74,6 +80,9 @@ pub fn parse_line(line: usize, text: &str) -> Result<PromptLine, LineError> {
         max_tokens: raw.max_tokens,
         temperature: raw.temperature,
         seed: raw.seed,
+        top_k: raw.top_k,
+        top_p: raw.top_p,
+        min_p: raw.min_p,
     };
     if params.n == Some(0) {
         return Err(fail("\"n\" must be at least 1".into()));

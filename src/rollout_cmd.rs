@@ -33,7 +33,8 @@ pub struct RolloutArgs {
     prompt: Option<String>,
     /// A JSONL file, one prompt per line: `{"prompt": "..."}`, `{"prompt_token_ids":
     /// [...]}` or `{"messages": [{"role", "content"}, ...]}` (rendered with the model's chat
-    /// template), each optionally with its own "n", "max_tokens", "temperature", "seed". A
+    /// template), each optionally with its own "n", "max_tokens", "temperature", "seed",
+    /// "top_k", "top_p", "min_p". A
     /// line that cannot be used is reported with its number and skipped.
     #[arg(long)]
     prompts: Option<PathBuf>,
@@ -289,7 +290,11 @@ fn build_request(
             temperature: p.temperature.unwrap_or(args.sampling.temperature),
             seed: p.seed.unwrap_or(args.sampling.seed),
             max_tokens: p.max_tokens.unwrap_or(args.sampling.max_tokens),
+            top_k: p.top_k.unwrap_or(args.sampling.top_k),
+            top_p: p.top_p.unwrap_or(args.sampling.top_p),
+            min_p: p.min_p.unwrap_or(args.sampling.min_p),
             stop_ids: decoder.config.eos_token_ids.clone(),
         },
+        forced: Vec::new(),
     })
 }

@@ -42,6 +42,9 @@ impl Provenance {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SamplingRecord {
     pub temperature: f32,
+    pub top_k: usize,
+    pub top_p: f32,
+    pub min_p: f32,
     pub max_tokens: usize,
     pub stop_token_ids: Vec<u32>,
 }
@@ -50,6 +53,9 @@ impl From<&SamplingParams> for SamplingRecord {
     fn from(p: &SamplingParams) -> Self {
         SamplingRecord {
             temperature: p.temperature,
+            top_k: p.top_k,
+            top_p: p.top_p,
+            min_p: p.min_p,
             max_tokens: p.max_tokens,
             stop_token_ids: p.stop_ids.clone(),
         }
@@ -65,6 +71,10 @@ pub struct SampleRecord {
     pub token_ids: Vec<u32>,
     /// The log-probability of each of `token_ids` under the model (temperature 1).
     pub logprobs: Vec<f32>,
+    /// Under the distribution each token was drawn from (after temperature, top-k, top-p
+    /// and min-p, renormalised): present when that differs from the model's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampling_logprobs: Option<Vec<f32>>,
     pub text: String,
     pub finish_reason: FinishReason,
     pub seed: u64,
@@ -85,6 +95,7 @@ impl SampleRecord {
             prompt_token_ids: sample.prompt_token_ids.clone(),
             token_ids: sample.token_ids.clone(),
             logprobs: sample.logprobs.clone(),
+            sampling_logprobs: (!params.is_plain()).then(|| sample.sampling_logprobs.clone()),
             text,
             finish_reason: sample.finish_reason,
             seed: params.seed,

@@ -37,7 +37,9 @@ fn request(index: u32, prompt: Vec<u32>, n: usize, max_tokens: usize) -> Request
             max_tokens,
             // No stop tokens: every sample runs to max_tokens, so lengths are known.
             stop_ids: vec![],
+            ..SamplingParams::default()
         },
+        forced: Vec::new(),
     }
 }
 
@@ -215,4 +217,85 @@ fn bad_requests_are_refused_with_a_reason() {
     assert!(err.to_string().contains("KV blocks"), "{err}");
     let err = engine.add_request(request(0, vec![], 1, 4)).unwrap_err();
     assert!(err.to_string().contains("no tokens"), "{err}");
+}
+
+/// Teacher forcing a rollout's samples (as `sprout score` does: one request per prompt with
+/// its completions forced) returns exactly their log-probs, bitwise.
+#[test]
+fn scoring_a_rollout_returns_its_logprobs_bitwise() {
+    for gpu in gpus() {
+        let label = gpu.adapter.label();
+        let decoder = tiny_llama(&gpu);
+        let requests: Vec<Request> = (0..3)
+            .map(|i| request(i, prompt(19 + 5 * i as usize, i), 4, 10))
+            .collect();
+        let (rollout, _) = run(&decoder, &config(128, 256), &requests);
+        let forced: Vec<Request> = requests
+            .iter()
+            .map(|r| {
+                let mut r = r.clone();
+                r.forced = rollout
+                    .iter()
+                    .filter(|s| s.request_index == r.index)
+                    .map(|s| s.token_ids.clone())
+                    .collect();
+                r
+            })
+            .collect();
+        // Small chunks and a small pool too: scoring is batch invariant as well.
+        for cfg in [config(128, 256), config(8, 7)] {
+            let (scored, stats) = run(&decoder, &cfg, &forced);
+            assert_eq!(scored.len(), rollout.len(), "{label}");
+            for (a, b) in rollout.iter().zip(&scored) {
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(a.token_ids, b.token_ids, "{label}");
+                assert_eq!(bits(&a.logprobs), bits(&b.logprobs), "{label}: {stats:?}");
+            }
+        }
+    }
+}
+
+/// With top-k 5 every sampling log-prob is the raw log-prob minus the log of the top-5
+/// probability mass, and every drawn token is among the 5 most likely.
+#[test]
+fn top_k_sampling_logprobs_are_renormalised_raw_logprobs() {
+    for gpu in gpus() {
+        let label = gpu.adapter.label();
+        let decoder = tiny_llama(&gpu);
+        let mut r = request(0, prompt(23, 4), 4, 8);
+        r.params.top_k = 5;
+        let (out, _) = run(&decoder, &config(64, 256), &[r.clone()]);
+        let vocab = decoder.config.vocab_size;
+        for s in &out {
+            let ids: Vec<u32> = r.prompt.iter().chain(&s.token_ids).copied().collect();
+            let logits = pollster::block_on(sprout::generate::logits(&decoder, &ids)).unwrap();
+            for (i, (&token, (&raw, &sampled))) in s
+                .token_ids
+                .iter()
+                .zip(s.logprobs.iter().zip(&s.sampling_logprobs))
+                .enumerate()
+            {
+                let row = &logits[(r.prompt.len() - 1 + i) * vocab..][..vocab];
+                let max = row.iter().copied().fold(f32::MIN, f32::max) as f64;
+                let lse = max
+                    + row
+                        .iter()
+                        .map(|&l| (l as f64 - max).exp())
+                        .sum::<f64>()
+                        .ln();
+                let mut sorted: Vec<f64> = row.iter().map(|&l| l as f64).collect();
+                sorted.sort_by(|a, b| b.partial_cmp(a).unwrap());
+                assert!(
+                    row[token as usize] as f64 >= sorted[4],
+                    "{label}: token outside top 5"
+                );
+                let top5 = sorted[..5].iter().map(|l| (l - lse).exp()).sum::<f64>();
+                let want = raw as f64 - top5.ln();
+                assert!(
+                    (sampled as f64 - want).abs() < 1e-4,
+                    "{label}: sampling logprob {sampled}, raw {raw} - ln(top-5 mass) = {want}"
+                );
+            }
+        }
+    }
 }

@@ -37,7 +37,9 @@ fn request(index: u32, prompt: Vec<u32>, n: usize, max_tokens: usize) -> Request
             seed: 1,
             max_tokens,
             stop_ids: vec![STOP],
+            ..SamplingParams::default()
         },
+        forced: Vec::new(),
     }
 }
 
@@ -63,7 +65,24 @@ impl FakeModel {
         table[pos / self.block_size] as usize * self.block_size + pos % self.block_size
     }
 
-    fn run(&mut self, plan: &StepPlan) -> Vec<DrawResult> {
+    /// What the fake attention sees for position `pos` of a chunk: a hash of every token
+    /// up to it, read through the block table.
+    fn context(&self, table: &[u32], pos: usize) -> u64 {
+        let mut h: u64 = 0xcbf29ce484222325;
+        for p in 0..=pos {
+            let token = self.slots[self.slot(table, p)].expect("attention read an unwritten slot");
+            h = (h ^ (token as u64 + 1)).wrapping_mul(0x100000001b3);
+        }
+        h
+    }
+
+    /// The fake model's log-probability of `token` after a context.
+    fn logprob(context: u64, token: u32) -> f32 {
+        let h = (context ^ (token as u64).wrapping_mul(0x9e3779b97f4a7c15)) % 1000;
+        -(h as f32) / 100.0
+    }
+
+    fn run(&mut self, plan: &StepPlan) -> (Vec<DrawResult>, Vec<f32>) {
         let bs = self.block_size;
         for copy in &plan.copies {
             for i in 0..bs {
@@ -76,17 +95,14 @@ impl FakeModel {
                 self.slots[slot] = Some(token);
             }
         }
-        plan.draws
+        let draws = plan
+            .draws
             .iter()
             .map(|d| {
                 let chunk = &plan.chunks[d.chunk];
-                let mut h: u64 = 0xcbf29ce484222325;
+                let context = self.context(&chunk.block_table, chunk.end() - 1);
+                let mut h = context;
                 let mut mix = |x: u64| h = (h ^ x).wrapping_mul(0x100000001b3);
-                for pos in 0..chunk.end() {
-                    let slot = self.slot(&chunk.block_table, pos);
-                    let token = self.slots[slot].expect("attention read an unwritten slot");
-                    mix(token as u64 + 1);
-                }
                 mix(d.request_index as u64);
                 mix(d.sample_index as u64 + 1000);
                 mix(d.position as u64 + 100_000);
@@ -96,10 +112,21 @@ impl FakeModel {
                 }
                 DrawResult {
                     token,
-                    logprob: -(token as f32) / 10.0,
+                    logprob: Self::logprob(context, token),
+                    sampling_logprob: Self::logprob(context, token),
                 }
             })
-            .collect()
+            .collect();
+        let scores = plan
+            .targets
+            .iter()
+            .map(|t| {
+                let chunk = &plan.chunks[t.chunk];
+                let context = self.context(&chunk.block_table, chunk.start + t.offset);
+                Self::logprob(context, t.token)
+            })
+            .collect();
+        (draws, scores)
     }
 }
 
@@ -115,7 +142,7 @@ fn drain(s: &mut Scheduler, model: &mut FakeModel) -> Vec<FinishedSample> {
         assert!(plan.num_tokens() <= s.config().max_batch_tokens);
         assert!(plan.chunks.len() <= s.config().max_num_seqs);
         let results = model.run(&plan);
-        out.extend(s.update(&plan, &results).unwrap());
+        out.extend(s.update(&plan, &results.0, &results.1).unwrap());
         s.check().unwrap();
     }
     panic!("the scheduler did not finish");
@@ -148,7 +175,7 @@ fn a_group_computes_its_prompt_once_and_shares_its_blocks() {
     let table = plan.chunks[0].block_table.clone();
     assert_eq!(table, vec![0, 1, 2]);
     let results = model.run(&plan);
-    s.update(&plan, &results).unwrap();
+    s.update(&plan, &results.0, &results.1).unwrap();
     s.check().unwrap();
     // Four samples hold the three prompt blocks.
     for &b in &table {
@@ -164,7 +191,7 @@ fn a_group_computes_its_prompt_once_and_shares_its_blocks() {
     assert!(plan.copies.iter().all(|c| c.src == 2));
     assert_eq!(plan.chunks[3].block_table, vec![0, 1, 2]);
     let results = model.run(&plan);
-    s.update(&plan, &results).unwrap();
+    s.update(&plan, &results.0, &results.1).unwrap();
     s.check().unwrap();
     assert_eq!(s.pool().ref_count(0), 4);
     assert_eq!(s.pool().ref_count(2), 1);
@@ -199,7 +226,7 @@ fn a_later_request_reuses_a_cached_prefix() {
     assert_eq!(plan.chunks[0].tokens, vec![5, 6, 7, 8, 9]);
     assert_eq!(s.stats().prefix_cache_hit_tokens, 32);
     let results = model.run(&plan);
-    s.update(&plan, &results).unwrap();
+    s.update(&plan, &results.0, &results.1).unwrap();
     drain(&mut s, &mut model);
     assert_eq!(s.stats().prefill_tokens_computed, 35 + 5);
 }
@@ -230,7 +257,7 @@ fn prefill_is_chunked_to_the_token_budget() {
         let plan = s.schedule();
         starts.extend(plan.chunks.iter().filter(|c| c.is_prefill).map(|c| c.start));
         let results = model.run(&plan);
-        s.update(&plan, &results).unwrap();
+        s.update(&plan, &results.0, &results.1).unwrap();
         s.check().unwrap();
     }
     assert_eq!(starts, vec![0, 8, 16]);
@@ -272,7 +299,7 @@ fn abort_returns_partial_output_and_frees_blocks() {
     for _ in 0..3 {
         let plan = s.schedule();
         let results = model.run(&plan);
-        assert!(s.update(&plan, &results).unwrap().is_empty());
+        assert!(s.update(&plan, &results.0, &results.1).unwrap().is_empty());
     }
     let out = s.abort(id).unwrap();
     assert_eq!(out.len(), 2);
@@ -304,6 +331,61 @@ fn bad_requests_are_refused_with_a_reason() {
         "{err}"
     );
     assert!(err.to_string().contains("--kv-blocks"));
+}
+
+/// Teacher forcing a rollout's samples gives back exactly their log-probs, with the
+/// prompt computed once per group, in a pool small enough to preempt, in small chunks.
+#[test]
+fn scoring_a_rollout_returns_its_logprobs() {
+    let prompts: Vec<Vec<u32>> = (0..3)
+        .map(|p| (0..21).map(|i| 1 + (p * 5 + i) % 40).collect())
+        .collect();
+    let c = config(1000, 4, 64);
+    let mut s = Scheduler::new(c.clone());
+    let mut model = FakeModel::new(&c, false);
+    for (i, p) in prompts.iter().enumerate() {
+        s.add_request(request(i as u32, p.clone(), 3, 15)).unwrap();
+    }
+    let rollout = drain(&mut s, &mut model);
+    for (blocks, budget) in [(1000, 64), (10, 64), (10, 3)] {
+        let c = config(blocks, 4, budget);
+        let mut s = Scheduler::new(c.clone());
+        let mut model = FakeModel::new(&c, true);
+        for (i, p) in prompts.iter().enumerate() {
+            let mut r = request(i as u32, p.clone(), 3, 15);
+            let mut samples: Vec<_> = rollout
+                .iter()
+                .filter(|x| x.request_index == i as u32)
+                .collect();
+            samples.sort_by_key(|x| x.sample_index);
+            r.forced = samples.iter().map(|x| x.token_ids.clone()).collect();
+            s.add_request(r).unwrap();
+        }
+        let scored = drain(&mut s, &mut model);
+        assert_eq!(scored.len(), rollout.len());
+        for x in &scored {
+            let want = rollout
+                .iter()
+                .find(|r| (r.request_index, r.sample_index) == (x.request_index, x.sample_index))
+                .unwrap();
+            assert_eq!(x.token_ids, want.token_ids);
+            assert_eq!(
+                x.logprobs, want.logprobs,
+                "blocks {blocks}, budget {budget}"
+            );
+        }
+        // Each prompt was computed once (and recomputed only after preemption).
+        if blocks == 1000 {
+            let prompt_tokens: usize = prompts.iter().map(Vec::len).sum();
+            let completion: usize = rollout.iter().map(|x| x.token_ids.len() - 1).sum();
+            assert_eq!(
+                s.stats().prefill_tokens_computed,
+                prompt_tokens + completion
+            );
+        } else {
+            assert!(s.stats().preemptions > 0, "{:?}", s.stats());
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -380,7 +462,7 @@ proptest! {
                     prop_assert!(plan.num_tokens() <= budget);
                     prop_assert_eq!(plan.is_empty(), !s.has_work());
                     let results = model.run(&plan);
-                    got += s.update(&plan, &results).unwrap().len();
+                    got += s.update(&plan, &results.0, &results.1).unwrap().len();
                 }
                 Op::Abort(i) => {
                     if let Some(&(id, _)) = ids.get(i) {

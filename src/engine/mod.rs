@@ -172,7 +172,7 @@ impl<'d> Engine<'d> {
             }
             return Ok(StepOutput::default());
         }
-        let results = self.runner.run(self.decoder, &plan).await?;
+        let (results, scores) = self.runner.run(self.decoder, &plan).await?;
         let drawn = plan
             .draws
             .iter()
@@ -184,7 +184,7 @@ impl<'d> Engine<'d> {
                 logprob: r.logprob,
             })
             .collect();
-        let finished = self.scheduler.update(&plan, &results)?;
+        let finished = self.scheduler.update(&plan, &results, &scores)?;
         Ok(StepOutput {
             drawn,
             finished,

@@ -13,11 +13,14 @@ pub struct PackedBatch {
     /// Per row: (offset of its sequence's table in `block_tables`, its position).
     pub rows: Vec<[u32; 2]>,
     pub block_tables: Vec<u32>,
-    /// The rows whose logits are computed: the last row of each chunk that draws.
+    /// The rows whose logits are computed: the last row of each chunk that draws, and
+    /// every row that scores a target, in batch order.
     pub logit_rows: Vec<u32>,
     /// Per draw of the plan, the index into `logit_rows` it draws from (the G draws of a
     /// group's prompt share one).
     pub draw_rows: Vec<u32>,
+    /// Per target of the plan, the index into `logit_rows` that scores it.
+    pub target_rows: Vec<u32>,
 }
 
 impl PackedBatch {
@@ -30,11 +33,17 @@ impl PackedBatch {
         self.block_tables.clear();
         self.logit_rows.clear();
         self.draw_rows.clear();
-        let mut chunk_logit_row = vec![None; plan.chunks.len()];
-        for draw in &plan.draws {
-            chunk_logit_row[draw.chunk] = Some(0);
-        }
-        for (c, chunk) in plan.chunks.iter().enumerate() {
+        self.target_rows.clear();
+        // (chunk, row within it) of every row that needs logits, in batch order.
+        let mut wanted: Vec<(usize, usize)> = plan
+            .draws
+            .iter()
+            .map(|d| (d.chunk, plan.chunks[d.chunk].tokens.len() - 1))
+            .chain(plan.targets.iter().map(|t| (t.chunk, t.offset)))
+            .collect();
+        wanted.sort_unstable();
+        wanted.dedup();
+        for chunk in &plan.chunks {
             let offset = self.block_tables.len() as u32;
             self.block_tables.extend_from_slice(&chunk.block_table);
             for (i, &id) in chunk.tokens.iter().enumerate() {
@@ -46,14 +55,23 @@ impl PackedBatch {
                     .push((block * block_size + pos % block_size) as u32);
                 self.rows.push([offset, pos as u32]);
             }
-            if let Some(r) = &mut chunk_logit_row[c] {
-                *r = self.logit_rows.len() as u32;
-                self.logit_rows.push(self.ids.len() as u32 - 1);
-            }
         }
-        for draw in &plan.draws {
-            let row = chunk_logit_row[draw.chunk].expect("marked above");
-            self.draw_rows.push(row);
+        // Where each chunk's first row sits in the batch.
+        let mut first_row = Vec::with_capacity(plan.chunks.len());
+        let mut at = 0u32;
+        for chunk in &plan.chunks {
+            first_row.push(at);
+            at += chunk.tokens.len() as u32;
+        }
+        self.logit_rows
+            .extend(wanted.iter().map(|&(c, i)| first_row[c] + i as u32));
+        let index = |key: (usize, usize)| wanted.binary_search(&key).expect("collected") as u32;
+        for d in &plan.draws {
+            let last = plan.chunks[d.chunk].tokens.len() - 1;
+            self.draw_rows.push(index((d.chunk, last)));
+        }
+        for t in &plan.targets {
+            self.target_rows.push(index((t.chunk, t.offset)));
         }
     }
 }
@@ -61,7 +79,7 @@ impl PackedBatch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sched::{Chunk, Draw, SeqId};
+    use crate::sched::{Chunk, Draw, SeqId, Target};
 
     fn draw(chunk: usize, sample_index: u32) -> Draw {
         Draw {
@@ -71,6 +89,9 @@ mod tests {
             position: 0,
             seed: 0,
             temperature: 1.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
         }
     }
 
@@ -102,6 +123,20 @@ mod tests {
                 },
             ],
             draws: vec![draw(0, 0), draw(0, 1), draw(2, 0)],
+            targets: vec![
+                Target {
+                    chunk: 1,
+                    offset: 0,
+                    token: 7,
+                    sample_index: 0,
+                },
+                Target {
+                    chunk: 0,
+                    offset: 2,
+                    token: 8,
+                    sample_index: 0,
+                },
+            ],
         };
         let mut b = PackedBatch::default();
         b.pack(&plan, 4);
@@ -111,8 +146,9 @@ mod tests {
         assert_eq!(b.slots, [31, 8, 9, 20, 21, 25]);
         assert_eq!(b.block_tables, [7, 2, 5, 1, 4, 6]);
         assert_eq!(b.rows, [[0, 3], [0, 4], [0, 5], [2, 0], [2, 1], [3, 9]]);
-        // Chunk 1 draws nothing, so it has no logits row.
-        assert_eq!(b.logit_rows, [2, 5]);
-        assert_eq!(b.draw_rows, [0, 0, 1]);
+        // Chunk 0's last row draws and scores (one logits row); chunk 1's first row scores.
+        assert_eq!(b.logit_rows, [2, 3, 5]);
+        assert_eq!(b.draw_rows, [0, 0, 2]);
+        assert_eq!(b.target_rows, [1, 0]);
     }
 }

@@ -6,7 +6,7 @@
 //! log-probabilities come back, through a reused staging buffer: never the logits.
 
 use crate::error::SproutError;
-use crate::gpu::kernels::sample::{self, SampleKey};
+use crate::gpu::kernels::sample::{self, RowParams, SampleKey};
 use crate::gpu::kernels::softmax::{self, Extra, RowStats};
 use crate::gpu::{Gpu, Tensor};
 use crate::model::decoder::{BatchView, Decoder, ForwardBuffers};
@@ -49,8 +49,11 @@ pub struct StepRunner {
     block_tables: Growable,
     logit_rows: Growable,
     keys: Growable,
+    row_params: Growable,
+    cut: Growable,
     tokens: Growable,
     logprobs: Growable,
+    sampling_logprobs: Growable,
     stats: RowStats,
     staging: wgpu::Buffer,
     staging_size: u64,
@@ -71,8 +74,11 @@ impl StepRunner {
             block_tables: Growable::new(gpu, 4 * max_t),
             logit_rows: Growable::new(gpu, max_r),
             keys: Growable::new(gpu, max_r * size_of::<SampleKey>() / 4),
+            row_params: Growable::new(gpu, max_r * size_of::<RowParams>() / 4),
+            cut: Growable::new(gpu, 2 * max_r),
             tokens: Growable::new(gpu, max_r),
             logprobs: Growable::new(gpu, max_r),
+            sampling_logprobs: Growable::new(gpu, max_r),
             stats: RowStats::zeros(gpu, max_r),
             staging: gpu.staging(8 * max_r as u64),
             staging_size: 8 * max_r as u64,
@@ -83,12 +89,13 @@ impl StepRunner {
         &self.kv
     }
 
-    /// Runs `plan` and returns one result per draw, in the plan's order.
+    /// Runs `plan` and returns one result per draw and one log-prob per target, in the
+    /// plan's order.
     pub async fn run(
         &mut self,
         decoder: &Decoder,
         plan: &StepPlan,
-    ) -> Result<Vec<DrawResult>, SproutError> {
+    ) -> Result<(Vec<DrawResult>, Vec<f32>), SproutError> {
         let gpu = &*decoder.gpu;
         let vocab = decoder.config.vocab_size;
         let max_pos = decoder.max_positions();
@@ -100,14 +107,17 @@ impl StepRunner {
         }
         self.packed.pack(plan, self.kv.block_size);
         let p = &self.packed;
-        let (t, r, d) = (p.ids.len(), p.logit_rows.len(), plan.draws.len());
+        let (t, r) = (p.ids.len(), p.logit_rows.len());
+        let (d, n_targets) = (plan.draws.len(), plan.targets.len());
+        // Draws first, then targets: a target is scored like a draw whose token is given.
+        let m = d + n_targets;
         self.ids.write(gpu, &p.ids);
         self.positions.write(gpu, &p.positions);
         self.slots.write(gpu, &p.slots);
         self.rows.write(gpu, &p.rows);
         self.block_tables.write(gpu, &p.block_tables);
         self.logit_rows.write(gpu, &p.logit_rows);
-        let keys: Vec<SampleKey> = plan
+        let mut keys: Vec<SampleKey> = plan
             .draws
             .iter()
             .zip(&p.draw_rows)
@@ -117,19 +127,42 @@ impl StepRunner {
                     draw.request_index,
                     draw.sample_index,
                     draw.position,
-                    draw.temperature,
                     row,
                 )
             })
             .collect();
+        keys.extend(
+            p.target_rows
+                .iter()
+                .map(|&row| SampleKey::new(0, 0, 0, 0, row)),
+        );
         self.keys.write(gpu, &keys);
-        if d > self.tokens.tensor.len {
-            self.tokens = Growable::new(gpu, d.next_power_of_two());
-            self.logprobs = Growable::new(gpu, d.next_power_of_two());
+        // The draws of one logits row come from one request: they share its params.
+        let mut row_params = vec![RowParams::temperature(1.0); r];
+        for (draw, &row) in plan.draws.iter().zip(&p.draw_rows) {
+            row_params[row as usize] =
+                RowParams::new(draw.temperature, draw.top_k, draw.top_p, draw.min_p);
         }
-        let bytes = 4 * d as u64;
-        if 2 * bytes > self.staging_size {
-            self.staging_size = (2 * bytes).next_power_of_two();
+        self.row_params.write(gpu, &row_params);
+        if 2 * r > self.cut.tensor.len {
+            self.cut = Growable::new(gpu, (2 * r).next_power_of_two());
+        }
+        if m > self.tokens.tensor.len {
+            self.tokens = Growable::new(gpu, m.next_power_of_two());
+            self.logprobs = Growable::new(gpu, m.next_power_of_two());
+            self.sampling_logprobs = Growable::new(gpu, m.next_power_of_two());
+        }
+        if n_targets > 0 {
+            let given: Vec<u32> = plan.targets.iter().map(|t| t.token).collect();
+            let at = 4 * d as u64;
+            gpu.queue
+                .write_buffer(&self.tokens.tensor.buffer, at, bytemuck::cast_slice(&given));
+        }
+        // Read back: drawn tokens [d], log-probs [m], sampling log-probs [d].
+        let words = 3 * d + n_targets;
+        let size = 4 * words as u64;
+        if size > self.staging_size {
+            self.staging_size = size.next_power_of_two();
             self.staging = gpu.staging(self.staging_size);
         }
 
@@ -148,28 +181,50 @@ impl StepRunner {
             logit_rows: &self.logit_rows.tensor,
         };
         decoder.encode_forward(&mut enc, &batch, &self.kv, &self.buffers)?;
-        if d > 0 {
+        if m > 0 {
             let logits = &self.buffers.logits;
             let (keys, tokens) = (&self.keys.tensor, &self.tokens.tensor);
             let stats = &self.stats;
+            let (params, cut) = (&self.row_params.tensor, &self.cut.tensor);
             softmax::encode(gpu, &mut enc, logits, r, vocab, stats, Extra::Nothing);
-            sample::encode(gpu, &mut enc, logits, vocab, keys, d, tokens);
+            sample::encode_truncate(gpu, &mut enc, logits, vocab, r, params, cut);
+            sample::encode(gpu, &mut enc, logits, vocab, params, cut, keys, d, tokens);
             let logprobs = &self.logprobs.tensor;
+            let sampling_logprobs = &self.sampling_logprobs.tensor;
             sample::encode_draw_logprobs(
-                gpu, &mut enc, logits, vocab, stats, keys, tokens, d, logprobs,
+                gpu,
+                &mut enc,
+                logits,
+                vocab,
+                stats,
+                params,
+                cut,
+                keys,
+                tokens,
+                m,
+                logprobs,
+                sampling_logprobs,
             );
-            enc.copy_buffer_to_buffer(&tokens.buffer, 0, &self.staging, 0, bytes);
-            enc.copy_buffer_to_buffer(&logprobs.buffer, 0, &self.staging, bytes, bytes);
+            let (d4, m4) = (4 * d as u64, 4 * m as u64);
+            let staging = &self.staging;
+            enc.copy_buffer_to_buffer(&tokens.buffer, 0, staging, 0, d4);
+            enc.copy_buffer_to_buffer(&logprobs.buffer, 0, staging, d4, m4);
+            enc.copy_buffer_to_buffer(&sampling_logprobs.buffer, 0, staging, d4 + m4, d4);
         }
         gpu.submit(enc);
-        let bytes = gpu.read_staged(&self.staging, 2 * bytes).await?;
+        let bytes = gpu.read_staged(&self.staging, size).await?;
         // A Vec<u8> need not be aligned for u32: copy rather than cast.
-        let words: Vec<u32> = bytemuck::pod_collect_to_vec(&bytes);
-        Ok((0..d)
+        let w: Vec<u32> = bytemuck::pod_collect_to_vec(&bytes);
+        let draws = (0..d)
             .map(|i| DrawResult {
-                token: words[i],
-                logprob: f32::from_bits(words[d + i]),
+                token: w[i],
+                logprob: f32::from_bits(w[d + i]),
+                sampling_logprob: f32::from_bits(w[d + m + i]),
             })
-            .collect())
+            .collect();
+        let scores = (0..n_targets)
+            .map(|i| f32::from_bits(w[2 * d + i]))
+            .collect();
+        Ok((draws, scores))
     }
 }

@@ -308,7 +308,7 @@ impl Decoder {
                 add(w);
             }
         }
-        counts.sort_by(|a, b| b.1.cmp(&a.1));
+        counts.sort_by_key(|c| std::cmp::Reverse(c.1));
         let names: Vec<String> = counts.into_iter().map(|(n, _)| n).collect();
         names.join("+")
     }

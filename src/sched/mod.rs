@@ -16,7 +16,7 @@ mod request;
 mod scheduler;
 mod sequence;
 
-pub use plan::{BlockCopy, Chunk, Draw, DrawResult, StepPlan};
+pub use plan::{BlockCopy, Chunk, Draw, DrawResult, StepPlan, Target};
 pub use request::{FinishReason, FinishedSample, Request, RequestId, SamplingParams};
 pub use scheduler::{SchedError, Scheduler, SchedulerConfig, SchedulerStats};
 pub use sequence::SeqId;

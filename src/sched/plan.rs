@@ -43,6 +43,21 @@ pub struct Draw {
     pub seed: u64,
     /// 0 is greedy.
     pub temperature: f32,
+    pub top_k: usize,
+    pub top_p: f32,
+    pub min_p: f32,
+}
+
+/// One given token to score: its log-probability under the logits of a chunk's row.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Target {
+    /// Index into [`StepPlan::chunks`].
+    pub chunk: usize,
+    /// The row within the chunk (its position is `chunk.start + offset`).
+    pub offset: usize,
+    pub token: u32,
+    /// Which sample the score belongs to (a root's first targets fork its samples).
+    pub sample_index: u32,
 }
 
 /// What the runner returns for each [`Draw`], in order.
@@ -51,15 +66,19 @@ pub struct DrawResult {
     pub token: u32,
     /// Under the model's own distribution (temperature 1).
     pub logprob: f32,
+    /// Under the distribution the token was drawn from.
+    pub sampling_logprob: f32,
 }
 
 /// Everything one step does, in order: `copies`, then the forward pass of every chunk's
-/// tokens as one batch, then `draws`.
+/// tokens as one batch, then `draws` and `targets` (the runner returns a token and
+/// log-prob per draw and a log-prob per target).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct StepPlan {
     pub copies: Vec<BlockCopy>,
     pub chunks: Vec<Chunk>,
     pub draws: Vec<Draw>,
+    pub targets: Vec<Target>,
 }
 
 impl StepPlan {

@@ -21,7 +21,7 @@ use serde::Serialize;
 
 use crate::kv::{BlockHash, BlockId, BlockPool};
 
-use super::plan::{BlockCopy, Chunk, Draw, DrawResult, StepPlan};
+use super::plan::{BlockCopy, Chunk, Draw, DrawResult, StepPlan, Target};
 use super::request::{FinishReason, FinishedSample, Request, RequestId, SamplingParams};
 use super::sequence::{Role, SeqId, Sequence};
 
@@ -54,6 +54,8 @@ pub struct SchedulerStats {
     /// Tokens whose KV came from cached blocks instead of being computed.
     pub prefix_cache_hit_tokens: usize,
     pub generated_tokens: usize,
+    /// Given tokens scored by teacher forcing.
+    pub scored_tokens: usize,
     pub steps: usize,
     pub preemptions: usize,
     /// The most blocks in use at once.
@@ -68,6 +70,8 @@ pub enum SchedError {
     NoSamples,
     #[error("max_tokens must be at least 1")]
     NoTokens,
+    #[error("{0}")]
+    BadSampling(String),
     #[error("the prompt has {len} tokens; the model's context holds {max}")]
     PromptTooLong { len: usize, max: usize },
     #[error(
@@ -80,10 +84,22 @@ pub enum SchedError {
         tokens: usize,
         block_size: usize,
     },
+    #[error("{forced} completions to score for n = {n} samples")]
+    ForcedCount { n: usize, forced: usize },
+    #[error("a completion to score has no tokens")]
+    EmptyCompletion,
     #[error("unknown request {0:?}")]
     UnknownRequest(RequestId),
-    #[error("the step's results hold {got} draws, its plan {want}")]
-    DrawCount { got: usize, want: usize },
+    #[error(
+        "the step's results hold {draws} draws and {scores} scores, its plan \
+         {want_draws} and {want_scores}"
+    )]
+    ResultCount {
+        draws: usize,
+        want_draws: usize,
+        scores: usize,
+        want_scores: usize,
+    },
 }
 
 struct RequestState {
@@ -157,15 +173,49 @@ impl Scheduler {
         if request.n == 0 {
             return Err(SchedError::NoSamples);
         }
+        if !request.forced.is_empty() {
+            if request.forced.len() != request.n {
+                return Err(SchedError::ForcedCount {
+                    n: request.n,
+                    forced: request.forced.len(),
+                });
+            }
+            if request.forced.iter().any(Vec::is_empty) {
+                return Err(SchedError::EmptyCompletion);
+            }
+        }
         if request.params.max_tokens == 0 {
             return Err(SchedError::NoTokens);
+        }
+        let p = &request.params;
+        if !(p.temperature.is_finite() && p.temperature >= 0.0) {
+            return Err(SchedError::BadSampling(format!(
+                "temperature {} is not a finite number >= 0",
+                p.temperature
+            )));
+        }
+        if !(p.top_p > 0.0 && p.top_p <= 1.0) {
+            return Err(SchedError::BadSampling(format!(
+                "top_p {} is not in (0, 1]",
+                p.top_p
+            )));
+        }
+        if !(0.0..1.0).contains(&p.min_p) {
+            return Err(SchedError::BadSampling(format!(
+                "min_p {} is not in [0, 1)",
+                p.min_p
+            )));
         }
         if len >= max {
             return Err(SchedError::PromptTooLong { len, max });
         }
         // Alone in the pool, one sample must fit, or it could never finish. Its last
         // drawn token is never computed, hence the - 1.
-        let tokens = (len + request.params.max_tokens - 1).min(max);
+        let longest = match request.forced.iter().map(Vec::len).max() {
+            Some(forced) => forced,
+            None => request.params.max_tokens,
+        };
+        let tokens = (len + longest - 1).min(max);
         let need = tokens.div_ceil(self.config.block_size);
         if need > self.config.num_blocks {
             return Err(SchedError::PoolTooSmall {
@@ -186,10 +236,12 @@ impl Scheduler {
             tokens: request.prompt.clone(),
             prompt_len: len,
             logprobs: Vec::new(),
+            sampling_logprobs: Vec::new(),
             num_computed_tokens: 0,
             blocks: Vec::new(),
             hashes: Vec::new(),
             prefilling: true,
+            scoring: false,
         });
         self.waiting.push_back(seq);
         let unfinished = request.n;
@@ -219,12 +271,16 @@ impl Scheduler {
         // Running sequences first, oldest first; the newest give way when blocks run out.
         let mut i = 0;
         let max_seqs = self.config.max_num_seqs;
-        while i < self.running.len() && budget > 0 && plan.chunks.len() < max_seqs {
+        // Rows of logits this step may compute (draws and scored tokens need one each).
+        let mut rows_left = max_seqs;
+        while i < self.running.len() && budget > 0 && rows_left > 0 && plan.chunks.len() < max_seqs
+        {
             let id = self.running[i];
-            let want = self.seqs[&id].num_uncomputed().min(budget);
+            let want = self.fit_rows(id, budget, rows_left);
             loop {
                 if self.try_allocate(id, want, &mut plan) {
                     let chunk = self.make_chunk(id, want);
+                    rows_left -= self.rows_needed(&chunk);
                     plan.chunks.push(chunk);
                     budget -= want;
                     i += 1;
@@ -239,7 +295,7 @@ impl Scheduler {
         }
 
         // Then waiting sequences, in queue order, while their blocks are available.
-        while budget > 0 && plan.chunks.len() < max_seqs {
+        while budget > 0 && rows_left > 0 && plan.chunks.len() < max_seqs {
             let Some(&id) = self.waiting.front() else {
                 break;
             };
@@ -249,17 +305,18 @@ impl Scheduler {
             self.waiting.pop_front();
             let seq = self.seqs.get_mut(&id).expect("waiting sequence exists");
             seq.prefilling = true;
-            let want = seq.num_uncomputed().min(budget);
+            let want = self.fit_rows(id, budget, rows_left);
             self.stats.prefix_cache_hit_tokens += hits;
             let allocated = self.try_allocate(id, want, &mut plan);
             assert!(allocated, "admit checked that the blocks are free");
             let chunk = self.make_chunk(id, want);
+            rows_left -= self.rows_needed(&chunk);
             plan.chunks.push(chunk);
             budget -= want;
             self.running.push(id);
         }
 
-        self.add_draws(&mut plan);
+        self.add_draws_and_targets(&mut plan);
         self.stats.peak_kv_blocks = self.stats.peak_kv_blocks.max(self.pool.num_used());
         if !plan.is_empty() {
             self.stats.steps += 1;
@@ -267,12 +324,38 @@ impl Scheduler {
         plan
     }
 
+    /// How many of sequence `id`'s uncomputed tokens to take within `budget` tokens and
+    /// `rows_left > 0` rows of logits: a scored token needs a row, and so does the last
+    /// token of a sequence that draws.
+    fn fit_rows(&self, id: SeqId, budget: usize, rows_left: usize) -> usize {
+        let seq = &self.seqs[&id];
+        let want = seq.num_uncomputed().min(budget);
+        let start = seq.num_computed_tokens;
+        if seq.scoring {
+            let free = seq.next_target_position().saturating_sub(start);
+            want.min(free + rows_left)
+        } else {
+            want
+        }
+    }
+
+    /// The rows of logits `chunk` needs.
+    fn rows_needed(&self, chunk: &Chunk) -> usize {
+        let seq = &self.seqs[&chunk.seq];
+        if seq.scoring {
+            let first = seq.next_target_position().max(chunk.start);
+            chunk.end().saturating_sub(first)
+        } else {
+            usize::from(chunk.end() == seq.compute_len())
+        }
+    }
+
     /// Takes the cached prefix of waiting sequence `id` if the blocks for its first chunk
     /// (at most `budget` tokens) are available; returns the tokens taken from the cache, or
     /// None (and changes nothing) when the blocks are not available.
     fn admit(&mut self, id: SeqId, budget: usize) -> Option<usize> {
         let bs = self.config.block_size;
-        let len = self.seqs[&id].tokens.len();
+        let len = self.seqs[&id].compute_len();
         debug_assert!(self.seqs[&id].blocks.is_empty());
         // The hit may not cover the last token: its logits are needed.
         let mut hits: Vec<BlockId> = Vec::new();
@@ -368,19 +451,43 @@ impl Scheduler {
     }
 
     /// A chunk that reaches its sequence's last token draws: `n` tokens for a root (its
-    /// samples), one for a sample.
-    fn add_draws(&self, plan: &mut StepPlan) {
+    /// samples), one for a sample. A scoring request's root scores the first token of each
+    /// completion instead, and a scoring sample scores each of its tokens past the prompt.
+    fn add_draws_and_targets(&self, plan: &mut StepPlan) {
         for (c, chunk) in plan.chunks.iter().enumerate() {
             let seq = &self.seqs[&chunk.seq];
+            let request = &self.requests[&seq.request].request;
+            if seq.scoring {
+                let Role::Sample(k) = seq.role else {
+                    unreachable!("only samples score")
+                };
+                for p in seq.next_target_position().max(chunk.start)..chunk.end() {
+                    plan.targets.push(Target {
+                        chunk: c,
+                        offset: p - chunk.start,
+                        token: seq.tokens[p + 1],
+                        sample_index: k,
+                    });
+                }
+                continue;
+            }
             if chunk.end() < seq.tokens.len() {
                 continue;
             }
-            let request = &self.requests[&seq.request].request;
             let samples = match seq.role {
                 Role::Root => 0..request.n as u32,
                 Role::Sample(k) => k..k + 1,
             };
             for sample_index in samples {
+                if !request.forced.is_empty() {
+                    plan.targets.push(Target {
+                        chunk: c,
+                        offset: chunk.tokens.len() - 1,
+                        token: request.forced[sample_index as usize][0],
+                        sample_index,
+                    });
+                    continue;
+                }
                 plan.draws.push(Draw {
                     chunk: c,
                     request_index: request.index,
@@ -388,6 +495,9 @@ impl Scheduler {
                     position: seq.tokens.len() as u32,
                     seed: request.params.seed,
                     temperature: request.params.temperature,
+                    top_k: request.params.top_k,
+                    top_p: request.params.top_p,
+                    min_p: request.params.min_p,
                 });
             }
         }
@@ -414,17 +524,20 @@ impl Scheduler {
         seq.blocks.clear();
     }
 
-    /// Applies a step's results (`results[i]` for `plan.draws[i]`) and returns the samples
-    /// that finished.
+    /// Applies a step's results (`results[i]` for `plan.draws[i]`, `scores[i]` the
+    /// log-prob for `plan.targets[i]`) and returns the samples that finished.
     pub fn update(
         &mut self,
         plan: &StepPlan,
         results: &[DrawResult],
+        scores: &[f32],
     ) -> Result<Vec<FinishedSample>, SchedError> {
-        if results.len() != plan.draws.len() {
-            return Err(SchedError::DrawCount {
-                got: results.len(),
-                want: plan.draws.len(),
+        if results.len() != plan.draws.len() || scores.len() != plan.targets.len() {
+            return Err(SchedError::ResultCount {
+                draws: results.len(),
+                want_draws: plan.draws.len(),
+                scores: scores.len(),
+                want_scores: plan.targets.len(),
             });
         }
         for chunk in &plan.chunks {
@@ -446,8 +559,26 @@ impl Scheduler {
             let seq = self.seqs.get_mut(&target).expect("sequence exists");
             seq.tokens.push(result.token);
             seq.logprobs.push(result.logprob);
+            seq.sampling_logprobs.push(result.sampling_logprob);
             if let Some(reason) = self.finish_reason(target) {
                 finished.push(self.finish(target, reason));
+            }
+        }
+        for (target, &logprob) in plan.targets.iter().zip(scores) {
+            let parent = plan.chunks[target.chunk].seq;
+            self.stats.scored_tokens += 1;
+            let seq = match self.seqs[&parent].role {
+                Role::Root => {
+                    let child = self.fork_forced(parent, target.sample_index);
+                    forks.entry(parent).or_default().push(child);
+                    child
+                }
+                Role::Sample(_) => parent,
+            };
+            let s = self.seqs.get_mut(&seq).expect("sequence exists");
+            s.logprobs.push(logprob);
+            if s.logprobs.len() == s.tokens.len() - s.prompt_len {
+                finished.push(self.finish(seq, FinishReason::Length));
             }
         }
         // Roots give way to their samples, in place in the running order.
@@ -478,7 +609,7 @@ impl Scheduler {
         if chunk.is_prefill {
             self.stats.prefill_tokens_computed += chunk.tokens.len();
         }
-        if seq.num_computed_tokens == seq.tokens.len() {
+        if seq.num_computed_tokens == seq.compute_len() {
             seq.prefilling = false;
         }
         if full > before {
@@ -504,6 +635,19 @@ impl Scheduler {
             self.pool.acquire(b);
         }
         self.new_seq(child)
+    }
+
+    /// A scoring sample of `root`'s request: the prompt's blocks shared, then completion
+    /// `sample_index` to compute and score.
+    fn fork_forced(&mut self, root: SeqId, sample_index: u32) -> SeqId {
+        let child = self.fork(root, sample_index);
+        let request = self.seqs[&child].request;
+        let forced = &self.requests[&request].request.forced[sample_index as usize];
+        let seq = self.seqs.get_mut(&child).expect("just forked");
+        seq.tokens.extend_from_slice(forced);
+        seq.scoring = true;
+        seq.prefilling = true;
+        child
     }
 
     fn finish_reason(&self, id: SeqId) -> Option<FinishReason> {
@@ -539,6 +683,7 @@ impl Scheduler {
             prompt_token_ids: seq.tokens[..seq.prompt_len].to_vec(),
             token_ids: seq.tokens[seq.prompt_len..].to_vec(),
             logprobs: seq.logprobs,
+            sampling_logprobs: seq.sampling_logprobs,
             finish_reason: reason,
         };
         state.unfinished -= 1;
@@ -573,6 +718,7 @@ impl Scheduler {
                     prompt_token_ids: request.prompt.clone(),
                     token_ids: Vec::new(),
                     logprobs: Vec::new(),
+                    sampling_logprobs: Vec::new(),
                     finish_reason: FinishReason::Abort,
                 }));
             } else {

@@ -31,6 +31,8 @@ pub(crate) struct Sequence {
     pub prompt_len: usize,
     /// The log-probability of each generated token.
     pub logprobs: Vec<f32>,
+    /// ... and under the distribution it was drawn from (sampling only).
+    pub sampling_logprobs: Vec<f32>,
     /// Tokens whose K and V are in the pool (`tokens[..num_computed_tokens]`).
     pub num_computed_tokens: usize,
     /// The block table: position `p` lives in `blocks[p / block_size]`.
@@ -40,6 +42,9 @@ pub(crate) struct Sequence {
     /// Whether this sequence's current stay in the running set began with a prefill
     /// (admission or readmission) that has not finished.
     pub prefilling: bool,
+    /// A teacher-forced sample: its tokens are given, and each is scored (its
+    /// log-probability given the ones before) instead of drawn.
+    pub scoring: bool,
 }
 
 impl Sequence {
@@ -47,8 +52,19 @@ impl Sequence {
         &self.tokens[self.prompt_len..]
     }
 
+    /// Tokens whose K and V are needed: all of them when sampling (the last drawn token
+    /// is fed back), all but the last when scoring (nothing comes after it).
+    pub fn compute_len(&self) -> usize {
+        self.tokens.len() - usize::from(self.scoring)
+    }
+
     /// Tokens not yet computed: the rest of a prefill, or the one token drawn last step.
     pub fn num_uncomputed(&self) -> usize {
-        self.tokens.len() - self.num_computed_tokens
+        self.compute_len() - self.num_computed_tokens
+    }
+
+    /// The first position whose logits score a token not yet scored (scoring only).
+    pub fn next_target_position(&self) -> usize {
+        self.prompt_len + self.logprobs.len() - 1
     }
 }

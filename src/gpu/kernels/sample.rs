@@ -1,18 +1,51 @@
-//! Drawing tokens from chosen rows of logits on the GPU (shaders/sample.wgsl), so that only
-//! the chosen ids (and their log-probabilities) come back, never the logits.
+//! Drawing tokens from chosen rows of logits on the GPU (shaders/sample.wgsl), with
+//! temperature, top-k, top-p and min-p, so that only the chosen ids and their
+//! log-probabilities come back, never the logits.
 //!
-//! Each draw has a [`SampleKey`]: its seed, request (prompt index), stream (sample of a
-//! group), position, temperature, and the logits row it reads; several draws may read one
-//! row (the G samples of a group drawing their first token from the shared prompt's
-//! logits). The draw is the Gumbel-max trick with noise from a counter-based hash keyed by
-//! (seed, request, stream, position, token id): exact sampling from `softmax(logits / T)`.
-//! Greedy draws take the argmax.
+//! Three kernels, recorded in this order after `softmax::encode` has written the
+//! [`RowStats`] of the same logits:
+//! 1. [`encode_truncate`]: per logits row `r`, with its [`RowParams`], the cut
+//!    `cut [rows, 2] = (tau, log_z)`.
+//! 2. [`encode`]: per draw `d`, with its [`SampleKey`], `tokens[d]`.
+//! 3. [`encode_draw_logprobs`]: per draw, the token's raw log-prob and its sampling log-prob.
 //!
-//! Invariant: a draw depends only on its key and the values of its logits row, never on
-//! the other draws of the dispatch nor on where its row sits in the logits buffer
-//! (DESIGN.md, principle 1). [`encode_draw_logprobs`] gives each drawn token's
-//! log-probability from `softmax::RowStats`, bitwise the value softmax's target_logprobs
-//! gives for that row and token.
+//! Semantics, for one row of logits `l` (vocabulary `V`) and its [`RowParams`]:
+//! - Scaled logits `s_c = l_c * inv_temperature` (one f32 multiply, `inv_temperature = 1/T`;
+//!   `T = 0`, stored as `inv_temperature = 0`, is greedy: the plain argmax of the logits,
+//!   lowest index on ties, with sampling log-prob 0, and cut `(max logit, 0)`).
+//! - The kept set is `S = { c : l_c >= tau }`, `tau` the m-th largest logit counted with
+//!   multiplicity: the first `m` tokens by descending logit and every token tied with the
+//!   m-th. `m = min(m_k, m_p, m_min)`, i.e. `tau = max(tau_k, tau_p, tau_min)`:
+//!   - top-k: `m_k = top_k`; `top_k = 0` or `>= V` is off (`tau_k` = the smallest logit).
+//!   - top-p: over the top-k set `K = { l_c >= tau_k }` renormalised. With
+//!     `M(x) = sum_{l_c >= x} exp(s_c - s_max)` and `Z_k = M(tau_k)`, `tau_p` is the largest
+//!     logit `x` with `M(x) >= top_p * Z_k` (`m_p` is the smallest `m` whose first `m`
+//!     tokens hold at least `top_p` of K's mass). `top_p = 1` is off.
+//!   - min-p: keep `c` with `s_c - s_max >= ln(min_p)` (softmax prob `>= min_p` times the
+//!     largest); `tau_min` is the smallest logit kept. `ln(min_p)` is computed on the host
+//!     (f64, rounded to f32) and stored as `log_min_p`; `min_p = 0` is off (`-f32::MAX`).
+//! - `log_z = s_max + ln(M(tau))`: the log normaliser of `softmax(s)` over `S`.
+//! - The draw is Gumbel-max restricted to `S`: `argmax_{c in S} (s_c + g_c)`, with
+//!   `g_c = -ln(-ln(u_c))` and `u_c` from a counter-based hash of
+//!   (seed, request, stream, position, c): an exact sample from `softmax(s)` renormalised
+//!   over `S`.
+//! - Raw log-prob: `l_token - lse` from [`RowStats`], bitwise the value softmax's
+//!   `target_logprobs` gives for that row and token.
+//! - Sampling log-prob: `s_token - log_z` (f32, with `log_z` as the cut holds it): the
+//!   log-probability of the token under the distribution actually sampled from.
+//!
+//! The masses `M` are f32 sums in a fixed order (invocation `t` of the row's workgroup sums
+//! `c = t, t + 256, ...`, then a fixed binary tree), and `tau` is found exactly for those
+//! masses by bisection over the order-preserving u32 image of the logits (at most 32 count
+//! passes for top-k and 32 mass passes for top-p). So `tau` is exact for top-k and min-p,
+//! and for top-p up to f32 rounding of the masses at a near-tie of `M(x)` with
+//! `top_p * Z_k`.
+//!
+//! Invariant: a draw depends only on its key and its row's logits, params and cut, never
+//! on the other rows or draws of the dispatch nor on where its row sits in the logits
+//! buffer (DESIGN.md, principle 1); the cut of a row depends only on that row and its
+//! params. Several draws may read one row (the G samples of a group drawing their first
+//! token from the shared prompt's logits), and share its params.
 
 use crate::gpu::grid::grid;
 use crate::gpu::kernels::softmax::RowStats;
@@ -24,6 +57,10 @@ const KERNEL: &str = include_str!("../../../shaders/sample.wgsl");
 const LOGPROB_WORKGROUP: usize = 64;
 /// 32-bit words per [`SampleKey`].
 const KEY_WORDS: usize = size_of::<SampleKey>() / 4;
+/// 32-bit words per [`RowParams`].
+const PARAM_WORDS: usize = size_of::<RowParams>() / 4;
+/// `log_min_p` for min-p off (`MIN_P_OFF` in the shader).
+const MIN_P_OFF: f32 = -f32::MAX;
 
 /// The kernel with the shared workgroup argmax appended.
 pub(crate) fn source() -> String {
@@ -39,7 +76,77 @@ struct Params {
     _pad: u32,
 }
 
-/// How one token is drawn (`DrawKey` in the shader): 32 bytes.
+/// How one logits row is sampled (`RowParams` in the shader): 16 bytes. Build it with
+/// [`RowParams::new`]; every draw from the row uses it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct RowParams {
+    /// `1 / T`; 0 is greedy.
+    pub inv_temperature: f32,
+    /// Keep the `top_k` largest logits (and ties); 0 or `>= vocab` is off.
+    pub top_k: u32,
+    /// Keep the smallest prefix holding this share of the top-k mass; 1 is off.
+    pub top_p: f32,
+    /// `ln(min_p)` as f32; `-f32::MAX` (min_p = 0) is off.
+    pub log_min_p: f32,
+}
+
+impl RowParams {
+    /// Sampling at `temperature` (0 is greedy, and then the other settings do nothing),
+    /// keeping the `top_k` most likely tokens (0: all), then the smallest prefix of those
+    /// holding `top_p` of their probability (1: all), and only tokens at least `min_p`
+    /// times as likely as the most likely one (0: all).
+    pub fn new(temperature: f32, top_k: usize, top_p: f32, min_p: f32) -> RowParams {
+        assert!(
+            temperature.is_finite() && temperature >= 0.0,
+            "sampling: temperature {temperature} is not a finite value >= 0"
+        );
+        assert!(
+            top_p > 0.0 && top_p <= 1.0,
+            "sampling: top_p {top_p} is not in (0, 1]"
+        );
+        assert!(
+            (0.0..1.0).contains(&min_p),
+            "sampling: min_p {min_p} is not in [0, 1)"
+        );
+        let inv_temperature = if temperature == 0.0 {
+            0.0
+        } else {
+            1.0 / temperature
+        };
+        assert!(
+            inv_temperature.is_finite(),
+            "sampling: temperature {temperature} is too small to invert in f32"
+        );
+        RowParams {
+            inv_temperature,
+            top_k: u32::try_from(top_k).unwrap_or(u32::MAX),
+            top_p,
+            log_min_p: if min_p == 0.0 {
+                MIN_P_OFF
+            } else {
+                (min_p as f64).ln() as f32
+            },
+        }
+    }
+
+    /// Plain sampling at `temperature` (0 is greedy): no truncation.
+    pub fn temperature(temperature: f32) -> RowParams {
+        RowParams::new(temperature, 0, 1.0, 0.0)
+    }
+
+    pub fn is_greedy(&self) -> bool {
+        self.inv_temperature == 0.0
+    }
+
+    /// Whether min-p is on.
+    pub fn has_min_p(&self) -> bool {
+        self.log_min_p > MIN_P_OFF
+    }
+}
+
+/// How one token is drawn (`DrawKey` in the shader): 32 bytes. The temperature and the
+/// truncation are the row's ([`RowParams`]).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct SampleKey {
@@ -49,36 +156,25 @@ pub struct SampleKey {
     pub stream: u32,
     /// The position of the token being drawn.
     pub position: u32,
-    pub inv_temperature: f32,
-    /// 1: argmax, no noise.
-    pub greedy: u32,
     /// Which prompt (request) the draw belongs to; mixed into the noise.
     pub request: u32,
-    /// The logits row this draw reads.
+    /// The logits row this draw reads (and whose params and cut it uses).
     pub row: u32,
+    /// Zero; keeps the key at 32 bytes, room for later fields.
+    pub reserved: [u32; 2],
 }
 
 impl SampleKey {
-    /// Draws at `temperature` (0 is greedy) for sample `stream` of request `request` at
-    /// `position`, from logits row `row`.
-    pub fn new(
-        seed: u64,
-        request: u32,
-        stream: u32,
-        position: u32,
-        temperature: f32,
-        row: u32,
-    ) -> SampleKey {
-        let greedy = temperature <= 0.0;
+    /// Draws sample `stream` of request `request` at `position`, from logits row `row`.
+    pub fn new(seed: u64, request: u32, stream: u32, position: u32, row: u32) -> SampleKey {
         SampleKey {
             seed_lo: seed as u32,
             seed_hi: (seed >> 32) as u32,
             stream,
             position,
-            inv_temperature: if greedy { 0.0 } else { 1.0 / temperature },
-            greedy: greedy as u32,
             request,
             row,
+            reserved: [0; 2],
         }
     }
 }
@@ -86,17 +182,31 @@ impl SampleKey {
 /// The kernels of this module.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SampleKernel {
+    /// Per row: the kept set's cut `(tau, log_z)`.
+    Truncate,
     /// One token per draw.
     Sample,
-    /// The log-probability of each drawn token.
+    /// The raw and sampling log-probabilities of each drawn token.
     DrawLogprobs,
 }
 
 pub fn spec(kernel: SampleKernel) -> KernelSpec {
     use Access::{Read, ReadWrite};
+    // The bindings of the shader, in order; each entry point binds a prefix.
+    const ALL: [Access; 8] = [
+        Read,      // logits
+        Read,      // params
+        ReadWrite, // cut
+        Read,      // keys
+        ReadWrite, // tokens
+        Read,      // stats
+        ReadWrite, // logprobs
+        ReadWrite, // sampling_logprobs
+    ];
     let (entry, storage): (&'static str, &'static [Access]) = match kernel {
-        SampleKernel::Sample => ("sample", &[Read, Read, ReadWrite]),
-        SampleKernel::DrawLogprobs => ("draw_logprobs", &[Read, Read, ReadWrite, Read, ReadWrite]),
+        SampleKernel::Truncate => ("truncate", &ALL[..3]),
+        SampleKernel::Sample => ("sample", &ALL[..5]),
+        SampleKernel::DrawLogprobs => ("draw_logprobs", &ALL),
     };
     KernelSpec {
         key: format!("sample/{entry}"),
@@ -107,7 +217,7 @@ pub fn spec(kernel: SampleKernel) -> KernelSpec {
 }
 
 /// Rows of `vocab` logits that `logits` holds, after checking it holds whole rows.
-fn logits_rows(what: &str, logits: &Tensor, vocab: usize) -> u32 {
+fn logits_rows(what: &str, logits: &Tensor, vocab: usize) -> usize {
     assert!(vocab > 0, "{what}: the vocabulary is empty");
     assert!(
         logits.len >= vocab,
@@ -115,51 +225,124 @@ fn logits_rows(what: &str, logits: &Tensor, vocab: usize) -> u32 {
         logits.len
     );
     u32::try_from(logits.len).expect("logits hold more than 2^32 values");
-    (logits.len / vocab) as u32
+    logits.len / vocab
 }
 
-/// Records `tokens[d] = draw(logits[keys[d].row, ..], keys[d])` for `d in 0..m` draws.
-/// `logits` holds rows of `vocab` values; `keys` holds `m` [`SampleKey`]s (upload them with
-/// `gpu.upload`). A key whose row is past the logits draws `u32::MAX`.
+/// Rows that the logits, the params and the cut all hold (a draw from another row draws
+/// `u32::MAX`).
+fn readable_rows(
+    what: &str,
+    logits: &Tensor,
+    vocab: usize,
+    params: &Tensor,
+    cut: &Tensor,
+) -> usize {
+    logits_rows(what, logits, vocab)
+        .min(params.len / PARAM_WORDS)
+        .min(cut.len / 2)
+}
+
+fn check_draws(what: &str, keys: &Tensor, tokens: &Tensor, m: usize) {
+    assert!(
+        keys.len >= m * KEY_WORDS,
+        "{what}: keys hold {} words, need {m} keys of {KEY_WORDS}",
+        keys.len
+    );
+    assert!(
+        tokens.len >= m,
+        "{what}: tokens hold {} ids, need {m}",
+        tokens.len
+    );
+}
+
+/// Records `cut[r] = (tau, log_z)` for rows `r in 0..rows` of `logits [.., vocab]` under
+/// `params[r]` (`params` holds `rows` [`RowParams`]; upload them with `gpu.upload`). `cut`
+/// holds `2 * rows` f32. See the module doc for what tau and log_z are.
+#[allow(clippy::too_many_arguments)]
+pub fn encode_truncate(
+    gpu: &Gpu,
+    encoder: &mut wgpu::CommandEncoder,
+    logits: &Tensor,
+    vocab: usize,
+    rows: usize,
+    params: &Tensor,
+    cut: &Tensor,
+) {
+    let have = logits_rows("truncate", logits, vocab);
+    assert!(
+        have >= rows,
+        "truncate: logits hold {have} rows of {vocab}, need {rows}"
+    );
+    assert!(
+        params.len >= rows * PARAM_WORDS,
+        "truncate: params hold {} words, need {rows} RowParams of {PARAM_WORDS}",
+        params.len
+    );
+    assert!(
+        cut.len >= 2 * rows,
+        "truncate: cut holds {} values, need (tau, log_z) for {rows} rows",
+        cut.len
+    );
+    let p = Params {
+        m: 0,
+        vocab: vocab as u32,
+        rows: rows as u32,
+        _pad: 0,
+    };
+    gpu.dispatch(
+        encoder,
+        &gpu.pipeline(&spec(SampleKernel::Truncate)),
+        bytemuck::bytes_of(&p),
+        &[&logits.buffer, &params.buffer, &cut.buffer],
+        grid(gpu, rows),
+    );
+}
+
+/// Records `tokens[d] = draw(logits[keys[d].row, ..], keys[d])` for `d in 0..m` draws,
+/// each under its row's `params` and `cut` (written by [`encode_truncate`]). `logits` holds
+/// rows of `vocab` values; `keys` holds `m` [`SampleKey`]s (upload them with `gpu.upload`).
+/// A key whose row is past the logits, the params or the cut draws `u32::MAX`.
+#[allow(clippy::too_many_arguments)]
 pub fn encode(
     gpu: &Gpu,
     encoder: &mut wgpu::CommandEncoder,
     logits: &Tensor,
     vocab: usize,
+    params: &Tensor,
+    cut: &Tensor,
     keys: &Tensor,
     m: usize,
     tokens: &Tensor,
 ) {
-    let rows = logits_rows("sample", logits, vocab);
-    assert!(
-        keys.len >= m * KEY_WORDS,
-        "sample: keys hold {} words, need {m} keys",
-        keys.len
-    );
-    assert!(
-        tokens.len >= m,
-        "sample: tokens hold {} ids, need {m}",
-        tokens.len
-    );
-    let params = Params {
+    let rows = readable_rows("sample", logits, vocab, params, cut);
+    check_draws("sample", keys, tokens, m);
+    let p = Params {
         m: m as u32,
         vocab: vocab as u32,
-        rows,
+        rows: rows as u32,
         _pad: 0,
     };
     gpu.dispatch(
         encoder,
         &gpu.pipeline(&spec(SampleKernel::Sample)),
-        bytemuck::bytes_of(&params),
-        &[&logits.buffer, &keys.buffer, &tokens.buffer],
+        bytemuck::bytes_of(&p),
+        &[
+            &logits.buffer,
+            &params.buffer,
+            &cut.buffer,
+            &keys.buffer,
+            &tokens.buffer,
+        ],
         grid(gpu, m),
     );
 }
 
-/// Records `logprobs[d] = logits[keys[d].row, tokens[d]] - lse[keys[d].row]` for
-/// `d in 0..m`, with `lse` from `stats` (softmax's row statistics of the same logits):
-/// bitwise the value softmax's `target_logprobs` gives for that row and token (NaN for a
-/// token `>= vocab` or a row past the logits or the stats).
+/// Records, for `d in 0..m` with `r = keys[d].row` and `c = tokens[d]`:
+/// `logprobs[d] = logits[r, c] - lse[r]` with `lse` from `stats` (softmax's row statistics
+/// of the same logits): bitwise the value softmax's `target_logprobs` gives; and
+/// `sampling_logprobs[d] = logits[r, c] * inv_temperature[r] - log_z[r]` with `log_z` from
+/// `cut` (0 for a greedy row): the log-prob under the distribution [`encode`] sampled from.
+/// Both are NaN for a token `>= vocab` or a row past the logits, params, cut or stats.
 #[allow(clippy::too_many_arguments)]
 pub fn encode_draw_logprobs(
     gpu: &Gpu,
@@ -167,10 +350,13 @@ pub fn encode_draw_logprobs(
     logits: &Tensor,
     vocab: usize,
     stats: &RowStats,
+    params: &Tensor,
+    cut: &Tensor,
     keys: &Tensor,
     tokens: &Tensor,
     m: usize,
     logprobs: &Tensor,
+    sampling_logprobs: &Tensor,
 ) {
     assert!(
         stats.stats.len >= 2 * stats.rows,
@@ -178,40 +364,38 @@ pub fn encode_draw_logprobs(
         stats.stats.len,
         stats.rows
     );
-    // A row is readable when both the logits and the stats hold it.
-    let rows = logits_rows("draw_logprobs", logits, vocab)
-        .min(u32::try_from(stats.rows).unwrap_or(u32::MAX));
-    assert!(
-        keys.len >= m * KEY_WORDS,
-        "draw_logprobs: keys hold {} words, need {m} keys",
-        keys.len
-    );
-    assert!(
-        tokens.len >= m,
-        "draw_logprobs: tokens hold {} ids, need {m}",
-        tokens.len
-    );
+    // A row is readable when the logits, params, cut and stats all hold it.
+    let rows = readable_rows("draw_logprobs", logits, vocab, params, cut).min(stats.rows);
+    check_draws("draw_logprobs", keys, tokens, m);
     assert!(
         logprobs.len >= m,
         "draw_logprobs: logprobs hold {} values, need {m}",
         logprobs.len
     );
-    let params = Params {
+    assert!(
+        sampling_logprobs.len >= m,
+        "draw_logprobs: sampling log-probs hold {} values, need {m}",
+        sampling_logprobs.len
+    );
+    let p = Params {
         m: m as u32,
         vocab: vocab as u32,
-        rows,
+        rows: u32::try_from(rows).unwrap_or(u32::MAX),
         _pad: 0,
     };
     gpu.dispatch(
         encoder,
         &gpu.pipeline(&spec(SampleKernel::DrawLogprobs)),
-        bytemuck::bytes_of(&params),
+        bytemuck::bytes_of(&p),
         &[
             &logits.buffer,
+            &params.buffer,
+            &cut.buffer,
             &keys.buffer,
             &tokens.buffer,
             &stats.stats.buffer,
             &logprobs.buffer,
+            &sampling_logprobs.buffer,
         ],
         grid(gpu, m.div_ceil(LOGPROB_WORKGROUP)),
     );

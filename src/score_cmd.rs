@@ -1,0 +1,229 @@
+//! `sprout score`: teacher-forced log-probabilities of rollout completions.
+//!
+//! Each input line (a rollout record, or any object with `prompt_token_ids` and
+//! `token_ids`) comes back with `scored_logprobs`: the log-probability of each of its
+//! `token_ids` given the prompt and the tokens before it, under the model (temperature 1).
+//! Lines with the same prompt form one request whose prompt is computed once and shared by
+//! its completions, and all requests run batched; the kernels compute a row the same way
+//! whatever shares its batch, so scoring a rollout with the model and adapter that produced
+//! it gives back exactly its `logprobs`. A line that cannot be used is reported with its
+//! number and copied through without scores.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{BufRead, BufReader, IsTerminal, Write};
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::{Value, json};
+use sprout::engine::Engine;
+use sprout::gpu::{BackendChoice, Gpu};
+use sprout::sched::{Request, SamplingParams};
+
+use crate::cli_args::{EngineArgs, ModelArg};
+
+#[derive(Args)]
+pub struct ScoreArgs {
+    #[command(flatten)]
+    model: ModelArg,
+    /// Rollout records (JSONL) with `prompt_token_ids` and `token_ids`.
+    #[arg(long = "in")]
+    input: PathBuf,
+    /// Where to write the records with `scored_logprobs` added.
+    #[arg(long)]
+    out: PathBuf,
+    /// Print a JSON summary to stdout.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    engine: EngineArgs,
+}
+
+/// One usable input line.
+struct Line {
+    record: serde_json::Map<String, Value>,
+    prompt: Vec<u32>,
+    completion: Vec<u32>,
+}
+
+fn ids(record: &serde_json::Map<String, Value>, key: &str) -> Result<Vec<u32>, String> {
+    let list = record
+        .get(key)
+        .and_then(Value::as_array)
+        .ok_or_else(|| format!("no \"{key}\" list"))?;
+    list.iter()
+        .map(|v| {
+            v.as_u64()
+                .and_then(|x| u32::try_from(x).ok())
+                .ok_or_else(|| format!("\"{key}\" holds {v}, not a token id"))
+        })
+        .collect()
+}
+
+fn parse(text: &str) -> Result<Line, String> {
+    let value: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    let Value::Object(record) = value else {
+        return Err("not a JSON object".into());
+    };
+    let prompt = ids(&record, "prompt_token_ids")?;
+    let completion = ids(&record, "token_ids")?;
+    if prompt.is_empty() {
+        return Err("\"prompt_token_ids\" is empty".into());
+    }
+    Ok(Line {
+        record,
+        prompt,
+        completion,
+    })
+}
+
+pub fn run(backend: BackendChoice, args: ScoreArgs) -> Result<()> {
+    let config = args.engine.config()?;
+    let file =
+        File::open(&args.input).with_context(|| format!("opening {}", args.input.display()))?;
+    // Every non-blank line, in order: parsed, or its text and why it was not.
+    let mut lines: Vec<Result<Line, (usize, String, String)>> = Vec::new();
+    for (i, text) in BufReader::new(file).lines().enumerate() {
+        let text = text.with_context(|| format!("reading {}", args.input.display()))?;
+        if text.trim().is_empty() {
+            continue;
+        }
+        lines.push(parse(&text).map_err(|e| (i + 1, text, e)));
+    }
+    if lines.is_empty() {
+        bail!("{} holds no records", args.input.display());
+    }
+    let mut out = std::io::BufWriter::new(
+        File::create(&args.out).with_context(|| format!("creating {}", args.out.display()))?,
+    );
+
+    let opened = sprout::model::open::open(args.model.model.as_deref())?;
+    let mut source = opened.source;
+    let gpu = pollster::block_on(Gpu::open(backend))?;
+    let decoder = crate::generate_cmd::load(&gpu, source.as_mut())?;
+    let mut engine = Engine::new(&decoder, &config)?;
+
+    // Lines with the same prompt form one request; completions with no tokens need no
+    // computation (their score is the empty list).
+    let mut groups: BTreeMap<Vec<u32>, Vec<usize>> = BTreeMap::new();
+    for (i, line) in lines.iter().enumerate() {
+        match line {
+            Ok(line) if !line.completion.is_empty() => {
+                groups.entry(line.prompt.clone()).or_default().push(i);
+            }
+            _ => {}
+        }
+    }
+    let mut scores: Vec<Option<Vec<f32>>> = lines
+        .iter()
+        .map(|l| match l {
+            Ok(l) if l.completion.is_empty() => Some(Vec::new()),
+            _ => None,
+        })
+        .collect();
+    let mut members: Vec<Vec<usize>> = Vec::new();
+    for (prompt, group) in groups {
+        let forced: Vec<Vec<u32>> = group
+            .iter()
+            .map(|&i| {
+                lines[i]
+                    .as_ref()
+                    .expect("grouped lines parsed")
+                    .completion
+                    .clone()
+            })
+            .collect();
+        let longest = forced.iter().map(Vec::len).max().unwrap_or(1);
+        let request = Request {
+            index: members.len() as u32,
+            prompt,
+            n: forced.len(),
+            params: SamplingParams {
+                temperature: 1.0,
+                seed: 0,
+                max_tokens: longest,
+                stop_ids: Vec::new(),
+                ..SamplingParams::default()
+            },
+            forced,
+        };
+        match engine.add_request(request) {
+            Ok(_) => members.push(group),
+            Err(e) => {
+                for &i in &group {
+                    eprintln!("warning: {} line {}: {e}", args.input.display(), i + 1);
+                }
+                members.push(Vec::new());
+            }
+        }
+    }
+
+    let total: usize = members.iter().map(Vec::len).sum();
+    let bar = if std::io::stderr().is_terminal() {
+        ProgressBar::new(total as u64).with_style(
+            ProgressStyle::with_template("score {bar:30} {pos}/{len} completions  {msg}")
+                .expect("a valid template"),
+        )
+    } else {
+        ProgressBar::hidden()
+    };
+    let start = Instant::now();
+    while engine.has_work() {
+        let step = pollster::block_on(engine.step())?;
+        for sample in step.finished {
+            let line = members[sample.request_index as usize][sample.sample_index as usize];
+            scores[line] = Some(sample.logprobs);
+            bar.inc(1);
+        }
+        bar.set_message(format!("{} tokens scored", engine.stats().scored_tokens));
+    }
+    let wall_s = start.elapsed().as_secs_f64();
+    bar.finish_and_clear();
+
+    let mut failed = 0;
+    for (line, score) in lines.into_iter().zip(scores) {
+        match (line, score) {
+            (Ok(mut line), Some(score)) => {
+                line.record
+                    .insert("scored_logprobs".into(), serde_json::to_value(score)?);
+                writeln!(out, "{}", serde_json::to_string(&line.record)?)?;
+            }
+            (Ok(line), None) => {
+                failed += 1;
+                writeln!(out, "{}", serde_json::to_string(&line.record)?)?;
+            }
+            (Err((number, text, why)), _) => {
+                failed += 1;
+                eprintln!("warning: {} line {number}: {why}", args.input.display());
+                writeln!(out, "{text}")?;
+            }
+        }
+    }
+    out.flush()?;
+    let s = engine.stats();
+    let summary = json!({
+        "records": total + failed,
+        "scored_records": total,
+        "failed_records": failed,
+        "prompt_tokens": s.prompt_tokens,
+        "prefill_tokens_computed": s.prefill_tokens_computed,
+        "prefix_cache_hit_tokens": s.prefix_cache_hit_tokens,
+        "scored_tokens": s.scored_tokens,
+        "steps": s.steps,
+        "preemptions": s.preemptions,
+        "wall_s": wall_s,
+    });
+    if args.json {
+        println!("{}", serde_json::to_string(&summary)?);
+    } else {
+        eprintln!(
+            "scored {} tokens of {total} completions in {wall_s:.2} s ({} prompt tokens \
+             computed for {} prompt tokens); {failed} lines failed",
+            s.scored_tokens, s.prefill_tokens_computed, s.prompt_tokens
+        );
+    }
+    Ok(())
+}
