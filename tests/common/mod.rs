@@ -1,6 +1,10 @@
 //! What the end-to-end tests share: every adapter (a failure when there is none) and the
 //! default model's path.
 
+// Each test crate that includes this module uses a different part of it.
+#[allow(dead_code)]
+pub mod chi_square;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 

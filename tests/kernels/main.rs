@@ -7,6 +7,8 @@
 //! kernel tests as ignored (never as passed).
 
 mod attention;
+#[path = "../common/chi_square.rs"]
+mod chi_square;
 mod common;
 mod elementwise;
 mod embedding;
