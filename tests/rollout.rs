@@ -257,45 +257,54 @@ fn scoring_a_rollout_returns_its_logprobs_bitwise() {
 
 /// With top-k 5 every sampling log-prob is the raw log-prob minus the log of the top-5
 /// probability mass, and every drawn token is among the 5 most likely.
+fn check_top_k(decoder: &Decoder, prompt: Vec<u32>, label: &str) {
+    let mut r = request(0, prompt, 4, 8);
+    r.params.top_k = 5;
+    let (out, _) = run(decoder, &config(64, 256), std::slice::from_ref(&r));
+    let vocab = decoder.config.vocab_size;
+    for s in &out {
+        let ids: Vec<u32> = r.prompt.iter().chain(&s.token_ids).copied().collect();
+        let logits = pollster::block_on(sprout::generate::logits(decoder, &ids)).unwrap();
+        let pairs = s.logprobs.iter().zip(&s.sampling_logprobs);
+        for (i, (&token, (&raw, &sampled))) in s.token_ids.iter().zip(pairs).enumerate() {
+            let row = &logits[(r.prompt.len() - 1 + i) * vocab..][..vocab];
+            let max = row.iter().copied().fold(f32::MIN, f32::max) as f64;
+            let lse = max
+                + row
+                    .iter()
+                    .map(|&l| (l as f64 - max).exp())
+                    .sum::<f64>()
+                    .ln();
+            let mut sorted: Vec<f64> = row.iter().map(|&l| l as f64).collect();
+            sorted.sort_by(|a, b| b.total_cmp(a));
+            assert!(
+                row[token as usize] as f64 >= sorted[4],
+                "{label}: token outside top 5"
+            );
+            let top5 = sorted[..5].iter().map(|l| (l - lse).exp()).sum::<f64>();
+            let want = raw as f64 - top5.ln();
+            assert!(
+                (sampled as f64 - want).abs() < 1e-4,
+                "{label}: sampling logprob {sampled}, raw {raw} - ln(top-5 mass) = {want}"
+            );
+        }
+    }
+}
+
 #[test]
 fn top_k_sampling_logprobs_are_renormalised_raw_logprobs() {
+    let path = smollm2_path();
     for gpu in gpus() {
         let label = gpu.adapter.label();
-        let decoder = tiny_llama(&gpu);
-        let mut r = request(0, prompt(23, 4), 4, 8);
-        r.params.top_k = 5;
-        let (out, _) = run(&decoder, &config(64, 256), &[r.clone()]);
-        let vocab = decoder.config.vocab_size;
-        for s in &out {
-            let ids: Vec<u32> = r.prompt.iter().chain(&s.token_ids).copied().collect();
-            let logits = pollster::block_on(sprout::generate::logits(&decoder, &ids)).unwrap();
-            for (i, (&token, (&raw, &sampled))) in s
-                .token_ids
-                .iter()
-                .zip(s.logprobs.iter().zip(&s.sampling_logprobs))
-                .enumerate()
-            {
-                let row = &logits[(r.prompt.len() - 1 + i) * vocab..][..vocab];
-                let max = row.iter().copied().fold(f32::MIN, f32::max) as f64;
-                let lse = max
-                    + row
-                        .iter()
-                        .map(|&l| (l as f64 - max).exp())
-                        .sum::<f64>()
-                        .ln();
-                let mut sorted: Vec<f64> = row.iter().map(|&l| l as f64).collect();
-                sorted.sort_by(|a, b| b.partial_cmp(a).unwrap());
-                assert!(
-                    row[token as usize] as f64 >= sorted[4],
-                    "{label}: token outside top 5"
-                );
-                let top5 = sorted[..5].iter().map(|l| (l - lse).exp()).sum::<f64>();
-                let want = raw as f64 - top5.ln();
-                assert!(
-                    (sampled as f64 - want).abs() < 1e-4,
-                    "{label}: sampling logprob {sampled}, raw {raw} - ln(top-5 mass) = {want}"
-                );
-            }
-        }
+        check_top_k(
+            &tiny_llama(&gpu),
+            prompt(23, 4),
+            &format!("tiny-llama on {label}"),
+        );
+        let mut model = GgufModel::open(&path).unwrap();
+        let tokenizer = model.tokenizer().unwrap();
+        let decoder = Decoder::load(gpu.clone(), &mut model, &mut |_, _| {}).unwrap();
+        let ids = tokenizer.encode("The three primary colors are").unwrap();
+        check_top_k(&decoder, ids, &format!("smollm2 on {label}"));
     }
 }
