@@ -35,6 +35,9 @@ pub struct SamplingArgs {
     /// Sample only tokens at least min_p times as likely as the most likely one (0: all).
     #[arg(long, default_value_t = 0.0)]
     pub min_p: f32,
+    /// Do not stop at the model's end-of-sequence tokens (run to --max-tokens).
+    #[arg(long)]
+    pub ignore_eos: bool,
 }
 
 impl SamplingArgs {

@@ -38,7 +38,10 @@ pub fn run(backend: BackendChoice, args: GenerateArgs) -> Result<()> {
         max_tokens: args.sampling.max_tokens,
         temperature: args.sampling.temperature,
         seed: args.sampling.seed,
-        stop_ids: decoder.config.eos_token_ids.clone(),
+        stop_ids: match args.sampling.ignore_eos {
+            true => Vec::new(),
+            false => decoder.config.eos_token_ids.clone(),
+        },
     };
     let mut stream = tokenizer.stream(true);
     let mut stdout = std::io::stdout();

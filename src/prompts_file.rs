@@ -28,6 +28,7 @@ pub struct LineParams {
     pub top_k: Option<usize>,
     pub top_p: Option<f32>,
     pub min_p: Option<f32>,
+    pub ignore_eos: Option<bool>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -59,6 +60,7 @@ struct RawLine {
     top_k: Option<usize>,
     top_p: Option<f32>,
     min_p: Option<f32>,
+    ignore_eos: Option<bool>,
 }
 
 /// Parses one line's JSON.
@@ -83,6 +85,7 @@ pub fn parse_line(line: usize, text: &str) -> Result<PromptLine, LineError> {
         top_k: raw.top_k,
         top_p: raw.top_p,
         min_p: raw.min_p,
+        ignore_eos: raw.ignore_eos,
     };
     if params.n == Some(0) {
         return Err(fail("\"n\" must be at least 1".into()));
@@ -124,7 +127,13 @@ mod tests {
 
     #[test]
     fn the_three_forms_parse_with_their_own_parameters() {
-        let l = parse_line(1, r#"{"prompt": "hi", "n": 3, "temperature": 0.5}"#).unwrap();
+        let l = parse_line(
+            1,
+            r#"{"prompt": "hi", "n": 3, "temperature": 0.5, "top_k": 5, "ignore_eos": true}"#,
+        )
+        .unwrap();
+        assert_eq!(l.params.top_k, Some(5));
+        assert_eq!(l.params.ignore_eos, Some(true));
         assert_eq!(l.input, PromptInput::Text("hi".into()));
         assert_eq!(l.params.n, Some(3));
         assert_eq!(l.params.temperature, Some(0.5));

@@ -34,7 +34,7 @@ pub struct RolloutArgs {
     /// A JSONL file, one prompt per line: `{"prompt": "..."}`, `{"prompt_token_ids":
     /// [...]}` or `{"messages": [{"role", "content"}, ...]}` (rendered with the model's chat
     /// template), each optionally with its own "n", "max_tokens", "temperature", "seed",
-    /// "top_k", "top_p", "min_p". A
+    /// "top_k", "top_p", "min_p", "ignore_eos". A
     /// line that cannot be used is reported with its number and skipped.
     #[arg(long)]
     prompts: Option<PathBuf>,
@@ -293,7 +293,10 @@ fn build_request(
             top_k: p.top_k.unwrap_or(args.sampling.top_k),
             top_p: p.top_p.unwrap_or(args.sampling.top_p),
             min_p: p.min_p.unwrap_or(args.sampling.min_p),
-            stop_ids: decoder.config.eos_token_ids.clone(),
+            stop_ids: match p.ignore_eos.unwrap_or(args.sampling.ignore_eos) {
+                true => Vec::new(),
+                false => decoder.config.eos_token_ids.clone(),
+            },
         },
         forced: Vec::new(),
     })
