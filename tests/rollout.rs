@@ -9,22 +9,10 @@
 
 mod common;
 
-use std::path::Path;
-use std::sync::Arc;
-
-use common::{gpus, smollm2_path};
+use common::{gpus, smollm2, tiny_llama};
 use sprout::engine::{Engine, EngineConfig, KvSize};
-use sprout::gpu::Gpu;
 use sprout::model::decoder::Decoder;
-use sprout::model::gguf_model::GgufModel;
-use sprout::model::safetensors_dir::SafetensorsDir;
 use sprout::sched::{FinishedSample, Request, SamplingParams, SchedulerStats};
-
-fn tiny_llama(gpu: &Arc<Gpu>) -> Decoder {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-llama");
-    let mut source = SafetensorsDir::open(&dir).unwrap();
-    Decoder::load(gpu.clone(), &mut source, &mut |_, _| {}).unwrap()
-}
 
 fn request(index: u32, prompt: Vec<u32>, n: usize, max_tokens: usize) -> Request {
     Request {
@@ -179,12 +167,9 @@ fn samples_are_batch_invariant() {
 /// The invariance check on the real model (shorter: a CPU adapter is slow).
 #[test]
 fn smollm2_samples_are_batch_invariant() {
-    let path = smollm2_path();
     for gpu in gpus() {
         let label = gpu.adapter.label();
-        let mut model = GgufModel::open(&path).unwrap();
-        let tokenizer = model.tokenizer().unwrap();
-        let decoder = Decoder::load(gpu.clone(), &mut model, &mut |_, _| {}).unwrap();
+        let (decoder, tokenizer) = smollm2(&gpu);
         let ids = |text: &str| tokenizer.encode(text).unwrap();
         let target = request(0, ids("The three primary colors are"), 4, 8);
         let (alone, _) = run(&decoder, &config(64, 256), std::slice::from_ref(&target));
@@ -293,7 +278,6 @@ fn check_top_k(decoder: &Decoder, prompt: Vec<u32>, label: &str) {
 
 #[test]
 fn top_k_sampling_logprobs_are_renormalised_raw_logprobs() {
-    let path = smollm2_path();
     for gpu in gpus() {
         let label = gpu.adapter.label();
         check_top_k(
@@ -301,9 +285,7 @@ fn top_k_sampling_logprobs_are_renormalised_raw_logprobs() {
             prompt(23, 4),
             &format!("tiny-llama on {label}"),
         );
-        let mut model = GgufModel::open(&path).unwrap();
-        let tokenizer = model.tokenizer().unwrap();
-        let decoder = Decoder::load(gpu.clone(), &mut model, &mut |_, _| {}).unwrap();
+        let (decoder, tokenizer) = smollm2(&gpu);
         let ids = tokenizer.encode("The three primary colors are").unwrap();
         check_top_k(&decoder, ids, &format!("smollm2 on {label}"));
     }

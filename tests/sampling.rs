@@ -5,14 +5,10 @@
 
 mod common;
 
-use std::path::Path;
-
 use common::chi_square::chi_square;
-use common::{gpus, smollm2_path};
+use common::{gpus, smollm2, tiny_llama};
 use sprout::engine::{Engine, EngineConfig, KvSize};
 use sprout::model::decoder::Decoder;
-use sprout::model::gguf_model::GgufModel;
-use sprout::model::safetensors_dir::SafetensorsDir;
 use sprout::sched::{Request, SamplingParams};
 
 /// The probabilities of the next token after `prompt` under `params`, in f64 from the
@@ -104,12 +100,10 @@ fn params(temperature: f32, top_k: usize, top_p: f32, seed: u64) -> SamplingPara
 
 #[test]
 fn first_tokens_follow_the_models_softmax() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-llama");
     let prompt: Vec<u32> = (0..13).map(|i| 5 + i * 17 % 300).collect();
     for gpu in gpus() {
         let label = gpu.adapter.label();
-        let mut source = SafetensorsDir::open(&dir).unwrap();
-        let decoder = Decoder::load(gpu.clone(), &mut source, &mut |_, _| {}).unwrap();
+        let decoder = tiny_llama(&gpu);
         for (name, p) in [
             ("t1", params(1.0, 0, 1.0, 11)),
             ("t0.7", params(0.7, 0, 1.0, 12)),
@@ -129,12 +123,9 @@ fn first_tokens_follow_the_models_softmax() {
 /// The acceptance rollout's setting: 2000 first tokens at temperature 1, seed 5.
 #[test]
 fn smollm2_first_tokens_follow_its_softmax() {
-    let path = smollm2_path();
     for gpu in gpus() {
         let label = gpu.adapter.label();
-        let mut model = GgufModel::open(&path).unwrap();
-        let tokenizer = model.tokenizer().unwrap();
-        let decoder = Decoder::load(gpu.clone(), &mut model, &mut |_, _| {}).unwrap();
+        let (decoder, tokenizer) = smollm2(&gpu);
         let prompt = tokenizer.encode("The Eiffel Tower is located in").unwrap();
         for (name, p) in [
             ("t1", params(1.0, 0, 1.0, 5)),

@@ -35,3 +35,26 @@ pub fn smollm2_path() -> PathBuf {
         None => sprout::model::default_model::path().expect("the default model"),
     }
 }
+
+/// The tiny random Llama fixture (tests/fixtures/tiny-llama) on `gpu`.
+#[allow(dead_code)]
+pub fn tiny_llama(gpu: &Arc<Gpu>) -> sprout::model::decoder::Decoder {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-llama");
+    let mut source = sprout::model::safetensors_dir::SafetensorsDir::open(&dir).unwrap();
+    sprout::model::decoder::Decoder::load(gpu.clone(), &mut source, &mut |_, _| {}).unwrap()
+}
+
+/// SmolLM2 on `gpu`, with its tokenizer.
+#[allow(dead_code)]
+pub fn smollm2(
+    gpu: &Arc<Gpu>,
+) -> (
+    sprout::model::decoder::Decoder,
+    sprout::model::tokenizer::Tokenizer,
+) {
+    let mut model = sprout::model::gguf_model::GgufModel::open(smollm2_path()).unwrap();
+    let tokenizer = model.tokenizer().unwrap();
+    let decoder =
+        sprout::model::decoder::Decoder::load(gpu.clone(), &mut model, &mut |_, _| {}).unwrap();
+    (decoder, tokenizer)
+}
