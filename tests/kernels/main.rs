@@ -13,11 +13,13 @@ mod common;
 mod elementwise;
 mod embedding;
 mod kv_write;
+mod mask;
 mod matmul;
 mod rmsnorm;
 mod rope;
 mod sample;
 mod softmax;
+mod top_logprobs;
 
 use common::Case;
 
@@ -33,6 +35,8 @@ fn main() {
         sample::cases(),
         elementwise::cases(),
         softmax::cases(),
+        top_logprobs::cases(),
+        mask::cases(),
     ]
     .into_iter()
     .flatten()

@@ -5,11 +5,13 @@ pub mod attention;
 pub mod elementwise;
 pub mod embedding;
 pub mod kv_write;
+pub mod mask;
 pub mod matmul;
 pub mod rmsnorm;
 pub mod rope;
 pub mod sample;
 pub mod softmax;
+pub mod top_logprobs;
 
 use crate::gpu::shaders::with_weights;
 use crate::model::format::WeightFormat;
@@ -29,6 +31,7 @@ pub fn all_modules() -> Vec<(String, String)> {
         ("attention", attention::SOURCE),
         ("elementwise", elementwise::SOURCE),
         ("kv_write", kv_write::SOURCE),
+        ("mask_tokens", mask::SOURCE),
         ("rmsnorm", rmsnorm::SOURCE),
         ("rope", rope::SOURCE),
     ] {
@@ -36,5 +39,6 @@ pub fn all_modules() -> Vec<(String, String)> {
     }
     out.push(("sample".to_string(), sample::source()));
     out.push(("softmax".to_string(), softmax::source()));
+    out.push(("top_logprobs".to_string(), top_logprobs::source()));
     out
 }

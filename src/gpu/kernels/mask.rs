@@ -1,0 +1,84 @@
+//! Forbidding tokens in rows of logits (shaders/mask_tokens.wgsl): the stop tokens of a
+//! sample that has not yet reached its `min_tokens`.
+//!
+//! Recorded after `softmax::encode` has written the row statistics (so raw log-probs stay
+//! those of the model) and before `sample::encode_truncate`: a masked token gets
+//! [`MASKED_LOGIT`], so it is never kept, drawn, or taken by a greedy row while another
+//! token of the row is unmasked.
+//!
+//! Invariants: each pair writes one logit, a constant: every other logit is untouched bit
+//! for bit, the result does not depend on the order or grouping of the pairs, and a pair
+//! may repeat. A pair past the rows or the vocabulary writes nothing (the host cannot check
+//! pairs: they live on the GPU).
+
+use crate::gpu::grid::grid;
+use crate::gpu::pipelines::{Access, KernelSpec};
+use crate::gpu::{Gpu, Tensor};
+
+pub(crate) const SOURCE: &str = include_str!("../../../shaders/mask_tokens.wgsl");
+/// Pairs per workgroup (`WG` in the shader).
+pub const WORKGROUP: usize = 64;
+
+/// The logit a masked token gets: finite (logits must be finite) and far below any real
+/// logit, so its probability is 0 at any temperature >= 1e-8. (`MASKED_LOGIT` in the
+/// shader.)
+pub const MASKED_LOGIT: f32 = -1e30;
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    n: u32,
+    rows: u32,
+    vocab: u32,
+    _pad: u32,
+}
+
+pub fn spec() -> KernelSpec {
+    use Access::{Read, ReadWrite};
+    KernelSpec {
+        key: "mask_tokens".into(),
+        source: SOURCE.into(),
+        entry: "mask_tokens",
+        // pairs, logits
+        storage: &[Read, ReadWrite],
+    }
+}
+
+/// Records `logits[pairs[2i] * vocab + pairs[2i + 1]] = MASKED_LOGIT` for `i in 0..n`,
+/// where `pairs [2n]` u32 are (row, token); pairs whose row >= `rows` or token >= `vocab`
+/// are skipped.
+pub fn encode(
+    gpu: &Gpu,
+    encoder: &mut wgpu::CommandEncoder,
+    logits: &Tensor,
+    vocab: usize,
+    rows: usize,
+    pairs: &Tensor,
+    n: usize,
+) {
+    assert!(vocab > 0, "mask_tokens: the vocabulary is empty");
+    assert!(
+        logits.len >= rows * vocab,
+        "mask_tokens: logits hold {} values, need {rows}x{vocab}",
+        logits.len
+    );
+    u32::try_from(rows * vocab).expect("mask_tokens: more than 2^32 logits");
+    assert!(
+        pairs.len >= 2 * n,
+        "mask_tokens: pairs hold {} values, need (row, token) for {n}",
+        pairs.len
+    );
+    let params = Params {
+        n: u32::try_from(n).expect("mask_tokens: more than 2^32 pairs"),
+        rows: rows as u32,
+        vocab: vocab as u32,
+        _pad: 0,
+    };
+    gpu.dispatch(
+        encoder,
+        &gpu.pipeline(&spec()),
+        bytemuck::bytes_of(&params),
+        &[&pairs.buffer, &logits.buffer],
+        grid(gpu, n.div_ceil(WORKGROUP)),
+    );
+}
