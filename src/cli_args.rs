@@ -38,6 +38,21 @@ pub struct SamplingArgs {
     /// Do not stop at the model's end-of-sequence tokens (run to --max-tokens).
     #[arg(long)]
     pub ignore_eos: bool,
+    /// Generate at least this many tokens per sample: stop tokens cannot be drawn before
+    /// (they leave the sampling distribution, not `logprobs`) and stop strings do not count.
+    #[arg(long, default_value_t = 0)]
+    pub min_tokens: usize,
+    /// End a sample when its text contains this string (repeatable); the text is cut
+    /// where it begins, and the tokens after the one holding that point are dropped.
+    #[arg(long = "stop", value_name = "TEXT")]
+    pub stop: Vec<String>,
+    /// Also end a sample on these token ids (comma-separated), besides end-of-sequence.
+    #[arg(long, value_delimiter = ',', value_name = "IDS")]
+    pub stop_token_ids: Vec<u32>,
+    /// Return the N most likely tokens at each position with their log-probabilities
+    /// (0 to 20).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub top_logprobs: usize,
 }
 
 impl SamplingArgs {
@@ -56,6 +71,23 @@ impl SamplingArgs {
         }
         if !(0.0..1.0).contains(&self.min_p) {
             bail!("--min-p must be in [0, 1), not {}", self.min_p);
+        }
+        if self.min_tokens > self.max_tokens {
+            bail!(
+                "--min-tokens {} is more than --max-tokens {}",
+                self.min_tokens,
+                self.max_tokens
+            );
+        }
+        let most = sprout::sched::MAX_TOP_LOGPROBS;
+        if self.top_logprobs > most {
+            bail!(
+                "--top-logprobs must be at most {most}, not {}",
+                self.top_logprobs
+            );
+        }
+        if self.stop.iter().any(String::is_empty) {
+            bail!("--stop needs a non-empty string");
         }
         Ok(())
     }

@@ -29,6 +29,18 @@ pub struct LineParams {
     pub top_p: Option<f32>,
     pub min_p: Option<f32>,
     pub ignore_eos: Option<bool>,
+    pub min_tokens: Option<usize>,
+    pub stop: Option<Vec<String>>,
+    pub stop_token_ids: Option<Vec<u32>>,
+    pub top_logprobs: Option<usize>,
+}
+
+/// `"stop"`: one string or a list of them.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -61,6 +73,10 @@ struct RawLine {
     top_p: Option<f32>,
     min_p: Option<f32>,
     ignore_eos: Option<bool>,
+    min_tokens: Option<usize>,
+    stop: Option<OneOrMany>,
+    stop_token_ids: Option<Vec<u32>>,
+    top_logprobs: Option<usize>,
 }
 
 /// Parses one line's JSON.
@@ -86,12 +102,22 @@ pub fn parse_line(line: usize, text: &str) -> Result<PromptLine, LineError> {
         top_p: raw.top_p,
         min_p: raw.min_p,
         ignore_eos: raw.ignore_eos,
+        min_tokens: raw.min_tokens,
+        stop: raw.stop.map(|s| match s {
+            OneOrMany::One(s) => vec![s],
+            OneOrMany::Many(v) => v,
+        }),
+        stop_token_ids: raw.stop_token_ids,
+        top_logprobs: raw.top_logprobs,
     };
     if params.n == Some(0) {
         return Err(fail("\"n\" must be at least 1".into()));
     }
     if params.max_tokens == Some(0) {
         return Err(fail("\"max_tokens\" must be at least 1".into()));
+    }
+    if params.stop.iter().flatten().any(String::is_empty) {
+        return Err(fail("a \"stop\" string is empty".into()));
     }
     match params.temperature {
         Some(t) if !(t.is_finite() && t >= 0.0) => {
@@ -137,6 +163,17 @@ mod tests {
         assert_eq!(l.input, PromptInput::Text("hi".into()));
         assert_eq!(l.params.n, Some(3));
         assert_eq!(l.params.temperature, Some(0.5));
+        let l = parse_line(
+            2,
+            r#"{"prompt": "x", "stop": "\n", "min_tokens": 4, "top_logprobs": 3, "stop_token_ids": [7]}"#,
+        )
+        .unwrap();
+        assert_eq!(l.params.stop, Some(vec!["\n".to_string()]));
+        assert_eq!(l.params.min_tokens, Some(4));
+        assert_eq!(l.params.top_logprobs, Some(3));
+        assert_eq!(l.params.stop_token_ids, Some(vec![7]));
+        let l = parse_line(2, r#"{"prompt": "x", "stop": ["a", "b"]}"#).unwrap();
+        assert_eq!(l.params.stop.map(|s| s.len()), Some(2));
         let l = parse_line(2, r#"{"prompt_token_ids": [1, 2, 3]}"#).unwrap();
         assert_eq!(l.input, PromptInput::TokenIds(vec![1, 2, 3]));
         let l = parse_line(3, r#"{"messages": [{"role": "user", "content": "x"}]}"#).unwrap();
@@ -154,5 +191,7 @@ mod tests {
         assert!(e.error.contains("temprature"), "{}", e.error);
         let e = parse_line(7, r#"{"prompt": "a", "n": 0}"#).unwrap_err();
         assert!(e.error.contains("\"n\""), "{}", e.error);
+        let e = parse_line(8, r#"{"prompt": "a", "stop": ["", "x"]}"#).unwrap_err();
+        assert!(e.error.contains("empty"), "{}", e.error);
     }
 }

@@ -33,9 +33,10 @@ pub struct RolloutArgs {
     prompt: Option<String>,
     /// A JSONL file, one prompt per line: `{"prompt": "..."}`, `{"prompt_token_ids":
     /// [...]}` or `{"messages": [{"role", "content"}, ...]}` (rendered with the model's chat
-    /// template), each optionally with its own "n", "max_tokens", "temperature", "seed",
-    /// "top_k", "top_p", "min_p", "ignore_eos". A
-    /// line that cannot be used is reported with its number and skipped.
+    /// template), each optionally with its own "n", "max_tokens", "min_tokens",
+    /// "temperature", "seed", "top_k", "top_p", "min_p", "ignore_eos", "stop" (a string or
+    /// a list), "stop_token_ids", "top_logprobs". A line that cannot be used is reported
+    /// with its number and skipped.
     #[arg(long)]
     prompts: Option<PathBuf>,
     /// Samples per prompt (G); a prompt is computed once and shared by its samples.
@@ -79,8 +80,13 @@ impl OrderedWriter<'_> {
             let mut samples = self.pending.remove(&index).expect("checked");
             samples.sort_by_key(|s| s.sample_index);
             for s in &samples {
-                let text = self.tokenizer.decode_with(&s.token_ids, true)?;
-                let line = SampleRecord::new(s, text, &params, self.provenance);
+                let text = match &s.stopped_by {
+                    Some(m) => m.text.clone(),
+                    None => self.tokenizer.decode_with(&s.token_ids, true)?,
+                };
+                let tokenizer = self.tokenizer;
+                let token_text = |id| tokenizer.decode_with(&[id], false).unwrap_or_default();
+                let line = SampleRecord::new(s, text, token_text, &params, self.provenance);
                 match &mut self.kept {
                     Some(kept) => kept.push(serde_json::to_value(&line)?),
                     None => writeln!(self.out, "{}", serde_json::to_string(&line)?)?,
@@ -122,7 +128,7 @@ pub fn run(backend: BackendChoice, args: RolloutArgs) -> Result<()> {
     let tokenizer = opened.tokenizer;
     let gpu = pollster::block_on(Gpu::open(backend))?;
     let decoder = crate::generate_cmd::load(&gpu, source.as_mut())?;
-    let mut engine = Engine::new(&decoder, &config)?;
+    let mut engine = Engine::new(&decoder, &config)?.with_tokenizer(&tokenizer);
     let model_path = std::path::PathBuf::from(&opened.info.path);
     let (sprout_version, git_commit) = Provenance::build();
     let provenance = Provenance {
@@ -281,7 +287,23 @@ fn build_request(
             None => bail!("\"messages\" needs a chat template, and this model has none"),
         },
     };
-    let p = &line.params;
+    let (p, a) = (&line.params, &args.sampling);
+    // End-of-sequence (unless ignored) and the stop token ids asked for, each once.
+    let mut stop_ids = match p.ignore_eos.unwrap_or(a.ignore_eos) {
+        true => Vec::new(),
+        false => decoder.config.eos_token_ids.clone(),
+    };
+    for &id in p.stop_token_ids.as_ref().unwrap_or(&a.stop_token_ids) {
+        if id as usize >= decoder.config.vocab_size {
+            bail!(
+                "stop token id {id} is outside the vocabulary of {}",
+                decoder.config.vocab_size
+            );
+        }
+        if !stop_ids.contains(&id) {
+            stop_ids.push(id);
+        }
+    }
     Ok(Request {
         index,
         prompt,
@@ -293,10 +315,10 @@ fn build_request(
             top_k: p.top_k.unwrap_or(args.sampling.top_k),
             top_p: p.top_p.unwrap_or(args.sampling.top_p),
             min_p: p.min_p.unwrap_or(args.sampling.min_p),
-            stop_ids: match p.ignore_eos.unwrap_or(args.sampling.ignore_eos) {
-                true => Vec::new(),
-                false => decoder.config.eos_token_ids.clone(),
-            },
+            stop_ids,
+            min_tokens: p.min_tokens.unwrap_or(a.min_tokens),
+            stop: p.stop.clone().unwrap_or_else(|| a.stop.clone()),
+            top_logprobs: p.top_logprobs.unwrap_or(a.top_logprobs),
         },
         forced: Vec::new(),
     })

@@ -46,7 +46,10 @@ pub struct SamplingRecord {
     pub top_p: f32,
     pub min_p: f32,
     pub max_tokens: usize,
+    pub min_tokens: usize,
     pub stop_token_ids: Vec<u32>,
+    pub stop: Vec<String>,
+    pub top_logprobs: usize,
 }
 
 impl From<&SamplingParams> for SamplingRecord {
@@ -57,7 +60,10 @@ impl From<&SamplingParams> for SamplingRecord {
             top_p: p.top_p,
             min_p: p.min_p,
             max_tokens: p.max_tokens,
+            min_tokens: p.min_tokens,
             stop_token_ids: p.stop_ids.clone(),
+            stop: p.stop.clone(),
+            top_logprobs: p.top_logprobs,
         }
     }
 }
@@ -75,20 +81,61 @@ pub struct SampleRecord {
     /// and min-p, renormalised): present when that differs from the model's own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sampling_logprobs: Option<Vec<f32>>,
+    /// Per token, the most likely tokens at its position (most likely first) under the
+    /// model: present when asked for (`sampling.top_logprobs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_logprobs: Option<Vec<Vec<Alternative>>>,
+    /// The completion's text; cut before the stop string when one ended it.
     pub text: String,
     pub finish_reason: FinishReason,
+    /// The stop string that ended the sample, if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_string: Option<String>,
     pub seed: u64,
     pub sampling: SamplingRecord,
     pub provenance: Provenance,
 }
 
+/// One of the most likely tokens at a position.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Alternative {
+    pub token_id: u32,
+    /// The token's own text.
+    pub text: String,
+    /// Under the model (temperature 1, no truncation).
+    pub logprob: f32,
+}
+
 impl SampleRecord {
+    /// The record of `sample`; `text` is its decoded completion (a stop string's cut text
+    /// replaces it) and `token_text` names a single token, for the alternatives.
     pub fn new(
         sample: &FinishedSample,
         text: String,
+        token_text: impl Fn(u32) -> String,
         params: &SamplingParams,
         provenance: &Provenance,
     ) -> SampleRecord {
+        let top_logprobs = (params.top_logprobs > 0).then(|| {
+            sample
+                .top_logprobs
+                .iter()
+                .map(|position| {
+                    position
+                        .iter()
+                        .map(|t| Alternative {
+                            token_id: t.token,
+                            text: token_text(t.token),
+                            logprob: t.logprob,
+                        })
+                        .collect()
+                })
+                .collect()
+        });
+        let (text, stop_string) = match &sample.stopped_by {
+            Some(m) => (m.text.clone(), Some(m.stop.clone())),
+            None => (text, None),
+        };
         SampleRecord {
             prompt_index: sample.request_index,
             sample_index: sample.sample_index,
@@ -96,8 +143,10 @@ impl SampleRecord {
             token_ids: sample.token_ids.clone(),
             logprobs: sample.logprobs.clone(),
             sampling_logprobs: (!params.is_plain()).then(|| sample.sampling_logprobs.clone()),
+            top_logprobs,
             text,
             finish_reason: sample.finish_reason,
+            stop_string,
             seed: params.seed,
             sampling: params.into(),
             provenance: provenance.clone(),

@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{gpus, smollm2, tiny_llama};
+use common::{gpus, log_softmax_f64, smollm2, tiny_llama};
 use sprout::engine::{Engine, EngineConfig, KvSize};
 use sprout::model::decoder::Decoder;
 use sprout::sched::{FinishedSample, Request, SamplingParams, SchedulerStats};
@@ -253,13 +253,8 @@ fn check_top_k(decoder: &Decoder, prompt: Vec<u32>, label: &str) {
         let pairs = s.logprobs.iter().zip(&s.sampling_logprobs);
         for (i, (&token, (&raw, &sampled))) in s.token_ids.iter().zip(pairs).enumerate() {
             let row = &logits[(r.prompt.len() - 1 + i) * vocab..][..vocab];
-            let max = row.iter().copied().fold(f32::MIN, f32::max) as f64;
-            let lse = max
-                + row
-                    .iter()
-                    .map(|&l| (l as f64 - max).exp())
-                    .sum::<f64>()
-                    .ln();
+            let lp = log_softmax_f64(row);
+            let lse = row[0] as f64 - lp[0];
             let mut sorted: Vec<f64> = row.iter().map(|&l| l as f64).collect();
             sorted.sort_by(|a, b| b.total_cmp(a));
             assert!(

@@ -107,13 +107,14 @@ impl FakeModel {
                 mix(d.sample_index as u64 + 1000);
                 mix(d.position as u64 + 100_000);
                 let mut token = (h % VOCAB as u64) as u32;
-                if !self.allow_stop && token == STOP {
+                if (!self.allow_stop && token == STOP) || d.forbidden.contains(&token) {
                     token = 1;
                 }
                 DrawResult {
                     token,
                     logprob: Self::logprob(context, token),
                     sampling_logprob: Self::logprob(context, token),
+                    top: vec![],
                 }
             })
             .collect();
@@ -388,6 +389,97 @@ fn scoring_a_rollout_returns_its_logprobs() {
     }
 }
 
+/// Stop tokens are forbidden to the draws before `min_tokens` (and only those), and one
+/// drawn anyway there does not end the sample.
+#[test]
+fn min_tokens_forbids_stop_tokens_until_reached() {
+    let c = config(64, 4, 64);
+    let mut s = Scheduler::new(c);
+    let mut r = request(0, vec![5, 6, 7], 2, 8);
+    r.params.min_tokens = 3;
+    s.add_request(r).unwrap();
+    let mut finished = Vec::new();
+    while s.has_work() {
+        let plan = s.schedule();
+        for d in &plan.draws {
+            let generated = d.position as usize - 3;
+            let want: &[u32] = if generated < 3 { &[STOP] } else { &[] };
+            assert_eq!(d.forbidden, want, "draw at generated length {generated}");
+        }
+        // A model that draws the stop token whatever it is told.
+        let results: Vec<DrawResult> = plan
+            .draws
+            .iter()
+            .map(|_| DrawResult {
+                token: STOP,
+                logprob: -1.0,
+                sampling_logprob: -1.0,
+                top: vec![],
+            })
+            .collect();
+        finished.extend(s.update(&plan, &results, &[]).unwrap());
+        s.check().unwrap();
+    }
+    assert_eq!(finished.len(), 2);
+    for f in finished {
+        assert_eq!(f.token_ids, [STOP; 4]);
+        assert_eq!(f.finish_reason, FinishReason::Stop);
+    }
+}
+
+/// A caller can finish one sample between steps (a stop string): it comes back with what
+/// it drew, its blocks are freed, and its siblings go on to the same tokens as without it.
+#[test]
+fn finishing_one_sample_leaves_its_siblings_unchanged() {
+    let c = config(64, 4, 64);
+    let run = |finish_early: bool| {
+        let mut s = Scheduler::new(c.clone());
+        let mut model = FakeModel::new(&c, false);
+        let id = s
+            .add_request(request(0, vec![5, 6, 7, 8, 9], 3, 10))
+            .unwrap();
+        let mut out = Vec::new();
+        for _ in 0..3 {
+            let plan = s.schedule();
+            let (draws, scores) = model.run(&plan);
+            out.extend(s.update(&plan, &draws, &scores).unwrap());
+        }
+        if finish_early {
+            assert_eq!(s.generated(id, 1).map(<[u32]>::len), Some(3));
+            let f = s.finish_sample(id, 1, FinishReason::Stop).unwrap();
+            assert_eq!((f.sample_index, f.token_ids.len()), (1, 3));
+            assert_eq!(f.finish_reason, FinishReason::Stop);
+            assert_eq!(s.generated(id, 1), None);
+            assert!(s.finish_sample(id, 1, FinishReason::Stop).is_err());
+            s.check().unwrap();
+            out.push(f);
+        }
+        out.extend(drain(&mut s, &mut model));
+        assert_eq!(s.pool().num_used(), 0);
+        assert!(!s.has_request(id));
+        by_sample(out)
+    };
+    let (full, early) = (run(false), run(true));
+    assert_eq!(early[&(0, 0)], full[&(0, 0)]);
+    assert_eq!(early[&(0, 2)], full[&(0, 2)]);
+    assert_eq!(early[&(0, 1)].0, full[&(0, 1)].0[..3]);
+}
+
+/// The fake model's log-probability of each of `completion`'s tokens after `prompt` and
+/// the tokens before it, computed without any paging.
+fn expected_scores(prompt: &[u32], completion: &[u32]) -> Vec<f32> {
+    let mut context: u64 = 0xcbf29ce484222325;
+    for &x in prompt {
+        context = (context ^ (x as u64 + 1)).wrapping_mul(0x100000001b3);
+    }
+    let mut out = Vec::new();
+    for &t in completion {
+        out.push(FakeModel::logprob(context, t));
+        context = (context ^ (t as u64 + 1)).wrapping_mul(0x100000001b3);
+    }
+    out
+}
+
 #[derive(Clone, Debug)]
 enum Op {
     Add {
@@ -395,9 +487,13 @@ enum Op {
         extra: Vec<u32>,
         n: usize,
         max_tokens: usize,
+        /// Score these completions (one per sample, cycled) instead of sampling.
+        forced: Option<Vec<Vec<u32>>>,
     },
     Step,
     Abort(usize),
+    /// Finish sample `.1` of request `.0` between steps, as a stop string does.
+    FinishSample(usize, u32),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -406,28 +502,36 @@ fn op() -> impl Strategy<Value = Op> {
             0usize..3,
             prop::collection::vec(1u32..6, 1..20),
             1usize..4,
-            1usize..12
+            1usize..12,
+            prop::option::weighted(
+                0.3,
+                prop::collection::vec(prop::collection::vec(1u32..6, 1..12), 1..4)
+            ),
         )
-            .prop_map(|(prefix, extra, n, max_tokens)| Op::Add {
+            .prop_map(|(prefix, extra, n, max_tokens, forced)| Op::Add {
                 prefix,
                 extra,
                 n,
-                max_tokens
+                max_tokens,
+                forced,
             }),
         Just(Op::Step),
         Just(Op::Step),
         Just(Op::Step),
         (0usize..8).prop_map(Op::Abort),
+        (0usize..8, 0u32..3).prop_map(|(r, k)| Op::FinishSample(r, k)),
     ]
 }
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
 
-    /// Random adds, steps and aborts under a small pool (so preemption happens): after
-    /// every operation the reference counts equal the block-table uses, no block is both
-    /// free and used, and the hash map is consistent; at the end every request that was
-    /// not aborted has all its samples and the pool is empty.
+    /// Random adds (sampling and scoring requests), steps, aborts and early finishes under
+    /// a small pool (so preemption happens): after every operation the reference counts
+    /// equal the block-table uses, no block is both free and used, and the hash map is
+    /// consistent; at the end every request has returned all its samples, every scored
+    /// completion has the log-prob of each of its tokens as an unpaged model gives it, and
+    /// the pool is empty.
     #[test]
     fn the_scheduler_keeps_its_invariants(
         ops in prop::collection::vec(op(), 1..60),
@@ -441,16 +545,19 @@ proptest! {
         let prefixes: [Vec<u32>; 3] = [vec![], vec![9, 9, 8, 7, 9, 9], vec![9, 9, 8, 1]];
         let mut ids = Vec::new();
         let mut expected = 0;
-        let mut got = 0;
+        let mut got: Vec<FinishedSample> = Vec::new();
         for op in ops {
             match op {
-                Op::Add { prefix, extra, n, max_tokens } => {
+                Op::Add { prefix, extra, n, max_tokens, forced } => {
                     let mut prompt = prefixes[prefix].clone();
                     prompt.extend(extra);
-                    let r = request(ids.len() as u32, prompt, n, max_tokens);
-                    match s.add_request(r) {
+                    let mut r = request(ids.len() as u32, prompt, n, max_tokens);
+                    if let Some(forced) = forced {
+                        r.forced = (0..n).map(|k| forced[k % forced.len()].clone()).collect();
+                    }
+                    match s.add_request(r.clone()) {
                         Ok(id) => {
-                            ids.push((id, n));
+                            ids.push((id, r));
                             expected += n;
                         }
                         Err(SchedError::PoolTooSmall { .. }) => {}
@@ -462,14 +569,21 @@ proptest! {
                     prop_assert!(plan.num_tokens() <= budget);
                     prop_assert_eq!(plan.is_empty(), !s.has_work());
                     let results = model.run(&plan);
-                    got += s.update(&plan, &results.0, &results.1).unwrap().len();
+                    got.extend(s.update(&plan, &results.0, &results.1).unwrap());
                 }
                 Op::Abort(i) => {
-                    if let Some(&(id, _)) = ids.get(i) {
-                        match s.abort(id) {
-                            Ok(out) => got += out.len(),
+                    if let Some((id, _)) = ids.get(i) {
+                        match s.abort(*id) {
+                            Ok(out) => got.extend(out),
                             Err(SchedError::UnknownRequest(_)) => {}
                             Err(e) => panic!("{e}"),
+                        }
+                    }
+                }
+                Op::FinishSample(i, k) => {
+                    if let Some((id, _)) = ids.get(i) {
+                        if s.generated(*id, k).is_some() {
+                            got.push(s.finish_sample(*id, k, FinishReason::Stop).unwrap());
                         }
                     }
                 }
@@ -478,8 +592,42 @@ proptest! {
                 return Err(TestCaseError::fail(e));
             }
         }
-        got += drain(&mut s, &mut model).len();
-        prop_assert_eq!(got, expected);
+        got.extend(drain(&mut s, &mut model));
+        prop_assert_eq!(got.len(), expected);
         prop_assert_eq!(s.pool().num_used(), 0);
+        for sample in &got {
+            let (_, r) = ids.iter().find(|(id, _)| *id == sample.request).unwrap();
+            if r.forced.is_empty() || sample.finish_reason == FinishReason::Abort {
+                continue;
+            }
+            // Only aborts end a scoring sample early (`generated` is None for it).
+            let completion = &r.forced[sample.sample_index as usize];
+            prop_assert_eq!(&sample.token_ids, completion);
+            prop_assert_eq!(
+                &sample.logprobs,
+                &expected_scores(&r.prompt, completion)
+            );
+        }
+    }
+}
+
+/// Samples that score the same completion, in a pool too small for all of them: a
+/// preempted scorer finds its completion's blocks cached by a sibling, and must still
+/// compute the positions whose logits it has not scored (it once skipped them and never
+/// finished).
+#[test]
+fn a_recomputed_scorer_scores_every_target_despite_cached_siblings() {
+    let c = config(16, 1, 3);
+    let mut s = Scheduler::new(c.clone());
+    let mut model = FakeModel::new(&c, true);
+    let prompt: Vec<u32> = [9, 9, 8, 1].into_iter().chain([1; 10]).collect();
+    let mut r = request(0, prompt.clone(), 3, 1);
+    r.forced = vec![vec![1, 1, 1]; 3];
+    s.add_request(r).unwrap();
+    let out = drain(&mut s, &mut model);
+    assert!(s.stats().preemptions > 0, "{:?}", s.stats());
+    assert_eq!(out.len(), 3);
+    for sample in out {
+        assert_eq!(sample.logprobs, expected_scores(&prompt, &[1, 1, 1]));
     }
 }

@@ -7,9 +7,12 @@
 
 mod pack;
 mod runner;
+pub mod stop_strings;
 
 pub use pack::PackedBatch;
 pub use runner::StepRunner;
+
+use std::collections::HashMap;
 
 use serde::Serialize;
 
@@ -19,8 +22,10 @@ use crate::kv::DEFAULT_BLOCK_SIZE;
 use crate::model::config::ModelConfig;
 use crate::model::decoder::Decoder;
 use crate::model::paged_kv::PagedKv;
+use crate::model::tokenizer::Tokenizer;
 use crate::sched::{
-    FinishedSample, Request, RequestId, Scheduler, SchedulerConfig, SchedulerStats,
+    FinishReason, FinishedSample, Request, RequestId, Scheduler, SchedulerConfig, SchedulerStats,
+    StepPlan,
 };
 
 /// How much KV memory to use.
@@ -94,6 +99,10 @@ pub struct Engine<'d> {
     decoder: &'d Decoder,
     scheduler: Scheduler,
     runner: StepRunner,
+    /// Reads samples' text for stop strings.
+    tokenizer: Option<&'d Tokenizer>,
+    /// The stop strings and min_tokens of the unfinished requests that have stop strings.
+    stops: HashMap<RequestId, (Vec<String>, usize)>,
 }
 
 impl<'d> Engine<'d> {
@@ -122,7 +131,15 @@ impl<'d> Engine<'d> {
             decoder,
             scheduler,
             runner,
+            tokenizer: None,
+            stops: HashMap::new(),
         })
+    }
+
+    /// Gives the engine the model's tokenizer, which requests with stop strings need.
+    pub fn with_tokenizer(mut self, tokenizer: &'d Tokenizer) -> Engine<'d> {
+        self.tokenizer = Some(tokenizer);
+        self
     }
 
     pub fn decoder(&self) -> &Decoder {
@@ -153,7 +170,18 @@ impl<'d> Engine<'d> {
                 "prompt token {bad} is outside the vocabulary of {vocab}"
             )));
         }
-        Ok(self.scheduler.add_request(request)?)
+        if !request.params.stop.is_empty() && self.tokenizer.is_none() {
+            return Err(SproutError::Shape(
+                "stop strings need the engine to have the tokenizer (Engine::with_tokenizer)"
+                    .into(),
+            ));
+        }
+        let stops = (request.params.stop.clone(), request.params.min_tokens);
+        let id = self.scheduler.add_request(request)?;
+        if !stops.0.is_empty() {
+            self.stops.insert(id, stops);
+        }
+        Ok(id)
     }
 
     /// Stops a request now; returns its samples with what they had generated.
@@ -184,12 +212,57 @@ impl<'d> Engine<'d> {
                 logprob: r.logprob,
             })
             .collect();
-        let finished = self.scheduler.update(&plan, &results, &scores)?;
+        let mut finished = self.scheduler.update(&plan, &results, &scores)?;
+        self.apply_stop_strings(&plan, &mut finished)?;
         Ok(StepOutput {
             drawn,
             finished,
             tokens: plan.num_tokens(),
         })
+    }
+
+    /// Finishes (or cuts, if they finished anyway) the samples that drew a token this step
+    /// and whose text now holds one of their stop strings.
+    fn apply_stop_strings(
+        &mut self,
+        plan: &StepPlan,
+        finished: &mut Vec<FinishedSample>,
+    ) -> Result<(), SproutError> {
+        let Some(tokenizer) = self.tokenizer else {
+            return Ok(());
+        };
+        let decode = |ids: &[u32]| tokenizer.decode_with(ids, true);
+        for draw in &plan.draws {
+            let Some((stops, min_tokens)) = self.stops.get(&draw.request) else {
+                continue;
+            };
+            let k = draw.sample_index;
+            let done = finished
+                .iter_mut()
+                .find(|s| s.request == draw.request && s.sample_index == k);
+            if let Some(sample) = done {
+                if sample.stopped_by.is_none() {
+                    let cut = stop_strings::find(&sample.token_ids, stops, *min_tokens, decode)?;
+                    if let Some(cut) = cut {
+                        stop_strings::apply(sample, cut);
+                    }
+                }
+                continue;
+            }
+            let Some(tokens) = self.scheduler.generated(draw.request, k) else {
+                continue;
+            };
+            if let Some(cut) = stop_strings::find(tokens, stops, *min_tokens, decode)? {
+                let mut sample =
+                    self.scheduler
+                        .finish_sample(draw.request, k, FinishReason::Stop)?;
+                stop_strings::apply(&mut sample, cut);
+                finished.push(sample);
+            }
+        }
+        let scheduler = &self.scheduler;
+        self.stops.retain(|id, _| scheduler.has_request(*id));
+        Ok(())
     }
 
     /// Steps until every request has finished; returns every sample, ordered by request

@@ -21,6 +21,11 @@ pub struct PackedBatch {
     pub draw_rows: Vec<u32>,
     /// Per target of the plan, the index into `logit_rows` that scores it.
     pub target_rows: Vec<u32>,
+    /// (logits row, token) pairs whose logit is masked before drawing: each drawing row's
+    /// forbidden tokens, once per row.
+    pub masked: Vec<[u32; 2]>,
+    /// Per logits row, how many alternatives to return (the most any of its draws asks).
+    pub top_counts: Vec<u32>,
 }
 
 impl PackedBatch {
@@ -34,6 +39,8 @@ impl PackedBatch {
         self.logit_rows.clear();
         self.draw_rows.clear();
         self.target_rows.clear();
+        self.masked.clear();
+        self.top_counts.clear();
         // (chunk, row within it) of every row that needs logits, in batch order.
         let mut wanted: Vec<(usize, usize)> = plan
             .draws
@@ -73,17 +80,28 @@ impl PackedBatch {
         for t in &plan.targets {
             self.target_rows.push(index((t.chunk, t.offset)));
         }
+        self.top_counts.resize(self.logit_rows.len(), 0);
+        let mut masked_rows = Vec::new();
+        for (d, &row) in plan.draws.iter().zip(&self.draw_rows) {
+            let count = &mut self.top_counts[row as usize];
+            *count = (*count).max(d.top_logprobs as u32);
+            if !d.forbidden.is_empty() && !masked_rows.contains(&row) {
+                masked_rows.push(row);
+                self.masked.extend(d.forbidden.iter().map(|&t| [row, t]));
+            }
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sched::{Chunk, Draw, SeqId, Target};
+    use crate::sched::{Chunk, Draw, RequestId, SeqId, Target};
 
     fn draw(chunk: usize, sample_index: u32) -> Draw {
         Draw {
             chunk,
+            request: RequestId(0),
             request_index: 0,
             sample_index,
             position: 0,
@@ -92,6 +110,8 @@ mod tests {
             top_k: 0,
             top_p: 1.0,
             min_p: 0.0,
+            forbidden: vec![],
+            top_logprobs: 0,
         }
     }
 
@@ -122,7 +142,21 @@ mod tests {
                     is_prefill: false,
                 },
             ],
-            draws: vec![draw(0, 0), draw(0, 1), draw(2, 0)],
+            draws: vec![
+                Draw {
+                    forbidden: vec![2, 9],
+                    top_logprobs: 3,
+                    ..draw(0, 0)
+                },
+                Draw {
+                    forbidden: vec![2, 9],
+                    ..draw(0, 1)
+                },
+                Draw {
+                    top_logprobs: 5,
+                    ..draw(2, 0)
+                },
+            ],
             targets: vec![
                 Target {
                     chunk: 1,
@@ -150,5 +184,9 @@ mod tests {
         assert_eq!(b.logit_rows, [2, 3, 5]);
         assert_eq!(b.draw_rows, [0, 0, 2]);
         assert_eq!(b.target_rows, [1, 0]);
+        // Row 0's two draws share their forbidden tokens (masked once) and take the larger
+        // count of alternatives; the scoring row asks for none.
+        assert_eq!(b.masked, [[0, 2], [0, 9]]);
+        assert_eq!(b.top_counts, [3, 0, 5]);
     }
 }

@@ -2,16 +2,22 @@
 //!
 //! One step records one command encoder and submits once. The inputs are written with
 //! `queue.write_buffer` into buffers allocated up front (grown, rarely, when a step needs
-//! more draws or table entries than any before), and only the drawn tokens and their
-//! log-probabilities come back, through a reused staging buffer: never the logits.
+//! more draws or table entries than any before), and only the drawn tokens, their
+//! log-probabilities and the alternatives asked for come back, through a reused staging
+//! buffer: never the logits.
+//!
+//! After the forward pass, per logits row: softmax statistics (the raw log-probs), the
+//! top alternatives, then the mask of forbidden tokens (stop tokens before `min_tokens`),
+//! which therefore changes only the sampling distribution, then truncation and the draws.
 
 use crate::error::SproutError;
 use crate::gpu::kernels::sample::{self, RowParams, SampleKey};
 use crate::gpu::kernels::softmax::{self, Extra, RowStats};
+use crate::gpu::kernels::{mask, top_logprobs};
 use crate::gpu::{Gpu, Tensor};
 use crate::model::decoder::{BatchView, Decoder, ForwardBuffers};
 use crate::model::paged_kv::PagedKv;
-use crate::sched::{DrawResult, StepPlan};
+use crate::sched::{DrawResult, StepPlan, TopLogprob};
 
 use super::pack::PackedBatch;
 
@@ -27,12 +33,16 @@ impl Growable {
         }
     }
 
-    /// Writes `data` at the start, growing first (to the next power of two) if needed.
-    fn write<T: bytemuck::Pod>(&mut self, gpu: &Gpu, data: &[T]) {
-        let words = std::mem::size_of_val(data) / 4;
+    /// Makes room for `words` 32-bit values (growing to the next power of two).
+    fn reserve(&mut self, gpu: &Gpu, words: usize) {
         if words > self.tensor.len {
             self.tensor = gpu.zeros(words.next_power_of_two());
         }
+    }
+
+    /// Writes `data` at the start, growing first if needed.
+    fn write<T: bytemuck::Pod>(&mut self, gpu: &Gpu, data: &[T]) {
+        self.reserve(gpu, std::mem::size_of_val(data) / 4);
         gpu.queue
             .write_buffer(&self.tensor.buffer, 0, bytemuck::cast_slice(data));
     }
@@ -54,6 +64,10 @@ pub struct StepRunner {
     tokens: Growable,
     logprobs: Growable,
     sampling_logprobs: Growable,
+    masked: Growable,
+    top_counts: Growable,
+    top_ids: Growable,
+    top_logprobs: Growable,
     stats: RowStats,
     staging: wgpu::Buffer,
     staging_size: u64,
@@ -79,6 +93,10 @@ impl StepRunner {
             tokens: Growable::new(gpu, max_r),
             logprobs: Growable::new(gpu, max_r),
             sampling_logprobs: Growable::new(gpu, max_r),
+            masked: Growable::new(gpu, 2),
+            top_counts: Growable::new(gpu, max_r),
+            top_ids: Growable::new(gpu, 1),
+            top_logprobs: Growable::new(gpu, 1),
             stats: RowStats::zeros(gpu, max_r),
             staging: gpu.staging(8 * max_r as u64),
             staging_size: 8 * max_r as u64,
@@ -158,8 +176,19 @@ impl StepRunner {
             gpu.queue
                 .write_buffer(&self.tokens.tensor.buffer, at, bytemuck::cast_slice(&given));
         }
-        // Read back: drawn tokens [d], log-probs [m], sampling log-probs [d].
-        let words = 3 * d + n_targets;
+        // Alternatives: `n_max` per logits row (rows asking for fewer pad theirs).
+        let n_max = p.top_counts.iter().copied().max().unwrap_or(0) as usize;
+        if n_max > 0 {
+            self.top_counts.write(gpu, &p.top_counts);
+            self.top_ids.reserve(gpu, r * n_max);
+            self.top_logprobs.reserve(gpu, r * n_max);
+        }
+        if !p.masked.is_empty() {
+            self.masked.write(gpu, &p.masked);
+        }
+        // Read back: drawn tokens [d], log-probs [m], sampling log-probs [d], then the
+        // alternatives' ids and log-probs [r, n_max] each.
+        let words = 3 * d + n_targets + 2 * r * n_max;
         let size = 4 * words as u64;
         if size > self.staging_size {
             self.staging_size = size.next_power_of_two();
@@ -187,6 +216,27 @@ impl StepRunner {
             let stats = &self.stats;
             let (params, cut) = (&self.row_params.tensor, &self.cut.tensor);
             softmax::encode(gpu, &mut enc, logits, r, vocab, stats, Extra::Nothing);
+            // Alternatives come from the model's own logits, so before any masking.
+            if n_max > 0 {
+                top_logprobs::encode(
+                    gpu,
+                    &mut enc,
+                    logits,
+                    vocab,
+                    stats,
+                    &self.top_counts.tensor,
+                    r,
+                    n_max,
+                    &self.top_ids.tensor,
+                    &self.top_logprobs.tensor,
+                );
+            }
+            // Forbidden tokens leave the sampling distribution only: `stats` (hence the
+            // raw log-probs) were taken above.
+            if !p.masked.is_empty() {
+                let pairs = &self.masked.tensor;
+                mask::encode(gpu, &mut enc, logits, vocab, r, pairs, p.masked.len());
+            }
             sample::encode_truncate(gpu, &mut enc, logits, vocab, r, params, cut);
             sample::encode(gpu, &mut enc, logits, vocab, params, cut, keys, d, tokens);
             let logprobs = &self.logprobs.tensor;
@@ -210,16 +260,37 @@ impl StepRunner {
             enc.copy_buffer_to_buffer(&tokens.buffer, 0, staging, 0, d4);
             enc.copy_buffer_to_buffer(&logprobs.buffer, 0, staging, d4, m4);
             enc.copy_buffer_to_buffer(&sampling_logprobs.buffer, 0, staging, d4 + m4, d4);
+            if n_max > 0 {
+                let (at, len) = (2 * d4 + m4, 4 * (r * n_max) as u64);
+                let (ids, lps) = (&self.top_ids.tensor, &self.top_logprobs.tensor);
+                enc.copy_buffer_to_buffer(&ids.buffer, 0, staging, at, len);
+                enc.copy_buffer_to_buffer(&lps.buffer, 0, staging, at + len, len);
+            }
         }
         gpu.submit(enc);
         let bytes = gpu.read_staged(&self.staging, size).await?;
         // A Vec<u8> need not be aligned for u32: copy rather than cast.
         let w: Vec<u32> = bytemuck::pod_collect_to_vec(&bytes);
-        let draws = (0..d)
-            .map(|i| DrawResult {
-                token: w[i],
-                logprob: f32::from_bits(w[d + i]),
-                sampling_logprob: f32::from_bits(w[d + m + i]),
+        let top_at = 2 * d + m;
+        let draws = plan
+            .draws
+            .iter()
+            .zip(&p.draw_rows)
+            .enumerate()
+            .map(|(i, (draw, &row))| {
+                let first = top_at + row as usize * n_max;
+                let top = (0..draw.top_logprobs)
+                    .map(|j| TopLogprob {
+                        token: w[first + j],
+                        logprob: f32::from_bits(w[first + r * n_max + j]),
+                    })
+                    .collect();
+                DrawResult {
+                    token: w[i],
+                    logprob: f32::from_bits(w[d + i]),
+                    sampling_logprob: f32::from_bits(w[d + m + i]),
+                    top,
+                }
             })
             .collect();
         let scores = (0..n_targets)

@@ -17,6 +17,9 @@ mod scheduler;
 mod sequence;
 
 pub use plan::{BlockCopy, Chunk, Draw, DrawResult, StepPlan, Target};
-pub use request::{FinishReason, FinishedSample, Request, RequestId, SamplingParams};
+pub use request::{
+    FinishReason, FinishedSample, MAX_TOP_LOGPROBS, Request, RequestId, SamplingParams, StopMatch,
+    TopLogprob,
+};
 pub use scheduler::{SchedError, Scheduler, SchedulerConfig, SchedulerStats};
 pub use sequence::SeqId;

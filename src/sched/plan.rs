@@ -2,6 +2,7 @@
 
 use crate::kv::BlockId;
 
+use super::request::{RequestId, TopLogprob};
 use super::sequence::SeqId;
 
 /// Copy block `src` to block `dst` (every layer, K and V) before the step writes anything:
@@ -36,6 +37,7 @@ impl Chunk {
 pub struct Draw {
     /// Index into [`StepPlan::chunks`].
     pub chunk: usize,
+    pub request: RequestId,
     pub request_index: u32,
     pub sample_index: u32,
     /// The position the drawn token will have.
@@ -46,6 +48,11 @@ pub struct Draw {
     pub top_k: usize,
     pub top_p: f32,
     pub min_p: f32,
+    /// Tokens that must not be drawn (the stop tokens, before `min_tokens`); the draws of
+    /// one chunk share them.
+    pub forbidden: Vec<u32>,
+    /// Alternatives to return with the draw (0: none).
+    pub top_logprobs: usize,
 }
 
 /// One given token to score: its log-probability under the logits of a chunk's row.
@@ -61,13 +68,15 @@ pub struct Target {
 }
 
 /// What the runner returns for each [`Draw`], in order.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct DrawResult {
     pub token: u32,
     /// Under the model's own distribution (temperature 1).
     pub logprob: f32,
     /// Under the distribution the token was drawn from.
     pub sampling_logprob: f32,
+    /// The draw's `top_logprobs` most likely tokens, most likely first.
+    pub top: Vec<TopLogprob>,
 }
 
 /// Everything one step does, in order: `copies`, then the forward pass of every chunk's

@@ -22,10 +22,25 @@ pub struct SamplingParams {
     pub max_tokens: usize,
     /// Any of these ends a sample (and is kept as its last token).
     pub stop_ids: Vec<u32>,
+    /// Before a sample has this many tokens its stop tokens cannot be drawn (they are
+    /// masked out of the sampling distribution, not of `logprobs`) and stop strings do not
+    /// end it.
+    pub min_tokens: usize,
+    /// Any of these in a sample's text ends it: the text is cut where the first match
+    /// begins, and the tokens after the one holding that point are dropped (needs the
+    /// engine to have a tokenizer).
+    pub stop: Vec<String>,
+    /// Alternatives per position to return with their log-probabilities (0 to
+    /// [`MAX_TOP_LOGPROBS`]).
+    pub top_logprobs: usize,
 }
 
+/// The most alternatives a position may ask for.
+pub const MAX_TOP_LOGPROBS: usize = 20;
+
 impl Default for SamplingParams {
-    /// Temperature 1 with no truncation, seed 0, 16 tokens, no stop tokens.
+    /// Temperature 1 with no truncation, seed 0, 16 tokens, no stop tokens or strings, no
+    /// alternatives.
     fn default() -> Self {
         SamplingParams {
             temperature: 1.0,
@@ -35,6 +50,9 @@ impl Default for SamplingParams {
             seed: 0,
             max_tokens: 16,
             stop_ids: Vec::new(),
+            min_tokens: 0,
+            stop: Vec::new(),
+            top_logprobs: 0,
         }
     }
 }
@@ -66,7 +84,7 @@ pub struct Request {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum FinishReason {
-    /// A stop token was drawn.
+    /// A stop token was drawn or a stop string appeared.
     Stop,
     /// `max_tokens` or the model's context was reached.
     Length,
@@ -87,5 +105,27 @@ pub struct FinishedSample {
     /// The log-probability of each of `token_ids` under the distribution it was drawn from
     /// (after temperature, top-k, top-p and min-p, renormalised); empty when scoring.
     pub sampling_logprobs: Vec<f32>,
+    /// Per token, the `top_logprobs` most likely tokens of its position (most likely
+    /// first) with their log-probabilities under the model; empty when none were asked.
+    pub top_logprobs: Vec<Vec<TopLogprob>>,
     pub finish_reason: FinishReason,
+    /// When a stop string ended the sample: which one, and the text cut before it.
+    pub stopped_by: Option<StopMatch>,
+}
+
+/// One alternative at a position.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TopLogprob {
+    pub token: u32,
+    /// Under the model (temperature 1, no truncation).
+    pub logprob: f32,
+}
+
+/// A stop string found in a sample's text.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StopMatch {
+    /// The stop string.
+    pub stop: String,
+    /// The sample's text up to where the stop string begins.
+    pub text: String,
 }

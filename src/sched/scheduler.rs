@@ -22,7 +22,9 @@ use serde::Serialize;
 use crate::kv::{BlockHash, BlockId, BlockPool};
 
 use super::plan::{BlockCopy, Chunk, Draw, DrawResult, StepPlan, Target};
-use super::request::{FinishReason, FinishedSample, Request, RequestId, SamplingParams};
+use super::request::{
+    FinishReason, FinishedSample, MAX_TOP_LOGPROBS, Request, RequestId, SamplingParams,
+};
 use super::sequence::{Role, SeqId, Sequence};
 
 #[derive(Clone, Debug, PartialEq)]
@@ -206,6 +208,21 @@ impl Scheduler {
                 p.min_p
             )));
         }
+        if p.min_tokens > p.max_tokens {
+            return Err(SchedError::BadSampling(format!(
+                "min_tokens {} is more than max_tokens {}",
+                p.min_tokens, p.max_tokens
+            )));
+        }
+        if p.top_logprobs > MAX_TOP_LOGPROBS {
+            return Err(SchedError::BadSampling(format!(
+                "top_logprobs {} is more than {MAX_TOP_LOGPROBS}",
+                p.top_logprobs
+            )));
+        }
+        if p.stop.iter().any(String::is_empty) {
+            return Err(SchedError::BadSampling("a stop string is empty".into()));
+        }
         if len >= max {
             return Err(SchedError::PromptTooLong { len, max });
         }
@@ -237,6 +254,7 @@ impl Scheduler {
             prompt_len: len,
             logprobs: Vec::new(),
             sampling_logprobs: Vec::new(),
+            top_logprobs: Vec::new(),
             num_computed_tokens: 0,
             blocks: Vec::new(),
             hashes: Vec::new(),
@@ -355,12 +373,19 @@ impl Scheduler {
     /// None (and changes nothing) when the blocks are not available.
     fn admit(&mut self, id: SeqId, budget: usize) -> Option<usize> {
         let bs = self.config.block_size;
-        let len = self.seqs[&id].compute_len();
-        debug_assert!(self.seqs[&id].blocks.is_empty());
-        // The hit may not cover the last token: its logits are needed.
+        let seq = &self.seqs[&id];
+        let len = seq.compute_len();
+        debug_assert!(seq.blocks.is_empty());
+        // The hit may not cover a position whose logits are needed: the last token's when
+        // drawing, the first unscored target's when scoring (a recomputed scorer may find
+        // its own completion cached by a sibling with the same tokens).
+        let first_needed = match seq.scoring {
+            true => seq.next_target_position(),
+            false => len - 1,
+        };
         let mut hits: Vec<BlockId> = Vec::new();
         if self.config.prefix_caching {
-            let hashes = self.hash_chain(id, (len - 1) / bs);
+            let hashes = self.hash_chain(id, first_needed / bs);
             for hash in &hashes {
                 match self.pool.lookup(hash) {
                     Some(block) => hits.push(block),
@@ -478,6 +503,13 @@ impl Scheduler {
                 Role::Root => 0..request.n as u32,
                 Role::Sample(k) => k..k + 1,
             };
+            // Stop tokens are forbidden until min_tokens; a root's draws are all first
+            // tokens, so the draws of one chunk share what they forbid.
+            let params = &request.params;
+            let forbidden = match seq.generated().len() < params.min_tokens {
+                true => params.stop_ids.clone(),
+                false => Vec::new(),
+            };
             for sample_index in samples {
                 if !request.forced.is_empty() {
                     plan.targets.push(Target {
@@ -490,6 +522,7 @@ impl Scheduler {
                 }
                 plan.draws.push(Draw {
                     chunk: c,
+                    request: seq.request,
                     request_index: request.index,
                     sample_index,
                     position: seq.tokens.len() as u32,
@@ -498,6 +531,8 @@ impl Scheduler {
                     top_k: request.params.top_k,
                     top_p: request.params.top_p,
                     min_p: request.params.min_p,
+                    forbidden: forbidden.clone(),
+                    top_logprobs: params.top_logprobs,
                 });
             }
         }
@@ -560,6 +595,9 @@ impl Scheduler {
             seq.tokens.push(result.token);
             seq.logprobs.push(result.logprob);
             seq.sampling_logprobs.push(result.sampling_logprob);
+            if !result.top.is_empty() {
+                seq.top_logprobs.push(result.top.clone());
+            }
             if let Some(reason) = self.finish_reason(target) {
                 finished.push(self.finish(target, reason));
             }
@@ -654,7 +692,10 @@ impl Scheduler {
         let seq = &self.seqs[&id];
         let params: &SamplingParams = &self.requests[&seq.request].request.params;
         let last = *seq.tokens.last().expect("a sample has drawn a token");
-        if params.stop_ids.contains(&last) {
+        // The first min_tokens tokens cannot stop the sample (stop tokens are masked there,
+        // so one is drawn only when nothing else was left).
+        let may_stop = seq.generated().len() > params.min_tokens;
+        if may_stop && params.stop_ids.contains(&last) {
             Some(FinishReason::Stop)
         } else if seq.generated().len() >= params.max_tokens
             || seq.tokens.len() >= self.config.max_model_len
@@ -684,13 +725,49 @@ impl Scheduler {
             token_ids: seq.tokens[seq.prompt_len..].to_vec(),
             logprobs: seq.logprobs,
             sampling_logprobs: seq.sampling_logprobs,
+            top_logprobs: seq.top_logprobs,
             finish_reason: reason,
+            stopped_by: None,
         };
         state.unfinished -= 1;
         if state.unfinished == 0 {
             self.requests.remove(&seq.request);
         }
         out
+    }
+
+    /// Whether request `id` has samples that have not finished.
+    pub fn has_request(&self, id: RequestId) -> bool {
+        self.requests.contains_key(&id)
+    }
+
+    /// The tokens sample `sample_index` of request `id` has generated so far, while it is
+    /// unfinished (`None` once it has finished, before its request forks, or when it
+    /// scores given tokens rather than drawing).
+    pub fn generated(&self, id: RequestId, sample_index: u32) -> Option<&[u32]> {
+        let seq = self.find_sample(id, sample_index)?;
+        Some(self.seqs[&seq].generated())
+    }
+
+    /// Finishes drawing sample `sample_index` of request `id` now with `reason` (a stop
+    /// string found by the caller) and returns it. Call it between steps.
+    pub fn finish_sample(
+        &mut self,
+        id: RequestId,
+        sample_index: u32,
+        reason: FinishReason,
+    ) -> Result<FinishedSample, SchedError> {
+        match self.find_sample(id, sample_index) {
+            Some(seq) => Ok(self.finish(seq, reason)),
+            None => Err(SchedError::UnknownRequest(id)),
+        }
+    }
+
+    fn find_sample(&self, id: RequestId, sample_index: u32) -> Option<SeqId> {
+        self.running.iter().chain(&self.waiting).copied().find(|s| {
+            let seq = &self.seqs[s];
+            seq.request == id && seq.role == Role::Sample(sample_index) && !seq.scoring
+        })
     }
 
     /// Stops request `id` now and returns each unfinished sample with what it generated so
@@ -719,7 +796,9 @@ impl Scheduler {
                     token_ids: Vec::new(),
                     logprobs: Vec::new(),
                     sampling_logprobs: Vec::new(),
+                    top_logprobs: Vec::new(),
                     finish_reason: FinishReason::Abort,
+                    stopped_by: None,
                 }));
             } else {
                 out.push(self.finish(seq, FinishReason::Abort));

@@ -7,7 +7,7 @@
 
 use crate::kv::{BlockHash, BlockId};
 
-use super::request::RequestId;
+use super::request::{RequestId, TopLogprob};
 
 /// The scheduler's name for a sequence.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -33,6 +33,8 @@ pub(crate) struct Sequence {
     pub logprobs: Vec<f32>,
     /// ... and under the distribution it was drawn from (sampling only).
     pub sampling_logprobs: Vec<f32>,
+    /// ... and the alternatives asked for at each generated position.
+    pub top_logprobs: Vec<Vec<TopLogprob>>,
     /// Tokens whose K and V are in the pool (`tokens[..num_computed_tokens]`).
     pub num_computed_tokens: usize,
     /// The block table: position `p` lives in `blocks[p / block_size]`.

@@ -58,3 +58,16 @@ pub fn smollm2(
         sprout::model::decoder::Decoder::load(gpu.clone(), &mut model, &mut |_, _| {}).unwrap();
     (decoder, tokenizer)
 }
+
+/// The log-softmax of one row of logits, in f64: the reference for the GPU's log-probs.
+#[allow(dead_code)]
+pub fn log_softmax_f64(row: &[f32]) -> Vec<f64> {
+    let max = row.iter().copied().fold(f32::MIN, f32::max) as f64;
+    let lse = max
+        + row
+            .iter()
+            .map(|&l| (l as f64 - max).exp())
+            .sum::<f64>()
+            .ln();
+    row.iter().map(|&l| l as f64 - lse).collect()
+}
