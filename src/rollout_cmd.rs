@@ -88,7 +88,7 @@ impl OrderedWriter<'_> {
                 let token_text = |id| tokenizer.decode_with(&[id], false).unwrap_or_default();
                 let line = SampleRecord::new(s, text, token_text, &params, self.provenance);
                 match &mut self.kept {
-                    Some(kept) => kept.push(serde_json::to_value(&line)?),
+                    Some(kept) => kept.push(sprout::trajectory::to_json_value(&line)?),
                     None => writeln!(self.out, "{}", serde_json::to_string(&line)?)?,
                 }
             }

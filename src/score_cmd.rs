@@ -187,8 +187,10 @@ pub fn run(backend: BackendChoice, args: ScoreArgs) -> Result<()> {
     for (line, score) in lines.into_iter().zip(scores) {
         match (line, score) {
             (Ok(mut line), Some(score)) => {
-                line.record
-                    .insert("scored_logprobs".into(), serde_json::to_value(score)?);
+                line.record.insert(
+                    "scored_logprobs".into(),
+                    sprout::trajectory::to_json_value(&score)?,
+                );
                 writeln!(out, "{}", serde_json::to_string(&line.record)?)?;
             }
             (Ok(line), None) => {

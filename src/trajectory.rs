@@ -153,3 +153,21 @@ impl SampleRecord {
         }
     }
 }
+
+/// `value` as a JSON value whose f32 numbers keep their shortest form (`-2.1097965`):
+/// `serde_json::to_value` widens an f32 to f64 and writes every digit of that
+/// (`-2.1097965240478516`), which reads back as the same f32 but no longer as the same text.
+pub fn to_json_value<T: Serialize>(value: &T) -> serde_json::Result<serde_json::Value> {
+    serde_json::from_str(&serde_json::to_string(value)?)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn f32_values_keep_their_shortest_text() {
+        let v = super::to_json_value(&vec![-2.1097965f32, -0.00015640259]).unwrap();
+        assert_eq!(v.to_string(), "[-2.1097965,-0.00015640259]");
+        let widened = serde_json::to_value(vec![-2.1097965f32]).unwrap();
+        assert_ne!(widened.to_string(), "[-2.1097965]");
+    }
+}
