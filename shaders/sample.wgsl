@@ -31,9 +31,10 @@
 //                     masses the kernel computes (top-k and min-p cuts are exact outright).
 //     sample:         tokens[d] = argmax over { c : l_c >= tau } of (s_c + g(keys[d], c))
 //                     for d in 0 .. m draws, each from row keys[d].row with that row's
-//                     params and cut; g = -log(-log(u)), u in (0, 1) from a counter-based
-//                     hash of (seed, request, stream, position, c). Gumbel-max over S is an
-//                     exact draw from softmax(s) renormalised over S. Greedy rows take the
+//                     params and cut; g = -log(E), E = -log(u) an Exp(1) variate computed
+//                     without rounding u to 1 (see exponential), u in (0, 1) from a
+//                     counter-based hash of (seed, request, stream, position, c).
+//                     Gumbel-max over S is an exact draw from softmax(s) renormalised over S. Greedy rows take the
 //                     plain argmax of the logits. Ties go to the lowest index. One workgroup
 //                     per draw: invocation t scans c = t, t + 256, ... and a fixed binary
 //                     tree combines the 256 candidates (shaders/common/argmax.wgsl, appended
@@ -108,11 +109,36 @@ fn pcg4d(input: vec4<u32>) -> vec4<u32> {
     return v;
 }
 
-// Uniform in (0, 1), never 0 or 1: 24 random bits, centred in their interval.
-fn uniform01(key: DrawKey, c: u32) -> f32 {
+// The 24 random bits k of token c under a key: u = (k + 0.5) / 2^24 is uniform in (0, 1).
+fn random24(key: DrawKey, c: u32) -> u32 {
     let first = pcg4d(vec4<u32>(c, key.position, key.stream, key.seed_lo));
     let h = pcg4d(first ^ vec4<u32>(key.seed_hi, key.request, 0u, 0u));
-    return (f32(h.x >> 8u) + 0.5) * (1.0 / 16777216.0);
+    return h.x >> 8u;
+}
+
+// E = -ln(u), an Exp(1) variate, accurate to f32 rounding for every u, and > 0.
+// u itself is not formed above 1/2: (k + 0.5) / 2^24 is not an f32 there and the largest
+// one rounds to 1 (E = 0, Gumbel noise +inf: the tail token drawn). Above 1/2,
+// v = 1 - u = (2j + 1) / 2^25 with j = 2^24 - 1 - k is exact, and
+// -ln(1 - v) = 2 atanh(y), y = v / (2 - v) <= 1/3: eight terms of its series reach f32
+// precision, where log() may have an absolute error of 2^-21 near 1 (WGSL's bound).
+fn exponential(key: DrawKey, c: u32) -> f32 {
+    let k = random24(key, c);
+    if (k < 8388608u) {
+        return -log((f32(k) + 0.5) * (1.0 / 16777216.0));
+    }
+    let v = (f32(2u * (16777215u - k) + 1u)) * (1.0 / 33554432.0);
+    let y = v / (2.0 - v);
+    let y2 = y * y;
+    var series = 1.0 / 15.0;
+    series = 1.0 / 13.0 + y2 * series;
+    series = 1.0 / 11.0 + y2 * series;
+    series = 1.0 / 9.0 + y2 * series;
+    series = 1.0 / 7.0 + y2 * series;
+    series = 1.0 / 5.0 + y2 * series;
+    series = 1.0 / 3.0 + y2 * series;
+    series = 1.0 + y2 * series;
+    return 2.0 * y * series;
 }
 
 fn workgroup_index(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
@@ -353,7 +379,7 @@ fn sample(
             if (l < tau) {
                 continue;
             }
-            v = l * rp.inv_temperature - log(-log(uniform01(key, c)));
+            v = l * rp.inv_temperature - log(exponential(key, c));
         }
         if (beats(v, c, bv, bi)) {
             bv = v;

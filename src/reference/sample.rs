@@ -35,6 +35,17 @@ pub fn uniform01(key: &SampleKey, c: u32) -> f64 {
     ((h[0] >> 8) as f64 + 0.5) / 16777216.0
 }
 
+/// The Exp(1) variate `-ln(u)` of token `c` (f64, accurate near u = 1 too, as the
+/// kernel's is to f32 precision); the Gumbel noise is `-ln` of it.
+pub fn exponential(key: &SampleKey, c: u32) -> f64 {
+    let u = uniform01(key, c);
+    if u < 0.5 {
+        -u.ln()
+    } else {
+        -(-(1.0 - u)).ln_1p()
+    }
+}
+
 /// One row's cut: the kept set is `{ c : logits[c] >= tau }`, and `log_z` is the log
 /// normaliser of `softmax(s)` over it (0 for a greedy row, whose tau is the max logit).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -127,7 +138,7 @@ pub fn sample_with_cut(logits: &[f32], params: &RowParams, cut: &Cut, key: &Samp
         } else if l < cut.tau {
             continue;
         } else {
-            l as f64 * params.inv_temperature as f64 - (-uniform01(key, c as u32).ln()).ln()
+            l as f64 * params.inv_temperature as f64 - exponential(key, c as u32).ln()
         };
         if best.is_none_or(|(bv, _)| v > bv) {
             best = Some((v, c));

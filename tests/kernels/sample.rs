@@ -600,6 +600,21 @@ pub fn cases() -> Vec<Case> {
         "batch-invariance-truncated",
         batch_invariance_case,
     ));
+    // A token 60 nats below the top is never drawn (probability ~1e-26 each). The noise
+    // once rounded u to 1 for 1 token in 2^24, giving it +inf: with SmolLM2's vocabulary
+    // that drew an absurd tail token in ~0.3% of draws, ~12 of these 4096.
+    cases.push(Case::new("sample", "no-tail-draws/v49152", |gpu| {
+        let (vocab, top) = (49152, 7);
+        let mut row = vec![-60.0f32; vocab];
+        row[top] = 0.0;
+        let keys: Vec<SampleKey> = (0..4096).map(|s| SampleKey::new(3, 1, s, 20, 0)).collect();
+        let got = draw(gpu, &row, vocab, 1.0, &keys);
+        let tail = got.iter().filter(|&&t| t != top as u32).count();
+        if tail > 0 {
+            return Err(format!("{tail} of {} draws took a tail token", keys.len()));
+        }
+        Ok(exact())
+    }));
     // One key draws the same token from a row alone and from that row as row 3 of 5.
     cases.push(Case::new("sample", "row-placement", |gpu| {
         let vocab = 2000;
