@@ -6,6 +6,8 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 use sprout::gpu::{AdapterSummary, BackendChoice, list_adapters};
 
+mod bench_cmd;
+mod bench_workload;
 mod cli_args;
 mod generate_cmd;
 mod prompts_file;
@@ -41,6 +43,8 @@ enum Command {
     Rollout(rollout_cmd::RolloutArgs),
     /// Add teacher-forced log-probabilities (`scored_logprobs`) to rollout records.
     Score(score_cmd::ScoreArgs),
+    /// Run one rollout workload in several batching modes and compare their speed.
+    Bench(bench_cmd::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -50,6 +54,7 @@ fn main() -> ExitCode {
         Command::Generate(args) => generate_cmd::run(cli.backend, args),
         Command::Rollout(args) => rollout_cmd::run(cli.backend, args),
         Command::Score(args) => score_cmd::run(cli.backend, args),
+        Command::Bench(args) => bench_cmd::run(cli.backend, args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

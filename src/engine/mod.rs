@@ -15,6 +15,7 @@ pub use runner::StepRunner;
 use std::collections::HashMap;
 
 use serde::Serialize;
+use web_time::Instant;
 
 use crate::error::SproutError;
 use crate::gpu::Gpu;
@@ -86,6 +87,28 @@ pub struct DrawnToken {
     pub logprob: f32,
 }
 
+/// Where one step's wall time went, in seconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct StepTimings {
+    /// Planning the step (the scheduler, on the CPU).
+    pub schedule_s: f64,
+    /// Packing the plan, writing the inputs and recording and submitting the commands.
+    pub encode_s: f64,
+    /// From the submit until the drawn tokens are back: the GPU's work and the read-back.
+    pub gpu_s: f64,
+    /// Applying the results (the scheduler and stop strings, on the CPU).
+    pub update_s: f64,
+}
+
+impl std::ops::AddAssign for StepTimings {
+    fn add_assign(&mut self, o: StepTimings) {
+        self.schedule_s += o.schedule_s;
+        self.encode_s += o.encode_s;
+        self.gpu_s += o.gpu_s;
+        self.update_s += o.update_s;
+    }
+}
+
 /// What one step did.
 #[derive(Clone, Debug, Default)]
 pub struct StepOutput {
@@ -93,6 +116,9 @@ pub struct StepOutput {
     pub finished: Vec<FinishedSample>,
     /// Tokens computed this step.
     pub tokens: usize,
+    /// Logits rows drawn from or scored this step.
+    pub rows: usize,
+    pub timings: StepTimings,
 }
 
 pub struct Engine<'d> {
@@ -189,9 +215,22 @@ impl<'d> Engine<'d> {
         Ok(self.scheduler.abort(id)?)
     }
 
+    /// Finishes drawing sample `sample_index` of request `id` now (a caller's own length
+    /// or stop rule) and returns it with `reason`. Call it between steps.
+    pub fn finish_sample(
+        &mut self,
+        id: RequestId,
+        sample_index: u32,
+        reason: FinishReason,
+    ) -> Result<FinishedSample, SproutError> {
+        Ok(self.scheduler.finish_sample(id, sample_index, reason)?)
+    }
+
     /// Runs one step.
     pub async fn step(&mut self) -> Result<StepOutput, SproutError> {
+        let started = Instant::now();
         let plan = self.scheduler.schedule();
+        let schedule_s = started.elapsed().as_secs_f64();
         if plan.is_empty() {
             if self.scheduler.has_work() {
                 return Err(SproutError::Shape(
@@ -200,7 +239,8 @@ impl<'d> Engine<'d> {
             }
             return Ok(StepOutput::default());
         }
-        let (results, scores) = self.runner.run(self.decoder, &plan).await?;
+        let (results, scores, run) = self.runner.run(self.decoder, &plan).await?;
+        let updating = Instant::now();
         let drawn = plan
             .draws
             .iter()
@@ -218,6 +258,13 @@ impl<'d> Engine<'d> {
             drawn,
             finished,
             tokens: plan.num_tokens(),
+            rows: self.runner.rows(),
+            timings: StepTimings {
+                schedule_s,
+                encode_s: run.encode_s,
+                gpu_s: run.gpu_s,
+                update_s: updating.elapsed().as_secs_f64(),
+            },
         })
     }
 

@@ -20,6 +20,16 @@ use crate::model::paged_kv::PagedKv;
 use crate::sched::{DrawResult, StepPlan, TopLogprob};
 
 use super::pack::PackedBatch;
+use web_time::Instant;
+
+/// The runner's share of a step's time, in seconds.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RunTimings {
+    /// Packing, writing inputs, recording and submitting.
+    pub encode_s: f64,
+    /// From the submit until the results are read back.
+    pub gpu_s: f64,
+}
 
 /// A storage buffer that is replaced by a larger one when a step needs more room.
 struct Growable {
@@ -107,13 +117,19 @@ impl StepRunner {
         &self.kv
     }
 
+    /// The logits rows of the last step run.
+    pub fn rows(&self) -> usize {
+        self.packed.logit_rows.len()
+    }
+
     /// Runs `plan` and returns one result per draw and one log-prob per target, in the
     /// plan's order.
     pub async fn run(
         &mut self,
         decoder: &Decoder,
         plan: &StepPlan,
-    ) -> Result<(Vec<DrawResult>, Vec<f32>), SproutError> {
+    ) -> Result<(Vec<DrawResult>, Vec<f32>, RunTimings), SproutError> {
+        let started = Instant::now();
         let gpu = &*decoder.gpu;
         let vocab = decoder.config.vocab_size;
         let max_pos = decoder.max_positions();
@@ -268,7 +284,12 @@ impl StepRunner {
             }
         }
         gpu.submit(enc);
+        let submitted = Instant::now();
         let bytes = gpu.read_staged(&self.staging, size).await?;
+        let timings = RunTimings {
+            encode_s: (submitted - started).as_secs_f64(),
+            gpu_s: submitted.elapsed().as_secs_f64(),
+        };
         // A Vec<u8> need not be aligned for u32: copy rather than cast.
         let w: Vec<u32> = bytemuck::pod_collect_to_vec(&bytes);
         let top_at = 2 * d + m;
@@ -296,6 +317,6 @@ impl StepRunner {
         let scores = (0..n_targets)
             .map(|i| f32::from_bits(w[2 * d + i]))
             .collect();
-        Ok((draws, scores))
+        Ok((draws, scores, timings))
     }
 }
