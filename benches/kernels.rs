@@ -1,0 +1,513 @@
+//! Kernel benchmarks at SmolLM2-135M's shapes, against the adapter's own copy bandwidth.
+//!
+//! What is measured, on the adapter `SPROUT_BACKEND` picks (default: the best one found):
+//!
+//! - `copy/buffer_to_buffer/64MiB`: `encoder.copy_buffer_to_buffer` of a 64 MiB buffer into
+//!   another, and `copy/kernel_vec4/64MiB`: a trivial WGSL kernel (`dst[i] = src[i]` over
+//!   `vec4<f32>`, defined here) over the same buffers. Their bytes count both the read and
+//!   the write (2 x 64 MiB), so they are the bandwidth ceilings the other rows are held to:
+//!   what the driver's copy reaches, and what a compute kernel can reach.
+//! - `matmul/<format>/<in>x<out>/m<rows>`: `y[m, out] = x[m, in] · Wᵀ` for every weight format
+//!   at the decode batches m = 1, 8, 32 and a prefill chunk m = 128, on the path sprout uses
+//!   for m rows (`MatmulPath::for_rows`: matrix-vector for 1, tiled otherwise), for the MLP
+//!   up/gate (576 x 1536) and down (1536 x 576) projections; the vocabulary projection
+//!   (576 x 49152) only in q8_0 (what SmolLM2's GGUF stores it in) and f16. Bytes are the
+//!   weight's stored bytes + `x` read + `y` written, each counted once (the least traffic;
+//!   the tiled path may read a weight more than once).
+//! - `attention/decode/32x256`: one decode step of 32 sequences with 256 keys each (the
+//!   query row is position 255), and `attention/prefill/128x128`: a first prefill chunk of
+//!   128 query rows over its own 128 keys (causal: row p attends keys 0 ..= p); SmolLM2's
+//!   9 query heads over 3 KV heads of dim 64, blocks of 16 keys in a shuffled pool. Bytes are
+//!   q and out + every cached key and value once + block tables and row descriptors.
+//!
+//! How: each sample records `calls` dispatches (or copies) into one command encoder,
+//! finishes it, then times `queue.submit` + `Gpu::wait_idle` and divides by `calls`, so a
+//! figure is the kernel's own time plus its share of one submit, not submit latency; the
+//! recording is not timed. `calls` is calibrated once per benchmark (doubling from 1, at
+//! most 1024) until one submit takes about 10 ms. The same buffers are used every call, so on
+//! a GPU whose cache holds a whole weight a small kernel can beat the memory bandwidth.
+//! Every group takes 10 samples, flat sampling, 0.5 s warm-up and about 2 s of measurement
+//! (longer when one submit is longer), so the suite runs in a few minutes on lavapipe.
+//!
+//! How to run: `SPROUT_BACKEND=vulkan cargo bench --bench kernels` (all), or with a filter
+//! on the ids above, e.g. `cargo bench --bench kernels -- matmul/q8_0` or `-- copy`.
+//!
+//! How to read the table printed at the end: one line per benchmark this run measured
+//! (read from criterion's `<target>/criterion/<id>/new/estimates.json`, the mean), with the
+//! dispatches per submit, the mean time per call, the bandwidth (the bytes above / time),
+//! the arithmetic rate (matmul: 2·m·in·out flops; attention: see [`attention`]) and that
+//! bandwidth as a fraction of `copy/buffer_to_buffer` ("of b2b") and of `copy/kernel_vec4`
+//! ("of kcopy"), when those were measured in the same run. A memory-bound kernel near 100%
+//! of kcopy is as fast as its traffic allows; one far below is limited by something else
+//! (arithmetic, latency, too few workgroups). Criterion compares each result with the
+//! previous run in the same target directory, whatever adapter that one used.
+
+use std::cell::OnceCell;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::time::{Duration, Instant, SystemTime};
+
+use criterion::measurement::WallTime;
+use criterion::{BenchmarkGroup, BenchmarkId, Criterion, SamplingMode, Throughput};
+use sprout::gpu::grid::grid;
+use sprout::gpu::kernels::attention::{self, AttentionShape};
+use sprout::gpu::kernels::matmul::{MatmulPath, encode_path};
+use sprout::gpu::pipelines::{Access, KernelSpec};
+use sprout::gpu::{BackendChoice, Gpu, GpuWeight, Tensor};
+use sprout::model::format::{WeightFormat, quantize};
+
+/// SmolLM2-135M: hidden size, MLP size, vocabulary, heads.
+const HIDDEN: usize = 576;
+const INTERMEDIATE: usize = 1536;
+const VOCAB: usize = 49152;
+const N_HEADS: usize = 9;
+const N_KV_HEADS: usize = 3;
+const HEAD_DIM: usize = 64;
+const BLOCK_SIZE: usize = 16;
+
+/// Rows of `x`: three decode batches and a prefill chunk.
+const ROWS: [usize; 4] = [1, 8, 32, 128];
+/// Formats of the vocabulary projection (the MLP shapes take every format).
+const VOCAB_FORMATS: [WeightFormat; 2] = [WeightFormat::Q8_0, WeightFormat::F16];
+/// Bytes of each copy buffer.
+const COPY_BYTES: u64 = 64 << 20;
+
+/// One submit should take about this long; calls per submit stop doubling there.
+const SUBMIT_TARGET: Duration = Duration::from_millis(10);
+const MAX_CALLS: u32 = 1024;
+
+const COPY_WGSL: &str = r#"
+struct Params {
+    n: u32, // vec4s to copy
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> src: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read_write> dst: array<vec4<f32>>;
+
+// ceil(n / 256) workgroups, folded into (x, y, 1).
+@compute @workgroup_size(256)
+fn copy_vec4(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let i = (wid.y * nwg.x + wid.x) * 256u + lid;
+    if (i < p.n) {
+        dst[i] = src[i];
+    }
+}
+"#;
+
+/// A benchmark this binary registered: enough to find its estimate and rate it.
+struct Entry {
+    group: &'static str,
+    function: String,
+    parameter: String,
+    bytes: u64,
+    /// Floating-point operations per call (0: not counted).
+    flops: u64,
+    /// Dispatches per submit; set once the benchmark runs (so unset when filtered out).
+    calls: Rc<OnceCell<u32>>,
+}
+
+impl Entry {
+    fn id(&self) -> String {
+        format!("{}/{}/{}", self.group, self.function, self.parameter)
+    }
+}
+
+/// Times `iters` submits of `calls` recordings of `record` each; returns the time per call,
+/// summed over the submits.
+fn time_submits(
+    gpu: &Gpu,
+    iters: u64,
+    calls: u32,
+    record: &dyn Fn(&mut wgpu::CommandEncoder),
+) -> Duration {
+    let mut total = Duration::ZERO;
+    for _ in 0..iters {
+        let mut enc = gpu.encoder();
+        for _ in 0..calls {
+            record(&mut enc);
+        }
+        let commands = enc.finish();
+        let start = Instant::now();
+        gpu.queue.submit([commands]);
+        gpu.wait_idle().expect("waiting for the GPU");
+        total += start.elapsed();
+    }
+    total / calls
+}
+
+/// Calls per submit for `record`: doubling (or more) from 1 until a submit takes
+/// `SUBMIT_TARGET`. The first, untimed submit builds the pipeline.
+fn calibrate(gpu: &Gpu, record: &dyn Fn(&mut wgpu::CommandEncoder)) -> u32 {
+    time_submits(gpu, 1, 1, record);
+    let mut calls = 1u32;
+    loop {
+        let submit = time_submits(gpu, 1, calls, record) * calls;
+        if submit >= SUBMIT_TARGET || calls >= MAX_CALLS {
+            return calls;
+        }
+        let factor = (SUBMIT_TARGET.as_secs_f64() / submit.as_secs_f64().max(1e-9)).ceil();
+        calls = (calls as f64 * factor.clamp(2.0, 16.0)).min(MAX_CALLS as f64) as u32;
+    }
+}
+
+/// Registers and (unless filtered out) runs one benchmark of `record` in `group`.
+struct Bench<'a> {
+    gpu: &'a Gpu,
+    group_name: &'static str,
+    entries: &'a mut Vec<Entry>,
+}
+
+impl Bench<'_> {
+    fn run(
+        &mut self,
+        group: &mut BenchmarkGroup<'_, WallTime>,
+        (function, parameter): (String, String),
+        (bytes, flops): (u64, u64),
+        record: &dyn Fn(&mut wgpu::CommandEncoder),
+    ) {
+        let calls = Rc::new(OnceCell::new());
+        self.entries.push(Entry {
+            group: self.group_name,
+            function: function.clone(),
+            parameter: parameter.clone(),
+            bytes,
+            flops,
+            calls: calls.clone(),
+        });
+        let gpu = self.gpu;
+        group.throughput(Throughput::Bytes(bytes));
+        group.bench_function(BenchmarkId::new(function, parameter), |b| {
+            let calls = *calls.get_or_init(|| calibrate(gpu, record));
+            b.iter_custom(|iters| time_submits(gpu, iters, calls, record))
+        });
+    }
+}
+
+fn configure(group: &mut BenchmarkGroup<'_, WallTime>) {
+    group
+        .sample_size(10)
+        .sampling_mode(SamplingMode::Flat)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+}
+
+/// Values in [-0.5, 0.5), deterministic.
+fn pattern(len: usize, salt: usize) -> Vec<f32> {
+    (0..len)
+        .map(|i| (((i + salt) * 7919 % 1000) as f32 - 500.0) / 1000.0)
+        .collect()
+}
+
+/// The copy ceilings: the driver's buffer copy and a plain vec4 copy kernel.
+fn copy(c: &mut Criterion, gpu: &Gpu, entries: &mut Vec<Entry>) {
+    let mut group = c.benchmark_group("copy");
+    configure(&mut group);
+    let mut bench = Bench {
+        gpu,
+        group_name: "copy",
+        entries,
+    };
+    // Both copies bind a whole buffer: keep it within the adapter's binding limit.
+    let size = COPY_BYTES.min(gpu.caps.max_binding.min(gpu.caps.max_buffer) / 16 * 16);
+    let label = format!("{}MiB", size >> 20);
+    let src = gpu.upload(&pattern(size as usize / 4, 1));
+    let dst = gpu.zeros(size as usize / 4);
+    bench.run(
+        &mut group,
+        ("buffer_to_buffer".into(), label.clone()),
+        (2 * size, 0),
+        &|enc| enc.copy_buffer_to_buffer(&src.buffer, 0, &dst.buffer, 0, size),
+    );
+
+    let kernel = gpu.pipeline(&KernelSpec {
+        key: "bench/copy_vec4".into(),
+        source: COPY_WGSL.into(),
+        entry: "copy_vec4",
+        storage: &[Access::Read, Access::ReadWrite],
+    });
+    let n = (size / 16) as usize;
+    let params: [u32; 4] = [n as u32, 0, 0, 0];
+    let groups = grid(gpu, n.div_ceil(256));
+    bench.run(
+        &mut group,
+        ("kernel_vec4".into(), label),
+        (2 * size, 0),
+        &|enc| {
+            gpu.dispatch(
+                enc,
+                &kernel,
+                bytemuck::bytes_of(&params),
+                &[&src.buffer, &dst.buffer],
+                groups,
+            )
+        },
+    );
+    group.finish();
+}
+
+/// Every weight format at SmolLM2-135M's MLP shapes, q8_0 and f16 at the vocabulary.
+fn matmul(c: &mut Criterion, gpu: &Gpu, entries: &mut Vec<Entry>) {
+    let mut group = c.benchmark_group("matmul");
+    configure(&mut group);
+    let mut bench = Bench {
+        gpu,
+        group_name: "matmul",
+        entries,
+    };
+    let max_rows = ROWS[ROWS.len() - 1];
+    let shapes: [(usize, usize, &[WeightFormat]); 3] = [
+        (HIDDEN, INTERMEDIATE, &WeightFormat::ALL),
+        (INTERMEDIATE, HIDDEN, &WeightFormat::ALL),
+        (HIDDEN, VOCAB, &VOCAB_FORMATS),
+    ];
+    for (k, n, formats) in shapes {
+        let values = pattern(n * k, 0);
+        let x = gpu.upload(&pattern(max_rows * k, 3));
+        let y = gpu.zeros(max_rows * n);
+        for &format in formats {
+            let bytes = quantize(format, &values, k).expect("quantizing the weight");
+            let weight = GpuWeight::upload(gpu, format, &bytes, n, k).expect("uploading");
+            for m in ROWS {
+                let traffic = bytes.len() as u64 + 4 * (m * k + m * n) as u64;
+                let flops = 2 * (m * k * n) as u64;
+                let path = MatmulPath::for_rows(m);
+                bench.run(
+                    &mut group,
+                    (format.name().into(), format!("{k}x{n}/m{m}")),
+                    (traffic, flops),
+                    &|enc| encode_path(gpu, enc, path, &x, m, &weight, &y),
+                );
+            }
+        }
+    }
+    group.finish();
+}
+
+/// The inputs of one paged attention dispatch.
+struct AttentionInputs {
+    shape: AttentionShape,
+    q: Tensor,
+    k_pool: Tensor,
+    v_pool: Tensor,
+    tables: Tensor,
+    rows: Tensor,
+    out: Tensor,
+    bytes: u64,
+    flops: u64,
+}
+
+/// `seqs` sequences of `keys` cached keys each, with query rows at their last
+/// `rows_per_seq` positions, their blocks shuffled through the pool.
+///
+/// Flops: `4 * Σ(keys a row attends) * heads * head_dim`, i.e. 2 for `q · k` and 2 for
+/// `p · v` per head, key and dimension; a row at position p attends p + 1 keys, so a
+/// causal prefill chunk counts half of rows * keys (the exp and the softmax's bookkeeping
+/// are not counted).
+fn attention_inputs(gpu: &Gpu, seqs: usize, keys: usize, rows_per_seq: usize) -> AttentionInputs {
+    let kv_dim = N_KV_HEADS * HEAD_DIM;
+    let q_row = N_HEADS * HEAD_DIM;
+    let per_seq = keys.div_ceil(BLOCK_SIZE);
+    let num_blocks = seqs * per_seq;
+    // A fixed shuffle of the pool's blocks (Fisher-Yates on a small LCG).
+    let mut ids: Vec<u32> = (0..num_blocks as u32).collect();
+    let mut state = 0x2545_f491_u64;
+    for i in (1..ids.len()).rev() {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        ids.swap(i, ((state >> 33) % (i as u64 + 1)) as usize);
+    }
+    let mut rows = Vec::new();
+    let mut attended = 0;
+    for s in 0..seqs {
+        for pos in keys - rows_per_seq..keys {
+            rows.extend([(s * per_seq) as u32, pos as u32]);
+            attended += pos + 1;
+        }
+    }
+    let t = seqs * rows_per_seq;
+    let shape = AttentionShape::new(t, N_HEADS, N_KV_HEADS, HEAD_DIM, BLOCK_SIZE);
+    let pool_len = num_blocks * BLOCK_SIZE * kv_dim;
+    let bytes = 4 * (2 * t * q_row + 2 * seqs * keys * kv_dim + num_blocks + 2 * t);
+    AttentionInputs {
+        shape,
+        q: gpu.upload(&pattern(t * q_row, 5)),
+        k_pool: gpu.upload(&pattern(pool_len, 7)),
+        v_pool: gpu.upload(&pattern(pool_len, 11)),
+        tables: gpu.upload(&ids),
+        rows: gpu.upload(&rows),
+        out: gpu.zeros(t * q_row),
+        bytes: bytes as u64,
+        flops: (4 * attended * N_HEADS * HEAD_DIM) as u64,
+    }
+}
+
+/// The paged attention kernel: a decode step of 32 sequences x 256 keys and a prefill
+/// chunk of 128 rows over 128 keys.
+fn attention(c: &mut Criterion, gpu: &Gpu, entries: &mut Vec<Entry>) {
+    let mut group = c.benchmark_group("attention");
+    configure(&mut group);
+    let mut bench = Bench {
+        gpu,
+        group_name: "attention",
+        entries,
+    };
+    for (name, seqs, keys, rows_per_seq) in [("decode", 32, 256, 1), ("prefill", 1, 128, 128)] {
+        let a = attention_inputs(gpu, seqs, keys, rows_per_seq);
+        // Query rows x keys per sequence.
+        let parameter = format!("{}x{keys}", a.shape.t);
+        bench.run(
+            &mut group,
+            (name.into(), parameter),
+            (a.bytes, a.flops),
+            &|enc| {
+                attention::encode(
+                    gpu, enc, &a.shape, &a.q, &a.k_pool, &a.v_pool, &a.tables, &a.rows, &a.out,
+                )
+            },
+        );
+    }
+    group.finish();
+}
+
+/// Where criterion writes: as criterion finds it (`CRITERION_HOME`, else
+/// `$CARGO_TARGET_DIR/criterion`, else cargo's target directory, else `target/criterion`).
+fn criterion_dir() -> PathBuf {
+    if let Some(home) = std::env::var_os("CRITERION_HOME") {
+        return home.into();
+    }
+    if let Some(target) = std::env::var_os("CARGO_TARGET_DIR") {
+        return PathBuf::from(target).join("criterion");
+    }
+    let from_cargo = std::env::var_os("CARGO").and_then(|cargo| {
+        let out = std::process::Command::new(cargo)
+            .args(["metadata", "--format-version", "1", "--no-deps"])
+            .output()
+            .ok()?;
+        let meta: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        Some(PathBuf::from(meta["target_directory"].as_str()?).join("criterion"))
+    });
+    from_cargo.unwrap_or_else(|| PathBuf::from("target/criterion"))
+}
+
+/// A name as criterion turns it into a directory name.
+fn filename_safe(s: &str) -> String {
+    let mut out = s.replace(['?', '"', '/', '\\', '*', '<', '>', ':', '|', '^'], "_");
+    let mut end = out.len().min(64);
+    while !out.is_char_boundary(end) {
+        end -= 1;
+    }
+    out.truncate(end);
+    out
+}
+
+/// The mean time per call in ns that criterion estimated for `entry` in this run, or
+/// `None` when it did not measure it (filtered out, `--test`, `--list`, ...).
+fn mean_ns(dir: &std::path::Path, entry: &Entry, since: SystemTime) -> Option<f64> {
+    entry.calls.get()?;
+    let path = dir
+        .join(filename_safe(entry.group))
+        .join(filename_safe(&entry.function))
+        .join(filename_safe(&entry.parameter))
+        .join("new/estimates.json");
+    if std::fs::metadata(&path).ok()?.modified().ok()? < since {
+        return None;
+    }
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).ok()?).ok()?;
+    json["mean"]["point_estimate"].as_f64()
+}
+
+fn format_time(ns: f64) -> String {
+    if ns < 1e3 {
+        format!("{ns:.1} ns")
+    } else if ns < 1e6 {
+        format!("{:.2} µs", ns / 1e3)
+    } else if ns < 1e9 {
+        format!("{:.2} ms", ns / 1e6)
+    } else {
+        format!("{:.3} s", ns / 1e9)
+    }
+}
+
+fn print_summary(gpu: &Gpu, entries: &[Entry], since: SystemTime) {
+    let dir = criterion_dir();
+    let measured: Vec<(&Entry, f64)> = entries
+        .iter()
+        .filter_map(|e| mean_ns(&dir, e, since).map(|ns| (e, ns)))
+        .collect();
+    if measured.is_empty() {
+        return;
+    }
+    // bytes per ns = GB/s.
+    let rate = |id: &str| {
+        measured
+            .iter()
+            .find(|(e, _)| e.group == "copy" && e.function == id)
+            .map(|(e, ns)| e.bytes as f64 / ns)
+    };
+    let (b2b, kcopy) = (rate("buffer_to_buffer"), rate("kernel_vec4"));
+    let fraction = |gbs: f64, of: Option<f64>| match of {
+        Some(of) => format!("{:.0}%", 100.0 * gbs / of),
+        None => "-".into(),
+    };
+    let width = measured
+        .iter()
+        .map(|(e, _)| e.id().len())
+        .max()
+        .unwrap_or(0);
+    println!();
+    println!(
+        "kernels on {} ({}; {})",
+        gpu.adapter.label(),
+        gpu.adapter.name,
+        gpu.adapter.driver_info
+    );
+    println!(
+        "calls: dispatches per submit; time: mean per call; GB/s: the bytes a call moves (copies \
+         count read + write) per second; of b2b / of kcopy: that GB/s over the \
+         copy_buffer_to_buffer / copy-kernel GB/s"
+    );
+    println!(
+        "{:<width$}  {:>6}  {:>10}  {:>8}  {:>8}  {:>7}  {:>8}",
+        "benchmark", "calls", "time", "GB/s", "GFLOP/s", "of b2b", "of kcopy"
+    );
+    for (e, ns) in &measured {
+        let gbs = e.bytes as f64 / ns;
+        let gflops = if e.flops > 0 {
+            format!("{:.2}", e.flops as f64 / ns)
+        } else {
+            "-".into()
+        };
+        println!(
+            "{:<width$}  {:>6}  {:>10}  {:>8.2}  {:>8}  {:>7}  {:>8}",
+            e.id(),
+            e.calls.get().copied().unwrap_or(0),
+            format_time(*ns),
+            gbs,
+            gflops,
+            fraction(gbs, b2b),
+            fraction(gbs, kcopy),
+        );
+    }
+}
+
+fn main() {
+    let since = SystemTime::now();
+    let mut c = Criterion::default().configure_from_args();
+    let choice = BackendChoice::from_env().expect("SPROUT_BACKEND");
+    let gpu = pollster::block_on(Gpu::open(choice)).expect("a GPU adapter");
+    let mut entries = Vec::new();
+    copy(&mut c, &gpu, &mut entries);
+    matmul(&mut c, &gpu, &mut entries);
+    attention(&mut c, &gpu, &mut entries);
+    c.final_summary();
+    print_summary(&gpu, &entries, since);
+}
