@@ -82,6 +82,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }))?;
 
     let mut out = std::io::BufWriter::new(std::fs::File::create(&out_path)?);
+    // to_json_value keeps f32 values in their shortest form (json! would widen them).
+    let f32s = |v: &[f32]| sprout::trajectory::to_json_value(&v);
     for s in &samples {
         let line = json!({
             "prompt": PROMPTS[s.request_index as usize],
@@ -90,8 +92,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "token_ids": s.token_ids,
             // Under the model (what a trainer's ratio needs in its denominator) and under
             // the distribution actually sampled from (top-p 0.95, renormalised).
-            "logprobs": s.logprobs,
-            "sampling_logprobs": s.sampling_logprobs,
+            "logprobs": f32s(&s.logprobs)?,
+            "sampling_logprobs": f32s(&s.sampling_logprobs)?,
             "finish_reason": s.finish_reason,
         });
         writeln!(out, "{line}")?;
