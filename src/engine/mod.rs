@@ -116,8 +116,6 @@ pub struct StepOutput {
     pub finished: Vec<FinishedSample>,
     /// Tokens computed this step.
     pub tokens: usize,
-    /// Logits rows drawn from or scored this step.
-    pub rows: usize,
     pub timings: StepTimings,
 }
 
@@ -258,7 +256,6 @@ impl<'d> Engine<'d> {
             drawn,
             finished,
             tokens: plan.num_tokens(),
-            rows: self.runner.rows(),
             timings: StepTimings {
                 schedule_s,
                 encode_s: run.encode_s,

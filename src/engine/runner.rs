@@ -117,11 +117,6 @@ impl StepRunner {
         &self.kv
     }
 
-    /// The logits rows of the last step run.
-    pub fn rows(&self) -> usize {
-        self.packed.logit_rows.len()
-    }
-
     /// Runs `plan` and returns one result per draw and one log-prob per target, in the
     /// plan's order.
     pub async fn run(

@@ -35,8 +35,8 @@ pub struct SamplingParams {
     pub top_logprobs: usize,
 }
 
-/// The most alternatives a position may ask for.
-pub const MAX_TOP_LOGPROBS: usize = 20;
+/// The most alternatives a position may ask for (the kernel's limit).
+pub use crate::gpu::kernels::top_logprobs::MAX_TOP_LOGPROBS;
 
 impl Default for SamplingParams {
     /// Temperature 1 with no truncation, seed 0, 16 tokens, no stop tokens or strings, no
