@@ -24,6 +24,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use serde_json::json;
 use sprout::engine::{Engine, EngineConfig, StepTimings};
+use sprout::gpu::profile::KernelProfile;
 use sprout::gpu::{BackendChoice, Gpu};
 use sprout::model::decoder::Decoder;
 use sprout::sched::{FinishReason, Request, RequestId, SamplingParams};
@@ -88,6 +89,10 @@ pub struct BenchArgs {
     /// Print the results as JSON to stdout.
     #[arg(long)]
     json: bool,
+    /// Also time every kernel (each dispatch then runs alone, so the modes run slower; the
+    /// shares between kernels are what this shows).
+    #[arg(long)]
+    profile: bool,
     #[command(flatten)]
     engine: EngineArgs,
 }
@@ -107,6 +112,9 @@ pub struct ModeResult {
     pub wall_s: f64,
     /// Where the steps' time went, summed over steps.
     pub time: StepTimings,
+    /// Time per kernel, with `--profile`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernels: Option<KernelProfile>,
 }
 
 pub fn run(backend: BackendChoice, args: BenchArgs) -> Result<()> {
@@ -149,9 +157,13 @@ pub fn run(backend: BackendChoice, args: BenchArgs) -> Result<()> {
     let mut results: Vec<(Mode, ModeResult)> = Vec::new();
     for &mode in &args.modes {
         let bar = progress(mode, workload.tokens());
-        let r = run_mode(
+        if args.profile {
+            gpu.start_profiling();
+        }
+        let mut r = run_mode(
             &decoder, &config, &workload, mode, batch, args.seed, &eos, &bar,
         )?;
+        r.kernels = gpu.finish_profiling();
         bar.finish_and_clear();
         if !args.json {
             eprintln!(
@@ -198,6 +210,11 @@ pub fn run(backend: BackendChoice, args: BenchArgs) -> Result<()> {
         println!("{}", serde_json::to_string(&out)?);
     } else {
         print_table(&results);
+        for (mode, r) in &results {
+            if let Some(profile) = &r.kernels {
+                print_profile(*mode, profile);
+            }
+        }
     }
     Ok(())
 }
@@ -347,6 +364,7 @@ fn run_mode(
         preemptions: s.preemptions,
         wall_s,
         time,
+        kernels: None,
     })
 }
 
@@ -374,6 +392,43 @@ fn print_table(results: &[(Mode, ModeResult)]) {
             pct(t.encode_s),
             pct(t.gpu_s),
             pct(t.update_s),
+        );
+    }
+}
+
+/// The kernels that took the most time in one mode, with their share of all kernel time.
+fn print_profile(mode: Mode, profile: &KernelProfile) {
+    const SHOWN: usize = 15;
+    let total = profile.total_seconds().max(1e-12);
+    println!(
+        "\n{}: kernel time {:.1} s (each dispatch run alone)",
+        mode.name(),
+        total
+    );
+    println!(
+        "{:<40} {:>8} {:>10} {:>12} {:>7}",
+        "kernel", "calls", "total s", "ms per call", "share"
+    );
+    let rows = profile.by_time();
+    for (name, t) in rows.iter().take(SHOWN) {
+        println!(
+            "{:<40} {:>8} {:>10.2} {:>12.3} {:>6.1}%",
+            name,
+            t.calls,
+            t.seconds,
+            1e3 * t.seconds / t.calls.max(1) as f64,
+            100.0 * t.seconds / total
+        );
+    }
+    if rows.len() > SHOWN {
+        let rest: f64 = rows[SHOWN..].iter().map(|(_, t)| t.seconds).sum();
+        println!(
+            "{:<40} {:>8} {:>10.2} {:>12} {:>6.1}%",
+            format!("({} more)", rows.len() - SHOWN),
+            "",
+            rest,
+            "",
+            100.0 * rest / total
         );
     }
 }

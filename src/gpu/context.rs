@@ -4,12 +4,13 @@
 //! shader-f16 and subgroups when the adapter has them. Kernels that can use those features
 //! ask `Capabilities`; every kernel also has a path that needs neither.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use wgpu::util::DeviceExt;
 
 use super::adapter::{AdapterSummary, BackendChoice, select_adapter};
 use super::pipelines::{KernelSpec, PipelineCache};
+use super::profile::KernelProfile;
 use crate::error::SproutError;
 
 /// What the opened device supports, as sprout's kernels need to know it.
@@ -17,6 +18,8 @@ use crate::error::SproutError;
 pub struct Capabilities {
     pub shader_f16: bool,
     pub subgroups: bool,
+    /// The fewest invocations a subgroup may have (0 without subgroups).
+    pub subgroup_min_size: u32,
     pub timestamps: bool,
     /// Largest storage-buffer binding; a larger weight is split into parts.
     pub max_binding: u64,
@@ -30,6 +33,8 @@ pub struct Gpu {
     pub adapter: AdapterSummary,
     pub caps: Capabilities,
     pipelines: PipelineCache,
+    /// Set while profiling: every dispatch then runs alone and is timed.
+    profile: Mutex<Option<KernelProfile>>,
 }
 
 impl Gpu {
@@ -59,6 +64,11 @@ impl Gpu {
         let caps = Capabilities {
             shader_f16: features.contains(wgpu::Features::SHADER_F16),
             subgroups: features.contains(wgpu::Features::SUBGROUP),
+            subgroup_min_size: if features.contains(wgpu::Features::SUBGROUP) {
+                adapter.get_info().subgroup_min_size
+            } else {
+                0
+            },
             timestamps: features.contains(wgpu::Features::TIMESTAMP_QUERY),
             max_binding: limits.max_storage_buffer_binding_size,
             max_buffer: limits.max_buffer_size,
@@ -70,12 +80,27 @@ impl Gpu {
             adapter: AdapterSummary::of(adapter),
             caps,
             pipelines: PipelineCache::default(),
+            profile: Mutex::new(None),
         }))
     }
 
     /// The compute pipeline for `spec`, built on first use and cached.
     pub fn pipeline(&self, spec: &KernelSpec) -> Arc<super::pipelines::Kernel> {
         self.pipelines.get(&self.device, spec)
+    }
+
+    /// Starts timing every dispatch on its own (see `gpu::profile`); slows work down.
+    pub fn start_profiling(&self) {
+        *self.profile.lock().expect("profile lock") = Some(KernelProfile::default());
+    }
+
+    /// Stops profiling and returns what was measured since `start_profiling`.
+    pub fn finish_profiling(&self) -> Option<KernelProfile> {
+        self.profile.lock().expect("profile lock").take()
+    }
+
+    fn profiling(&self) -> bool {
+        self.profile.lock().expect("profile lock").is_some()
     }
 
     pub fn encoder(&self) -> wgpu::CommandEncoder {
@@ -134,13 +159,38 @@ impl Gpu {
             layout: &kernel.layout,
             entries: &entries,
         });
-        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-            label: Some(kernel.name.as_str()),
-            timestamp_writes: None,
-        });
-        pass.set_pipeline(&kernel.pipeline);
-        pass.set_bind_group(0, &bind_group, &[]);
-        pass.dispatch_workgroups(workgroups[0], workgroups[1], workgroups[2]);
+        let profiling = self.profiling();
+        if profiling {
+            // Finish the work recorded so far, so that only this dispatch is timed.
+            let earlier = std::mem::replace(encoder, self.encoder());
+            self.submit(earlier);
+            self.wait_for_profile();
+        }
+        {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some(kernel.name.as_str()),
+                timestamp_writes: None,
+            });
+            pass.set_pipeline(&kernel.pipeline);
+            pass.set_bind_group(0, &bind_group, &[]);
+            pass.dispatch_workgroups(workgroups[0], workgroups[1], workgroups[2]);
+        }
+        if profiling {
+            let this = std::mem::replace(encoder, self.encoder());
+            let started = web_time::Instant::now();
+            self.submit(this);
+            self.wait_for_profile();
+            let seconds = started.elapsed().as_secs_f64();
+            if let Some(p) = self.profile.lock().expect("profile lock").as_mut() {
+                p.record(&kernel.name, seconds);
+            }
+        }
+    }
+
+    /// Waits for the device while profiling. A failed wait only spoils the timing, which
+    /// the profile's user sees; the work itself is unaffected.
+    fn wait_for_profile(&self) {
+        let _ = self.device.poll(wgpu::PollType::wait_indefinitely());
     }
 
     pub fn submit(&self, encoder: wgpu::CommandEncoder) -> wgpu::SubmissionIndex {

@@ -11,6 +11,7 @@ pub mod context;
 pub mod grid;
 pub mod kernels;
 pub mod pipelines;
+pub mod profile;
 pub mod shaders;
 pub mod weights;
 

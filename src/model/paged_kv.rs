@@ -55,13 +55,22 @@ impl PagedKv {
             )));
         }
         let len = num_blocks * block_size * config.kv_dim();
-        Ok(PagedKv {
+        let kv = PagedKv {
             k: (0..config.n_layers).map(|_| gpu.zeros(len)).collect(),
             v: (0..config.n_layers).map(|_| gpu.zeros(len)).collect(),
             block_size,
             num_blocks,
             scratch: gpu.zeros(2 * config.n_layers * block_size * config.kv_dim()),
-        })
+        };
+        // Clear the pools now. The device zeroes a buffer on its first use anyway, and on a
+        // CPU adapter that first touch of the memory costs tens of milliseconds per layer;
+        // done here it is part of creating the engine instead of its first steps.
+        let mut encoder = gpu.encoder();
+        for pool in kv.k.iter().chain(&kv.v) {
+            encoder.clear_buffer(&pool.buffer, 0, None);
+        }
+        gpu.submit(encoder);
+        Ok(kv)
     }
 
     /// Records copying block `src` to block `dst` in every layer's K and V.
