@@ -51,7 +51,7 @@ use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion, SamplingMode, Throughput};
 use sprout::gpu::grid::grid;
 use sprout::gpu::kernels::attention::{self, AttentionShape};
-use sprout::gpu::kernels::matmul::{MatmulPath, encode_path};
+use sprout::gpu::kernels::matmul::{MatmulPath, XLoads, encode_path};
 use sprout::gpu::pipelines::{Access, KernelSpec};
 use sprout::gpu::{BackendChoice, Gpu, GpuWeight, Tensor};
 use sprout::model::format::{WeightFormat, quantize};
@@ -279,11 +279,12 @@ fn matmul(c: &mut Criterion, gpu: &Gpu, entries: &mut Vec<Entry>) {
                 let traffic = bytes.len() as u64 + 4 * (m * k + m * n) as u64;
                 let flops = 2 * (m * k * n) as u64;
                 let path = MatmulPath::for_rows(m);
+                let loads = XLoads::best(&gpu.caps);
                 bench.run(
                     &mut group,
                     (format.name().into(), format!("{k}x{n}/m{m}")),
                     (traffic, flops),
-                    &|enc| encode_path(gpu, enc, path, &x, m, &weight, &y),
+                    &|enc| encode_path(gpu, enc, path, loads, &x, m, &weight, &y),
                 );
             }
         }

@@ -9,7 +9,8 @@
 use std::path::Path;
 
 use naga::valid::{Capabilities, ValidationFlags, Validator};
-use sprout::gpu::kernels::all_modules;
+use naga::valid::{ShaderStages, SubgroupOperationSet};
+use sprout::gpu::kernels::{all_modules, subgroup_modules};
 
 /// Every module the engine builds, and every .wgsl file under shaders/ is used by one.
 fn kernel_sources() -> Vec<(String, String)> {
@@ -31,17 +32,27 @@ fn kernel_sources() -> Vec<(String, String)> {
     modules
 }
 
-fn check(name: &str, src: &str) -> Result<(), String> {
+/// Validates and translates `src` with no optional capability (`subgroups` false) or with
+/// the subgroup operations sprout's subgroup kernels use.
+fn check(name: &str, src: &str, subgroups: bool) -> Result<(), String> {
     let module = naga::front::wgsl::parse_str(src)
         .map_err(|e| format!("{name}: {}", e.emit_to_string(src)))?;
     // unpack2x16float is core WGSL; naga files it under SHADER_FLOAT16_IN_FLOAT32, which
-    // every WebGPU device (and wgpu on GL's downlevel flag) grants. Nothing else is allowed.
-    let info = Validator::new(
-        ValidationFlags::all(),
-        Capabilities::SHADER_FLOAT16_IN_FLOAT32,
-    )
-    .validate(&module)
-    .map_err(|e| format!("{name}: validation: {}", e.emit_to_string(src)))?;
+    // every WebGPU device (and wgpu on GL's downlevel flag) grants. Nothing else is allowed
+    // on the portable path.
+    let mut caps = Capabilities::SHADER_FLOAT16_IN_FLOAT32;
+    if subgroups {
+        caps |= Capabilities::SUBGROUP;
+    }
+    let mut validator = Validator::new(ValidationFlags::all(), caps);
+    if subgroups {
+        validator
+            .subgroup_stages(ShaderStages::COMPUTE)
+            .subgroup_operations(SubgroupOperationSet::BASIC | SubgroupOperationSet::SHUFFLE);
+    }
+    let info = validator
+        .validate(&module)
+        .map_err(|e| format!("{name}: validation: {}", e.emit_to_string(src)))?;
     if module.entry_points.is_empty() {
         return Err(format!("{name}: no entry point"));
     }
@@ -69,19 +80,33 @@ fn every_shader_validates_and_translates_without_optional_features() {
     );
     let failures: Vec<String> = sources
         .iter()
-        .filter_map(|(name, src)| check(name, src).err())
+        .filter_map(|(name, src)| check(name, src, false).err())
         .collect();
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[test]
+fn subgroup_shaders_validate_and_translate_with_subgroups_only() {
+    let sources = subgroup_modules();
+    assert!(!sources.is_empty(), "no subgroup modules");
+    for (name, src) in &sources {
+        check(name, src, true).unwrap_or_else(|e| panic!("{e}"));
+        // And they really need the capability: without it they must not validate.
+        assert!(
+            check(name, src, false).is_err(),
+            "{name} validates without subgroups"
+        );
+    }
 }
 
 #[test]
 fn a_broken_shader_is_caught() {
     // The check itself must be able to fail.
     let bad = "@compute @workgroup_size(1) fn main() { let x: f32 = 1u; }";
-    assert!(check("bad", bad).is_err());
+    assert!(check("bad", bad, false).is_err());
     let needs_f16 = "enable f16;\n@compute @workgroup_size(1) fn main() { let x: f16 = 1.0h; }";
     assert!(
-        check("f16", needs_f16).is_err(),
+        check("f16", needs_f16, false).is_err(),
         "f16 must not validate without the capability"
     );
 }

@@ -2,7 +2,8 @@
 //!
 //! A kernel that reads weights is its own WGSL plus one weight-format decoder from
 //! `shaders/weight_formats/` (which defines `w_load4` and `w_load1` over the kernel's
-//! `w: array<u32>` binding). `tests/shaders.rs` validates every kernel composed with every decoder.
+//! `w: array<u32>` binding, and `w_block` and `w_block4` for whole 32-value blocks; the
+//! float formats share theirs, `unblocked.wgsl`). `tests/shaders.rs` validates every kernel composed with every decoder.
 
 use crate::model::format::WeightFormat;
 
@@ -10,6 +11,7 @@ use crate::model::format::WeightFormat;
 pub const ARGMAX: &str = include_str!("../../shaders/common/argmax.wgsl");
 
 pub const WEIGHT_COMMON: &str = include_str!("../../shaders/weight_formats/common.wgsl");
+const UNBLOCKED: &str = include_str!("../../shaders/weight_formats/unblocked.wgsl");
 
 /// The decoder for one weight format.
 pub fn weight_decoder(format: WeightFormat) -> &'static str {
@@ -25,5 +27,9 @@ pub fn weight_decoder(format: WeightFormat) -> &'static str {
 
 /// `kernel` with the decoder for `format` appended.
 pub fn with_weights(kernel: &str, format: WeightFormat) -> String {
-    format!("{kernel}\n{WEIGHT_COMMON}\n{}", weight_decoder(format))
+    let blocks = if format.is_quantized() { "" } else { UNBLOCKED };
+    format!(
+        "{kernel}\n{WEIGHT_COMMON}\n{}\n{blocks}",
+        weight_decoder(format)
+    )
 }

@@ -14,11 +14,17 @@ pub struct Outcome {
 
 type CaseFn = dyn Fn(&Gpu) -> Result<Outcome, String> + Send + Sync;
 
+/// A feature a case needs (its name), and whether an adapter has it.
+type Need = (&'static str, fn(&Gpu) -> bool);
+
 /// One kernel check, run once per adapter.
 pub struct Case {
     pub kernel: &'static str,
     pub name: String,
     pub run: Arc<CaseFn>,
+    /// A feature the case needs, and whether an adapter has it; on adapters without it
+    /// the case is reported as ignored, never as passed.
+    pub needs: Option<Need>,
 }
 
 impl Case {
@@ -31,7 +37,14 @@ impl Case {
             kernel,
             name: name.into(),
             run: Arc::new(run),
+            needs: None,
         }
+    }
+
+    /// The case runs only on adapters for which `has` holds (`feature` names it).
+    pub fn needing(mut self, feature: &'static str, has: fn(&Gpu) -> bool) -> Case {
+        self.needs = Some((feature, has));
+        self
     }
 }
 
@@ -109,6 +122,13 @@ pub fn trials(cases: Vec<Case>) -> Vec<Trial> {
         let one_at_a_time = Arc::new(Mutex::new(()));
         let serial = gpu.adapter.backend == "gl";
         for case in &cases {
+            if let Some((feature, has)) = case.needs {
+                if !has(gpu) {
+                    let name = format!("{label}::{}::{} (needs {feature})", case.kernel, case.name);
+                    trials.push(Trial::test(name, || Ok(())).with_ignored_flag(true));
+                    continue;
+                }
+            }
             let gpu = gpu.clone();
             let run = case.run.clone();
             let kernel = case.kernel;

@@ -1,7 +1,8 @@
-//! Matmul for every weight format: both paths against the reference, splitting of large
-//! weights, and batch invariance (a row is bitwise the same alone and among 64).
+//! Matmul for every weight format: both paths and both ways of loading x against the
+//! reference, splitting of large weights, and batch invariance (a row is bitwise the same
+//! alone and among 64, on either path, whichever way x was loaded).
 
-use sprout::gpu::kernels::matmul::{MatmulPath, encode_path};
+use sprout::gpu::kernels::matmul::{MatmulPath, XLoads, encode_path};
 use sprout::gpu::{Gpu, GpuWeight};
 use sprout::model::format::{WeightFormat, dequantize, quantize};
 use sprout::reference;
@@ -66,8 +67,9 @@ impl Problem {
         reference::matmul::matmul(&self.x, &self.w, self.m, self.k, self.n)
     }
 
-    /// Runs on `path`; `limit` caps each weight part's bytes (to force splitting).
-    fn run(&self, gpu: &Gpu, path: MatmulPath, limit: Option<u64>) -> Vec<f32> {
+    /// Runs on `path` with `loads`; `limit` caps each weight part's bytes (to force
+    /// splitting).
+    fn run(&self, gpu: &Gpu, path: MatmulPath, loads: XLoads, limit: Option<u64>) -> Vec<f32> {
         let (format, k, n) = (self.format, self.k, self.n);
         let weight = match limit {
             Some(l) => GpuWeight::upload_with_limit(gpu, format, &self.bytes, n, k, l),
@@ -77,9 +79,21 @@ impl Problem {
         let x = gpu.upload(&self.x);
         let y = gpu.zeros(self.m * n);
         let mut enc = gpu.encoder();
-        encode_path(gpu, &mut enc, path, &x, self.m, &weight, &y);
+        encode_path(gpu, &mut enc, path, loads, &x, self.m, &weight, &y);
         gpu.submit(enc);
         read_f32(gpu, &y)
+    }
+}
+
+fn shuffles(gpu: &Gpu) -> bool {
+    XLoads::Shuffled.runs_on(&gpu.caps)
+}
+
+/// `case`, restricted to adapters that can run `loads`.
+fn for_loads(case: Case, loads: XLoads) -> Case {
+    match loads {
+        XLoads::Direct => case,
+        XLoads::Shuffled => case.needing("subgroups of 8 or more", shuffles),
     }
 }
 
@@ -90,13 +104,16 @@ pub fn cases() -> Vec<Case> {
         if !format.is_quantized() {
             shapes.extend_from_slice(ODD_K);
         }
-        for path in MatmulPath::ALL {
-            for &(m, k, n) in &shapes {
-                let name = format!("{format}/{path:?}/m{m}_k{k}_n{n}");
-                cases.push(Case::new("matmul", name, move |gpu| {
-                    let p = Problem::new(format, m, k, n, (m * 1000 + k * 10 + n) as u64);
-                    check_close(&p.run(gpu, path, None), &p.reference(), TOLERANCE)
-                }));
+        for loads in XLoads::ALL {
+            for path in MatmulPath::ALL {
+                for &(m, k, n) in &shapes {
+                    let name = format!("{format}/{path:?}/{loads:?}/m{m}_k{k}_n{n}");
+                    let case = Case::new("matmul", name, move |gpu| {
+                        let p = Problem::new(format, m, k, n, (m * 1000 + k * 10 + n) as u64);
+                        check_close(&p.run(gpu, path, loads, None), &p.reference(), TOLERANCE)
+                    });
+                    cases.push(for_loads(case, loads));
+                }
             }
         }
         // A weight larger than the binding limit is split into parts by rows.
@@ -106,38 +123,46 @@ pub fn cases() -> Vec<Case> {
             move |gpu| {
                 let p = Problem::new(format, 5, 64, 37, 7);
                 let limit = (format.row_bytes(p.k).unwrap() * 8) as u64 + 3;
-                let whole = p.run(gpu, MatmulPath::Tiled, None);
-                let split = p.run(gpu, MatmulPath::Tiled, Some(limit));
+                let whole = p.run(gpu, MatmulPath::Tiled, XLoads::Direct, None);
+                let split = p.run(gpu, MatmulPath::Tiled, XLoads::Direct, Some(limit));
                 check_bitwise("split vs whole", &split, &whole)?;
                 check_close(&split, &p.reference(), TOLERANCE)
             },
         ));
         // Batch invariance: every row of a 64-row batch equals that row computed alone, on
-        // the matrix-vector path, and inside batches of other sizes.
-        cases.push(Case::new(
-            "matmul",
-            format!("{format}/batch-invariance"),
-            move |gpu| {
-                let p = Problem::new(format, 64, 96, 70, 11);
-                let batch = p.run(gpu, MatmulPath::Tiled, None);
-                for (first, count) in [(0, 1), (37, 1), (63, 1), (5, 3), (20, 13)] {
-                    for path in MatmulPath::ALL {
-                        check_bitwise(
-                            &format!(
-                                "rows {first}..{} on {path:?} vs in a batch of 64",
-                                first + count
-                            ),
-                            &p.rows(first, count).run(gpu, path, None),
-                            &batch[first * p.n..(first + count) * p.n],
-                        )?;
+        // the matrix-vector path, and inside batches of other sizes, with these loads; and
+        // shuffled loads give bitwise the results of direct ones.
+        for loads in XLoads::ALL {
+            let case = Case::new(
+                "matmul",
+                format!("{format}/batch-invariance/{loads:?}"),
+                move |gpu| {
+                    let p = Problem::new(format, 64, 96, 70, 11);
+                    let batch = p.run(gpu, MatmulPath::Tiled, loads, None);
+                    if loads == XLoads::Shuffled {
+                        let direct = p.run(gpu, MatmulPath::Tiled, XLoads::Direct, None);
+                        check_bitwise("shuffled vs direct loads", &batch, &direct)?;
                     }
-                }
-                Ok(Outcome {
-                    nmse: 0.0,
-                    tolerance: TOLERANCE,
-                })
-            },
-        ));
+                    for (first, count) in [(0, 1), (37, 1), (63, 1), (5, 3), (20, 13)] {
+                        for path in MatmulPath::ALL {
+                            check_bitwise(
+                                &format!(
+                                    "rows {first}..{} on {path:?} vs in a batch of 64",
+                                    first + count
+                                ),
+                                &p.rows(first, count).run(gpu, path, loads, None),
+                                &batch[first * p.n..(first + count) * p.n],
+                            )?;
+                        }
+                    }
+                    Ok(Outcome {
+                        nmse: 0.0,
+                        tolerance: TOLERANCE,
+                    })
+                },
+            );
+            cases.push(for_loads(case, loads));
+        }
     }
     cases
 }

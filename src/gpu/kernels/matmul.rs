@@ -1,9 +1,15 @@
 //! `y = x · Wᵀ` for a weight in any stored format (shaders/matmul.wgsl).
 //!
 //! `x` is `[m, k]` f32, `W` is `[n, k]` (a linear layer's `[out, in]`), `y` is `[m, n]`.
-//! One row of `x` takes the matrix-vector path, more take the tiled path; both reduce in
-//! the same order, so a row's output does not depend on the path or the batch.
+//! Each invocation computes a tile of rows of `x` by weight rows (`matmul_tile` writes the
+//! entry point). One row of `x` takes the matrix-vector path (a 1 x 2 tile), more take the
+//! tiled path (4 x 4); on adapters with subgroups of 8 or more, x values are loaded once
+//! per subgroup and shuffled. Every tile and load reduces in the same order, so a row's
+//! output does not depend on the path, the adapter's features or the batch.
 
+pub use super::matmul_tile::XLoads;
+use super::matmul_tile::{MIN_SHUFFLE_SUBGROUP, entry_point};
+use crate::gpu::context::Capabilities;
 use crate::gpu::pipelines::{Access, KernelSpec};
 use crate::gpu::shaders::with_weights;
 use crate::gpu::{Gpu, GpuWeight, Tensor};
@@ -13,15 +19,21 @@ const SOURCE: &str = include_str!("../../../shaders/matmul.wgsl");
 const X_VEC4: &str = include_str!("../../../shaders/activations/vec4.wgsl");
 const X_SCALAR: &str = include_str!("../../../shaders/activations/scalar.wgsl");
 const WORKGROUP: u32 = 64;
-/// Rows of `x` per invocation in the tiled path (`TM` in the shader).
-pub const TILE_ROWS: u32 = 8;
+/// Rows of `x` per invocation in the tiled path.
+pub const TILE_ROWS: u32 = 4;
+/// Weight rows per invocation in the tiled path.
+pub const TILE_COLS: u32 = 4;
+/// Weight rows per invocation in the matrix-vector path: two halve the loads of x, more
+/// leave too few workgroups for the narrow projections.
+pub const MATVEC_COLS: u32 = 2;
 
 /// Which kernel computes the product.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MatmulPath {
-    /// One output per invocation (decode).
+    /// One row of x by `MATVEC_COLS` weight rows per invocation (decode).
     MatVec,
-    /// `TILE_ROWS` rows of x per invocation, each weight loaded once for all (prefill).
+    /// `TILE_ROWS` rows of x by `TILE_COLS` weight rows per invocation: each weight is
+    /// decoded once for all the rows and each x value loaded once for all the weight rows.
     Tiled,
 }
 
@@ -37,10 +49,11 @@ impl MatmulPath {
         }
     }
 
-    fn entry(self) -> &'static str {
+    /// (rows of x, weight rows) per invocation.
+    fn tile(self) -> (u32, u32) {
         match self {
-            MatmulPath::MatVec => "matvec",
-            MatmulPath::Tiled => "matmul_tiled",
+            MatmulPath::MatVec => (1, MATVEC_COLS),
+            MatmulPath::Tiled => (TILE_ROWS, TILE_COLS),
         }
     }
 }
@@ -83,11 +96,34 @@ impl XReader {
     }
 }
 
-pub fn spec(format: WeightFormat, path: MatmulPath, x: XReader) -> KernelSpec {
+impl XLoads {
+    pub const ALL: [XLoads; 2] = [XLoads::Direct, XLoads::Shuffled];
+
+    /// Whether the adapter can run these loads.
+    pub fn runs_on(self, caps: &Capabilities) -> bool {
+        match self {
+            XLoads::Direct => true,
+            XLoads::Shuffled => caps.subgroups && caps.subgroup_min_size >= MIN_SHUFFLE_SUBGROUP,
+        }
+    }
+
+    /// The loads sprout uses on an adapter: shuffled where it can.
+    pub fn best(caps: &Capabilities) -> XLoads {
+        if XLoads::Shuffled.runs_on(caps) {
+            XLoads::Shuffled
+        } else {
+            XLoads::Direct
+        }
+    }
+}
+
+pub fn spec(format: WeightFormat, path: MatmulPath, loads: XLoads, x: XReader) -> KernelSpec {
+    let (tm, tn) = path.tile();
+    let entry = entry_point(tm, tn, loads);
     KernelSpec {
-        key: format!("matmul/{}/{}/{x:?}", path.entry(), format.name()),
-        source: with_weights(&format!("{SOURCE}\n{}", x.source()), format),
-        entry: path.entry(),
+        key: format!("matmul/{tm}x{tn}/{loads:?}/{}/{x:?}", format.name()),
+        source: with_weights(&format!("{SOURCE}\n{entry}\n{}", x.source()), format),
+        entry: "matmul",
         storage: &[Access::Read, Access::Read, Access::ReadWrite],
     }
 }
@@ -101,14 +137,27 @@ pub fn encode(
     weight: &GpuWeight,
     y: &Tensor,
 ) {
-    encode_path(gpu, encoder, MatmulPath::for_rows(m), x, m, weight, y)
+    let loads = XLoads::best(&gpu.caps);
+    encode_path(
+        gpu,
+        encoder,
+        MatmulPath::for_rows(m),
+        loads,
+        x,
+        m,
+        weight,
+        y,
+    )
 }
 
-/// As `encode`, on an explicit path (tests check both).
+/// As `encode`, on an explicit path and loads (tests check them all). Panics if the
+/// adapter cannot run `loads`.
+#[allow(clippy::too_many_arguments)]
 pub fn encode_path(
     gpu: &Gpu,
     encoder: &mut wgpu::CommandEncoder,
     path: MatmulPath,
+    loads: XLoads,
     x: &Tensor,
     m: usize,
     weight: &GpuWeight,
@@ -126,10 +175,14 @@ pub fn encode_path(
         y.len,
         weight.rows
     );
+    assert!(
+        loads.runs_on(&gpu.caps),
+        "matmul: {loads:?} x loads need subgroups of at least {MIN_SHUFFLE_SUBGROUP}"
+    );
     if m == 0 {
         return;
     }
-    let kernel = gpu.pipeline(&spec(weight.format, path, XReader::for_cols(k)));
+    let kernel = gpu.pipeline(&spec(weight.format, path, loads, XReader::for_cols(k)));
     for part in &weight.parts {
         let params = Params {
             m: m as u32,
@@ -140,27 +193,42 @@ pub fn encode_path(
             row_bytes: weight.row_bytes as u32,
             _pad: [0; 2],
         };
-        let groups_y = match path {
-            MatmulPath::MatVec => m as u32,
-            MatmulPath::Tiled => (m as u32).div_ceil(TILE_ROWS),
-        };
+        let (tm, tn) = path.tile();
         gpu.dispatch(
             encoder,
             &kernel,
             bytemuck::bytes_of(&params),
             &[&x.buffer, &part.buffer, &y.buffer],
-            [(part.rows as u32).div_ceil(WORKGROUP), groups_y, 1],
+            [
+                (part.rows as u32).div_ceil(WORKGROUP * tn),
+                (m as u32).div_ceil(tm),
+                1,
+            ],
         );
     }
 }
 
-/// Every WGSL module this kernel family builds (for validation).
+/// Every WGSL module this kernel family builds without optional features (for validation).
 pub fn modules() -> Vec<(String, String)> {
+    modules_with(XLoads::Direct)
+}
+
+/// The modules that load x through subgroups (validated with subgroup capabilities).
+pub fn subgroup_modules() -> Vec<(String, String)> {
+    modules_with(XLoads::Shuffled)
+}
+
+fn modules_with(loads: XLoads) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for format in WeightFormat::ALL {
         for x in XReader::ALL {
-            let s = spec(format, MatmulPath::MatVec, x);
-            out.push((format!("matmul+{format}+{x:?}"), s.source));
+            for path in MatmulPath::ALL {
+                let s = spec(format, path, loads, x);
+                out.push((
+                    format!("matmul+{format}+{path:?}+{loads:?}+{x:?}"),
+                    s.source,
+                ));
+            }
         }
     }
     out

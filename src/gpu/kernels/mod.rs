@@ -7,6 +7,7 @@ pub mod embedding;
 pub mod kv_write;
 pub mod mask;
 pub mod matmul;
+pub mod matmul_tile;
 pub mod rmsnorm;
 pub mod rope;
 pub mod sample;
@@ -41,4 +42,10 @@ pub fn all_modules() -> Vec<(String, String)> {
     out.push(("softmax".to_string(), softmax::source()));
     out.push(("top_logprobs".to_string(), top_logprobs::source()));
     out
+}
+
+/// Every WGSL module the engine builds for adapters with subgroups (validated with the
+/// subgroup capabilities; the modules of `all_modules` cover every adapter).
+pub fn subgroup_modules() -> Vec<(String, String)> {
+    matmul::subgroup_modules()
 }
