@@ -7,6 +7,10 @@
 //!   `vec4<f32>`, defined here) over the same buffers. Their bytes count both the read and
 //!   the write (2 x 64 MiB), so they are the bandwidth ceilings the other rows are held to:
 //!   what the driver's copy reaches, and what a compute kernel can reach.
+//! - `copy/fma_vec4/<invocations>`: the arithmetic ceiling, a WGSL kernel (defined here)
+//!   whose invocations run four independent chains of vec4 fma and load nothing: the
+//!   GFLOP/s an adapter's compute units reach, which the other rows' GFLOP/s are held to
+//!   ("of fma").
 //! - `matmul/<format>/<in>x<out>/m<rows>`: `y[m, out] = x[m, in] · Wᵀ` for every weight format
 //!   at the decode batches m = 1, 8, 32 and a prefill chunk m = 128, on the path sprout uses
 //!   for m rows (`MatmulPath::for_rows`: matrix-vector for 1, tiled otherwise), for the MLP
@@ -75,6 +79,40 @@ const COPY_BYTES: u64 = 64 << 20;
 /// One submit should take about this long; calls per submit stop doubling there.
 const SUBMIT_TARGET: Duration = Duration::from_millis(10);
 const MAX_CALLS: u32 = 1024;
+
+/// The arithmetic ceiling: FMA_STEPS steps of four independent vec4 fma chains per
+/// invocation, whose sum is stored so that nothing is optimised away.
+const FMA_WGSL: &str = r#"
+struct Params {
+    steps: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read_write> dst: array<vec4<f32>>;
+
+@compute @workgroup_size(64)
+fn fma_vec4(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let seed = f32(gid.x) * 1e-6;
+    var a = vec4<f32>(seed);
+    var b = vec4<f32>(seed + 1.0);
+    var c = vec4<f32>(seed + 2.0);
+    var d = vec4<f32>(seed + 3.0);
+    let m = vec4<f32>(0.999);
+    let k = vec4<f32>(1e-3);
+    for (var i = 0u; i < p.steps; i += 1u) {
+        a = fma(a, m, k);
+        b = fma(b, m, k);
+        c = fma(c, m, k);
+        d = fma(d, m, k);
+    }
+    dst[gid.x] = (a + b) + (c + d);
+}
+"#;
+const FMA_STEPS: u32 = 4096;
+const FMA_WORKGROUPS: u32 = 256;
 
 const COPY_WGSL: &str = r#"
 struct Params {
@@ -225,6 +263,31 @@ fn copy(c: &mut Criterion, gpu: &Gpu, entries: &mut Vec<Entry>) {
         ("buffer_to_buffer".into(), label.clone()),
         (2 * size, 0),
         &|enc| enc.copy_buffer_to_buffer(&src.buffer, 0, &dst.buffer, 0, size),
+    );
+
+    let fma = gpu.pipeline(&KernelSpec {
+        key: "bench/fma_vec4".into(),
+        source: FMA_WGSL.into(),
+        entry: "fma_vec4",
+        storage: &[Access::ReadWrite],
+    });
+    let invocations = 64 * FMA_WORKGROUPS;
+    let sums = gpu.zeros(4 * invocations as usize);
+    let fma_params: [u32; 4] = [FMA_STEPS, 0, 0, 0];
+    let flops = u64::from(invocations) * u64::from(FMA_STEPS) * 4 * 4 * 2;
+    bench.run(
+        &mut group,
+        ("fma_vec4".into(), invocations.to_string()),
+        (16 * u64::from(invocations), flops),
+        &|enc| {
+            gpu.dispatch(
+                enc,
+                &fma,
+                bytemuck::bytes_of(&fma_params),
+                &[&sums.buffer],
+                [FMA_WORKGROUPS, 1, 1],
+            )
+        },
     );
 
     let kernel = gpu.pipeline(&KernelSpec {
@@ -455,6 +518,11 @@ fn print_summary(gpu: &Gpu, entries: &[Entry], since: SystemTime) {
             .map(|(e, ns)| e.bytes as f64 / ns)
     };
     let (b2b, kcopy) = (rate("buffer_to_buffer"), rate("kernel_vec4"));
+    // flops per ns = GFLOP/s.
+    let fma = measured
+        .iter()
+        .find(|(e, _)| e.group == "copy" && e.function == "fma_vec4")
+        .map(|(e, ns)| e.flops as f64 / ns);
     let fraction = |gbs: f64, of: Option<f64>| match of {
         Some(of) => format!("{:.0}%", 100.0 * gbs / of),
         None => "-".into(),
@@ -474,21 +542,22 @@ fn print_summary(gpu: &Gpu, entries: &[Entry], since: SystemTime) {
     println!(
         "calls: dispatches per submit; time: mean per call; GB/s: the bytes a call moves (copies \
          count read + write) per second; of b2b / of kcopy: that GB/s over the \
-         copy_buffer_to_buffer / copy-kernel GB/s"
+         copy_buffer_to_buffer / copy-kernel GB/s; of fma: GFLOP/s over the fma kernel's"
     );
     println!(
-        "{:<width$}  {:>6}  {:>10}  {:>8}  {:>8}  {:>7}  {:>8}",
-        "benchmark", "calls", "time", "GB/s", "GFLOP/s", "of b2b", "of kcopy"
+        "{:<width$}  {:>6}  {:>10}  {:>8}  {:>8}  {:>7}  {:>8}  {:>7}",
+        "benchmark", "calls", "time", "GB/s", "GFLOP/s", "of b2b", "of kcopy", "of fma"
     );
     for (e, ns) in &measured {
         let gbs = e.bytes as f64 / ns;
-        let gflops = if e.flops > 0 {
-            format!("{:.2}", e.flops as f64 / ns)
+        let (gflops, of_fma) = if e.flops > 0 {
+            let rate = e.flops as f64 / ns;
+            (format!("{rate:.2}"), fraction(rate, fma))
         } else {
-            "-".into()
+            ("-".into(), "-".into())
         };
         println!(
-            "{:<width$}  {:>6}  {:>10}  {:>8.2}  {:>8}  {:>7}  {:>8}",
+            "{:<width$}  {:>6}  {:>10}  {:>8.2}  {:>8}  {:>7}  {:>8}  {:>7}",
             e.id(),
             e.calls.get().copied().unwrap_or(0),
             format_time(*ns),
@@ -496,6 +565,7 @@ fn print_summary(gpu: &Gpu, entries: &[Entry], since: SystemTime) {
             gflops,
             fraction(gbs, b2b),
             fraction(gbs, kcopy),
+            of_fma,
         );
     }
 }

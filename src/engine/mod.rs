@@ -129,6 +129,14 @@ pub struct Engine<'d> {
     stops: HashMap<RequestId, (Vec<String>, usize)>,
 }
 
+impl Drop for Engine<'_> {
+    /// The device caches bind groups over the engine's buffers (its KV pools among them);
+    /// forgetting them lets those buffers go with the engine.
+    fn drop(&mut self) {
+        self.decoder.gpu.forget_bind_groups();
+    }
+}
+
 impl<'d> Engine<'d> {
     pub fn new(decoder: &'d Decoder, config: &EngineConfig) -> Result<Engine<'d>, SproutError> {
         let (gpu, c) = (&*decoder.gpu, &decoder.config);

@@ -6,9 +6,8 @@
 
 use std::sync::{Arc, Mutex};
 
-use wgpu::util::DeviceExt;
-
 use super::adapter::{AdapterSummary, BackendChoice, select_adapter};
+use super::bindings::Bindings;
 use super::pipelines::{KernelSpec, PipelineCache};
 use super::profile::KernelProfile;
 use crate::error::SproutError;
@@ -33,6 +32,7 @@ pub struct Gpu {
     pub adapter: AdapterSummary,
     pub caps: Capabilities,
     pipelines: PipelineCache,
+    bindings: Bindings,
     /// Set while profiling: every dispatch then runs alone and is timed.
     profile: Mutex<Option<KernelProfile>>,
 }
@@ -74,12 +74,14 @@ impl Gpu {
             max_buffer: limits.max_buffer_size,
             max_workgroups_per_dim: limits.max_compute_workgroups_per_dimension,
         };
+        let bindings = Bindings::new(&device, limits.min_uniform_buffer_offset_alignment);
         Ok(Arc::new(Gpu {
             device,
             queue,
             adapter: AdapterSummary::of(adapter),
             caps,
             pipelines: PipelineCache::default(),
+            bindings,
             profile: Mutex::new(None),
         }))
     }
@@ -101,6 +103,12 @@ impl Gpu {
 
     fn profiling(&self) -> bool {
         self.profile.lock().expect("profile lock").is_some()
+    }
+
+    /// Drops the cached bind groups (see `gpu::bindings`), so that buffers no longer in
+    /// use are freed; the engine calls it when it is dropped.
+    pub fn forget_bind_groups(&self) {
+        self.bindings.forget_groups();
     }
 
     pub fn encoder(&self) -> wgpu::CommandEncoder {
@@ -134,31 +142,12 @@ impl Gpu {
         if workgroups.contains(&0) {
             return;
         }
-        let uniform = self
-            .device
-            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
-                label: Some("params"),
-                contents: params,
-                usage: wgpu::BufferUsages::UNIFORM,
-            });
-        let mut entries = vec![wgpu::BindGroupEntry {
-            binding: 0,
-            resource: uniform.as_entire_binding(),
-        }];
-        entries.extend(
-            buffers
-                .iter()
-                .enumerate()
-                .map(|(i, b)| wgpu::BindGroupEntry {
-                    binding: i as u32 + 1,
-                    resource: b.as_entire_binding(),
-                }),
-        );
-        let bind_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some(kernel.name.as_str()),
-            layout: &kernel.layout,
-            entries: &entries,
-        });
+        let (params_buffer, offset) = self
+            .bindings
+            .write_params(&self.device, &self.queue, params);
+        let bind_group = self
+            .bindings
+            .bind_group(&self.device, kernel, &params_buffer, buffers);
         let profiling = self.profiling();
         if profiling {
             // Finish the work recorded so far, so that only this dispatch is timed.
@@ -172,7 +161,7 @@ impl Gpu {
                 timestamp_writes: None,
             });
             pass.set_pipeline(&kernel.pipeline);
-            pass.set_bind_group(0, &bind_group, &[]);
+            pass.set_bind_group(0, &bind_group, &[offset]);
             pass.dispatch_workgroups(workgroups[0], workgroups[1], workgroups[2]);
         }
         if profiling {

@@ -6,6 +6,7 @@
 //! rows share a dispatch (DESIGN.md, principle 1).
 
 pub mod adapter;
+pub mod bindings;
 pub mod buffers;
 pub mod context;
 pub mod grid;

@@ -65,7 +65,8 @@ fn build(device: &wgpu::Device, spec: &KernelSpec) -> Kernel {
         visibility: wgpu::ShaderStages::COMPUTE,
         ty: wgpu::BindingType::Buffer {
             ty: wgpu::BufferBindingType::Uniform,
-            has_dynamic_offset: false,
+            // Parameters live in slots of one shared buffer (gpu::bindings).
+            has_dynamic_offset: true,
             min_binding_size: None,
         },
         count: None,
