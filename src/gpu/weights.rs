@@ -1,17 +1,24 @@
 //! Weight matrices on the GPU, kept in their stored format.
 //!
-//! A `GpuWeight` holds the bytes of a `rows x cols` matrix exactly as the model file stores
-//! them (f32, f16, bf16, Q8_0, Q4_0, Q4_1); kernels dequantize as they read. A matrix larger
-//! than the adapter's storage-binding limit is split by rows into parts, each its own buffer.
+//! A `GpuWeight` holds the bytes of a `rows x cols` matrix as the model file stores them
+//! (f32, f16, bf16, Q8_0, Q4_0, Q4_1); kernels dequantize as they read. One exception:
+//! Q8_0's 34-byte blocks are padded to 36 (`Q8_0_GPU_BLOCK`: the f16 scale, two zero
+//! bytes, the 32 quants), so that every word a kernel reads is 4-byte aligned; unaligned
+//! words cost two loads and a branch on every read. A matrix larger than the adapter's
+//! storage-binding limit is split by rows into parts, each its own buffer.
 //!
 //! Invariant: every part starts on a 4-byte boundary (parts hold an even number of rows
 //! when a row's size is not a multiple of 4), and each part's buffer is padded to 4 bytes.
+//! `row_bytes` is a row's size on the GPU.
 
 use wgpu::util::DeviceExt;
 
 use super::Gpu;
 use crate::error::SproutError;
 use crate::model::format::{FormatError, WeightFormat};
+
+/// Bytes of a Q8_0 block on the GPU (34 in the file, padded after the scale).
+pub const Q8_0_GPU_BLOCK: usize = 36;
 
 /// One buffer of consecutive rows.
 pub struct WeightPart {
@@ -24,6 +31,7 @@ pub struct GpuWeight {
     pub format: WeightFormat,
     pub rows: usize,
     pub cols: usize,
+    /// Bytes per row on the GPU.
     pub row_bytes: usize,
     pub parts: Vec<WeightPart>,
 }
@@ -57,17 +65,25 @@ impl GpuWeight {
         cols: usize,
         limit: u64,
     ) -> Result<GpuWeight, SproutError> {
-        let row_bytes = format.row_bytes(cols)?;
-        if bytes.len() != rows * row_bytes {
+        let file_row_bytes = format.row_bytes(cols)?;
+        if bytes.len() != rows * file_row_bytes {
             return Err(FormatError::WrongSize {
                 format,
                 rows,
                 cols,
                 got: bytes.len(),
-                want: rows * row_bytes,
+                want: rows * file_row_bytes,
             }
             .into());
         }
+        let aligned;
+        let (bytes, row_bytes) = match format {
+            WeightFormat::Q8_0 => {
+                aligned = pad_q8_0_blocks(bytes);
+                (&aligned[..], file_row_bytes / 34 * Q8_0_GPU_BLOCK)
+            }
+            _ => (bytes, file_row_bytes),
+        };
         let rows_per_part = rows_per_part(row_bytes, limit).ok_or_else(|| {
             SproutError::Shape(format!(
                 "a {format} row of {cols} values ({row_bytes} bytes) does not fit the adapter's \
@@ -113,6 +129,18 @@ impl GpuWeight {
     }
 }
 
+/// Q8_0 blocks of 34 bytes (f16 scale, 32 quants) as 36: the scale, two zero bytes, the
+/// quants.
+fn pad_q8_0_blocks(bytes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes.len() / 34 * Q8_0_GPU_BLOCK);
+    for block in bytes.chunks_exact(34) {
+        out.extend_from_slice(&block[..2]);
+        out.extend_from_slice(&[0, 0]);
+        out.extend_from_slice(&block[2..]);
+    }
+    out
+}
+
 /// Most rows per part under `limit` bytes such that every part begins 4-byte aligned.
 fn rows_per_part(row_bytes: usize, limit: u64) -> Option<usize> {
     let fit = (limit.saturating_sub(3) / row_bytes.max(1) as u64) as usize;
@@ -127,7 +155,19 @@ fn gcd(a: usize, b: usize) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::rows_per_part;
+    use super::{Q8_0_GPU_BLOCK, pad_q8_0_blocks, rows_per_part};
+
+    #[test]
+    fn q8_0_blocks_are_padded_after_the_scale() {
+        let block: Vec<u8> = (0..34).collect();
+        let two = [block.clone(), block].concat();
+        let padded = pad_q8_0_blocks(&two);
+        assert_eq!(padded.len(), 2 * Q8_0_GPU_BLOCK);
+        for b in padded.chunks_exact(Q8_0_GPU_BLOCK) {
+            assert_eq!(&b[..4], &[0, 1, 0, 0]);
+            assert_eq!(&b[4..], &(2..34).collect::<Vec<u8>>()[..]);
+        }
+    }
 
     #[test]
     fn parts_start_aligned() {
