@@ -133,19 +133,17 @@ impl Bindings {
         s.groups.insert(key, group.clone());
         group
     }
-}
 
-/// A zeroed parameter buffer. It is created mapped (and unmapped at once) so that the
-/// device counts all of it as initialised: a slot's binding is longer than the parameters
-/// written to it, and an uninitialised remainder would otherwise be cleared before every
-/// dispatch that binds it.
-impl Bindings {
     /// Drops every cached bind group (and with them their hold on buffers).
     pub fn forget_groups(&self) {
         self.state.lock().expect("bindings lock").groups.clear();
     }
 }
 
+/// A zeroed parameter buffer. It is created mapped (and unmapped at once) so that the
+/// device counts all of it as initialised: a slot's binding is longer than the parameters
+/// written to it, and an uninitialised remainder would otherwise be cleared before every
+/// dispatch that binds it.
 fn params_buffer(device: &wgpu::Device, bytes: u64) -> wgpu::Buffer {
     let buffer = device.create_buffer(&wgpu::BufferDescriptor {
         label: Some("kernel parameters"),

@@ -1,4 +1,6 @@
-//! `Gpu`: one opened device with its queue, what it can do, and its pipeline cache.
+//! `Gpu`: one opened device with its queue, what it can do, its pipeline cache, the
+//! parameter slots and bind groups of its dispatches (`gpu::bindings`), and the kernel
+//! profile when one is being taken (`gpu::profile`).
 //!
 //! The device is requested with the adapter's own limits (not WebGPU's defaults) and with
 //! shader-f16 and subgroups when the adapter has them. Kernels that can use those features
