@@ -267,7 +267,7 @@ fn copy(c: &mut Criterion, gpu: &Gpu, entries: &mut Vec<Entry>) {
 
     let fma = gpu.pipeline(&KernelSpec {
         key: "bench/fma_vec4".into(),
-        source: FMA_WGSL.into(),
+        source: Box::new(|| FMA_WGSL.into()),
         entry: "fma_vec4",
         storage: &[Access::ReadWrite],
     });
@@ -292,7 +292,7 @@ fn copy(c: &mut Criterion, gpu: &Gpu, entries: &mut Vec<Entry>) {
 
     let kernel = gpu.pipeline(&KernelSpec {
         key: "bench/copy_vec4".into(),
-        source: COPY_WGSL.into(),
+        source: Box::new(|| COPY_WGSL.into()),
         entry: "copy_vec4",
         storage: &[Access::Read, Access::ReadWrite],
     });

@@ -15,9 +15,12 @@ pub enum Access {
 }
 
 /// Everything needed to build a pipeline. `key` must identify `source` + `entry` uniquely.
+///
+/// Kernels ask for their pipeline on every dispatch, so the source is a function that runs
+/// only when the cache misses: building a generated module takes several KB of formatting.
 pub struct KernelSpec {
     pub key: String,
-    pub source: String,
+    pub source: Box<dyn Fn() -> String>,
     pub entry: &'static str,
     pub storage: &'static [Access],
 }
@@ -99,7 +102,7 @@ fn build(device: &wgpu::Device, spec: &KernelSpec) -> Kernel {
     });
     let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
         label: Some(&spec.key),
-        source: wgpu::ShaderSource::Wgsl(spec.source.as_str().into()),
+        source: wgpu::ShaderSource::Wgsl((spec.source)().into()),
     });
     let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
         label: Some(&spec.key),

@@ -125,7 +125,7 @@ pub fn spec() -> KernelSpec {
     use Access::{Read, ReadWrite};
     KernelSpec {
         key: "attention/causal_paged".into(),
-        source: SOURCE.into(),
+        source: Box::new(|| SOURCE.into()),
         entry: "attention",
         storage: &[Read, Read, Read, Read, Read, ReadWrite],
     }

@@ -54,7 +54,7 @@ impl Elementwise {
 pub fn spec(kernel: Elementwise) -> KernelSpec {
     KernelSpec {
         key: format!("elementwise/{}", kernel.entry()),
-        source: SOURCE.to_string(),
+        source: Box::new(|| SOURCE.into()),
         entry: kernel.entry(),
         storage: match kernel {
             Elementwise::SiluGate | Elementwise::GatherRows => {

@@ -31,7 +31,7 @@ struct Params {
 pub fn spec(format: WeightFormat) -> KernelSpec {
     KernelSpec {
         key: format!("embedding/{}", format.name()),
-        source: with_weights(SOURCE, format),
+        source: Box::new(move || with_weights(SOURCE, format)),
         entry: "embedding",
         storage: &[Access::Read, Access::Read, Access::ReadWrite],
     }

@@ -32,7 +32,7 @@ pub fn spec() -> KernelSpec {
     use Access::{Read, ReadWrite};
     KernelSpec {
         key: "kv_write".into(),
-        source: SOURCE.into(),
+        source: Box::new(|| SOURCE.into()),
         entry: "kv_write",
         storage: &[Read, Read, Read, ReadWrite, ReadWrite],
     }

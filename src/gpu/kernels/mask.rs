@@ -37,7 +37,7 @@ pub fn spec() -> KernelSpec {
     use Access::{Read, ReadWrite};
     KernelSpec {
         key: "mask_tokens".into(),
-        source: SOURCE.into(),
+        source: Box::new(|| SOURCE.into()),
         entry: "mask_tokens",
         // pairs, logits
         storage: &[Read, ReadWrite],

@@ -22,7 +22,7 @@ struct Params {
 pub fn spec() -> KernelSpec {
     KernelSpec {
         key: "rmsnorm".to_string(),
-        source: SOURCE.to_string(),
+        source: Box::new(|| SOURCE.into()),
         entry: "rmsnorm",
         storage: &[Access::Read, Access::Read, Access::ReadWrite],
     }

@@ -104,7 +104,7 @@ struct Params {
 pub fn spec(layout: RopeLayout) -> KernelSpec {
     KernelSpec {
         key: format!("rope/{}", layout.entry()),
-        source: SOURCE.to_string(),
+        source: Box::new(|| SOURCE.into()),
         entry: layout.entry(),
         storage: &[Access::ReadWrite, Access::Read, Access::Read],
     }

@@ -210,7 +210,7 @@ pub fn spec(kernel: SampleKernel) -> KernelSpec {
     };
     KernelSpec {
         key: format!("sample/{entry}"),
-        source: source(),
+        source: Box::new(source),
         entry,
         storage,
     }

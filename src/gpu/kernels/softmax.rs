@@ -72,7 +72,7 @@ pub fn spec(extra: &Extra) -> KernelSpec {
     use Access::{Read, ReadWrite};
     KernelSpec {
         key: format!("softmax/{}", extra.entry()),
-        source: source(),
+        source: Box::new(source),
         entry: extra.entry(),
         storage: match extra {
             Extra::Nothing => &[Read, ReadWrite, ReadWrite],

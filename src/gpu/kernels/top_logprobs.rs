@@ -45,7 +45,7 @@ pub fn spec() -> KernelSpec {
     use Access::{Read, ReadWrite};
     KernelSpec {
         key: "top_logprobs".into(),
-        source: source(),
+        source: Box::new(source),
         entry: "top_logprobs",
         // logits, stats, counts, ids, logprobs
         storage: &[Read, Read, Read, ReadWrite, ReadWrite],
