@@ -2,7 +2,7 @@
 //! reference, splitting of large weights, and batch invariance (a row is bitwise the same
 //! alone and among 64, on either path, whichever way x was loaded).
 
-use sprout::gpu::kernels::matmul::{MatmulPath, XLoads, encode_path};
+use sprout::gpu::kernels::matmul::{MatmulPath, TILE_ROWS, XLoads, encode_path};
 use sprout::gpu::{Gpu, GpuWeight};
 use sprout::model::format::{WeightFormat, dequantize, quantize};
 use sprout::reference;
@@ -123,8 +123,13 @@ pub fn cases() -> Vec<Case> {
             move |gpu| {
                 let p = Problem::new(format, 5, 64, 37, 7);
                 let limit = (format.row_bytes(p.k).unwrap() * 8) as u64 + 3;
-                let whole = p.run(gpu, MatmulPath::Tiled, XLoads::Direct, None);
-                let split = p.run(gpu, MatmulPath::Tiled, XLoads::Direct, Some(limit));
+                let whole = p.run(gpu, MatmulPath::Tiled(TILE_ROWS), XLoads::Direct, None);
+                let split = p.run(
+                    gpu,
+                    MatmulPath::Tiled(TILE_ROWS),
+                    XLoads::Direct,
+                    Some(limit),
+                );
                 check_bitwise("split vs whole", &split, &whole)?;
                 check_close(&split, &p.reference(), TOLERANCE)
             },
@@ -138,9 +143,9 @@ pub fn cases() -> Vec<Case> {
                 format!("{format}/batch-invariance/{loads:?}"),
                 move |gpu| {
                     let p = Problem::new(format, 64, 96, 70, 11);
-                    let batch = p.run(gpu, MatmulPath::Tiled, loads, None);
+                    let batch = p.run(gpu, MatmulPath::Tiled(TILE_ROWS), loads, None);
                     if loads == XLoads::Shuffled {
-                        let direct = p.run(gpu, MatmulPath::Tiled, XLoads::Direct, None);
+                        let direct = p.run(gpu, MatmulPath::Tiled(TILE_ROWS), XLoads::Direct, None);
                         check_bitwise("shuffled vs direct loads", &batch, &direct)?;
                     }
                     for (first, count) in [(0, 1), (37, 1), (63, 1), (5, 3), (20, 13)] {
