@@ -80,6 +80,11 @@ pub struct AdapterSummary {
 }
 
 impl AdapterSummary {
+    /// Whether the adapter runs on the CPU (llvmpipe, SwiftShader, WARP).
+    pub fn is_cpu(&self) -> bool {
+        self.device_type == device_type_name(wgpu::DeviceType::Cpu)
+    }
+
     pub fn of(adapter: &wgpu::Adapter) -> Self {
         let info = adapter.get_info();
         let features = adapter.features();

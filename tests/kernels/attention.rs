@@ -2,10 +2,11 @@
 //! in shuffled, non-contiguous blocks of the pool, against the f64 reference run on each
 //! sequence's contiguous keys; and batch invariance (a query row is bitwise the same in a
 //! mixed batch of prefill chunks and decodes, alone, in another chunk, at other physical
-//! blocks, and with another block size).
+//! blocks, and with another block size), with the query vectors loaded per key or held,
+//! which must agree bitwise.
 
 use sprout::gpu::Gpu;
-use sprout::gpu::kernels::attention::{AttentionShape, encode};
+use sprout::gpu::kernels::attention::{AttentionShape, QLoads, encode_with};
 use sprout::reference;
 
 use crate::common::{Case, Outcome, Rng, check_bitwise, check_close, read_f32};
@@ -129,7 +130,14 @@ fn page(heads: &Heads, seqs: &[Seq], seed: u64) -> Paged {
 }
 
 /// The query rows of one dispatch, laid out in `seed`'s pages, on the GPU.
-fn run(gpu: &Gpu, heads: &Heads, seqs: &[Seq], queries: &[Query], seed: u64) -> Vec<f32> {
+fn run(
+    gpu: &Gpu,
+    heads: &Heads,
+    q_loads: QLoads,
+    seqs: &[Seq],
+    queries: &[Query],
+    seed: u64,
+) -> Vec<f32> {
     let paged = page(heads, seqs, seed);
     let shape = heads.shape(queries.len());
     let q: Vec<f32> = queries
@@ -149,8 +157,12 @@ fn run(gpu: &Gpu, heads: &Heads, seqs: &[Seq], queries: &[Query], seed: u64) -> 
     let (tables, rows) = (gpu.upload(&paged.tables), gpu.upload(&rows));
     let out = gpu.zeros(shape.q_len());
     let mut enc = gpu.encoder();
-    encode(
-        gpu, &mut enc, &shape, &q, &k_pool, &v_pool, &tables, &rows, &out,
+    encode_with(
+        gpu,
+        &mut enc,
+        &shape,
+        q_loads,
+        [&q, &k_pool, &v_pool, &tables, &rows, &out],
     );
     gpu.submit(enc);
     read_f32(gpu, &out)
@@ -232,7 +244,7 @@ fn batch_queries(seqs: &[(usize, usize)]) -> Vec<Query> {
     out
 }
 
-fn accuracy_case(row: &ShapeRow, gpu: &Gpu) -> Result<Outcome, String> {
+fn accuracy_case(row: &ShapeRow, q_loads: QLoads, gpu: &Gpu) -> Result<Outcome, String> {
     let &(n_heads, n_kv_heads, head_dim, block_size, sharp, spec) = row;
     let heads = Heads {
         n_heads,
@@ -245,7 +257,7 @@ fn accuracy_case(row: &ShapeRow, gpu: &Gpu) -> Result<Outcome, String> {
     let seed = (n_heads * 1_000_000 + head_dim * 1000 + block_size * 10 + lens[0]) as u64;
     let seqs = sequences(&heads, &lens, seed);
     let queries = batch_queries(spec);
-    let got = run(gpu, &heads, &seqs, &queries, seed + 1);
+    let got = run(gpu, &heads, q_loads, &seqs, &queries, seed + 1);
     check_close(&got, &expected(&heads, &seqs, &queries), TOLERANCE)
 }
 
@@ -313,7 +325,9 @@ const INVARIANCE: &[Invariance] = &[
     },
 ];
 
-fn invariance_case(c: &'static Invariance, gpu: &Gpu) -> Result<Outcome, String> {
+/// The batch runs with `q_loads`, and the reruns alternate between both loads where the
+/// shape fits them, so that held and direct query loads must agree bitwise too.
+fn invariance_case(c: &'static Invariance, q_loads: QLoads, gpu: &Gpu) -> Result<Outcome, String> {
     let heads = Heads {
         n_heads: c.n_heads,
         n_kv_heads: c.n_kv_heads,
@@ -325,7 +339,7 @@ fn invariance_case(c: &'static Invariance, gpu: &Gpu) -> Result<Outcome, String>
     let seed = (c.n_heads * 1000 + c.head_dim) as u64;
     let seqs = sequences(&heads, &lens, seed);
     let queries = batch_queries(c.seqs);
-    let batch = run(gpu, &heads, &seqs, &queries, seed + 1);
+    let batch = run(gpu, &heads, q_loads, &seqs, &queries, seed + 1);
     // The whole batch must be right, or bitwise agreement would prove nothing.
     let outcome = check_close(&batch, &expected(&heads, &seqs, &queries), TOLERANCE)?;
     let row = heads.q_row();
@@ -338,8 +352,12 @@ fn invariance_case(c: &'static Invariance, gpu: &Gpu) -> Result<Outcome, String>
             block_size,
             ..heads
         };
+        let loads = match QLoads::ALL[r % 2] {
+            other if other.fits(&heads.shape(1)) => other,
+            _ => q_loads,
+        };
         // Other physical blocks (another seed), maybe another block size.
-        let y = run(gpu, &heads, &seqs, &rerun, seed + 100 + r as u64);
+        let y = run(gpu, &heads, loads, &seqs, &rerun, seed + 100 + r as u64);
         for (i, query) in rerun.iter().enumerate() {
             let at = queries
                 .iter()
@@ -347,8 +365,8 @@ fn invariance_case(c: &'static Invariance, gpu: &Gpu) -> Result<Outcome, String>
                 .expect("rerun row in batch");
             check_bitwise(
                 &format!(
-                    "sequence {} position {} in rerun {r} (t={}, block size {block_size}) vs \
-                     in the batch (t={})",
+                    "sequence {} position {} in rerun {r} (t={}, block size {block_size}, \
+                     {loads:?} q) vs in the batch (t={}, {q_loads:?} q)",
                     query.0,
                     query.1,
                     rerun.len(),
@@ -364,25 +382,41 @@ fn invariance_case(c: &'static Invariance, gpu: &Gpu) -> Result<Outcome, String>
 
 pub fn cases() -> Vec<Case> {
     let mut cases = Vec::new();
-    for row in SHAPES {
-        let (n_heads, n_kv_heads, head_dim, block_size, sharp, seqs) = *row;
-        let seqs: Vec<String> = seqs.iter().map(|(l, f)| format!("{f}..{l}")).collect();
-        let name = format!(
-            "h{n_heads}_kv{n_kv_heads}_d{head_dim}_bs{block_size}_scale{sharp}_rows{}",
-            seqs.join(",")
-        );
-        cases.push(Case::new("attention", name, move |gpu| {
-            accuracy_case(row, gpu)
-        }));
-    }
-    for c in INVARIANCE {
-        let name = format!(
-            "batch-invariance/h{}_kv{}_d{}_bs{}",
-            c.n_heads, c.n_kv_heads, c.head_dim, c.block_size
-        );
-        cases.push(Case::new("attention", name, move |gpu| {
-            invariance_case(c, gpu)
-        }));
+    for q_loads in QLoads::ALL {
+        for row in SHAPES {
+            let (n_heads, n_kv_heads, head_dim, block_size, sharp, seqs) = *row;
+            let heads = Heads {
+                n_heads,
+                n_kv_heads,
+                head_dim,
+                block_size,
+                sharp,
+            };
+            if !q_loads.fits(&heads.shape(1)) {
+                continue; // too many query values to hold: never run this way
+            }
+            let seqs: Vec<String> = seqs.iter().map(|(l, f)| format!("{f}..{l}")).collect();
+            let name = format!(
+                "{q_loads:?}/h{n_heads}_kv{n_kv_heads}_d{head_dim}_bs{block_size}_scale{sharp}_rows{}",
+                seqs.join(",")
+            );
+            cases.push(Case::new("attention", name, move |gpu| {
+                accuracy_case(row, q_loads, gpu)
+            }));
+        }
+        for c in INVARIANCE {
+            let shape = AttentionShape::new(1, c.n_heads, c.n_kv_heads, c.head_dim, 1);
+            if !q_loads.fits(&shape) {
+                continue;
+            }
+            let name = format!(
+                "{q_loads:?}/batch-invariance/h{}_kv{}_d{}_bs{}",
+                c.n_heads, c.n_kv_heads, c.head_dim, c.block_size
+            );
+            cases.push(Case::new("attention", name, move |gpu| {
+                invariance_case(c, q_loads, gpu)
+            }));
+        }
     }
     cases
 }

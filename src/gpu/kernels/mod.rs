@@ -29,7 +29,6 @@ pub fn all_modules() -> Vec<(String, String)> {
         ));
     }
     for (name, source) in [
-        ("attention", attention::SOURCE),
         ("elementwise", elementwise::SOURCE),
         ("kv_write", kv_write::SOURCE),
         ("mask_tokens", mask::SOURCE),
@@ -37,6 +36,14 @@ pub fn all_modules() -> Vec<(String, String)> {
         ("rope", rope::SOURCE),
     ] {
         out.push((name.to_string(), source.to_string()));
+    }
+    for (heads, head_dim) in [(1, 64), (3, 64), (8, 32)] {
+        for q_loads in attention::QLoads::ALL {
+            out.push((
+                format!("attention+{heads}x{head_dim}+{q_loads:?}"),
+                attention::source(heads, head_dim, q_loads),
+            ));
+        }
     }
     out.push(("sample".to_string(), sample::source()));
     out.push(("softmax".to_string(), softmax::source()));
