@@ -13,8 +13,10 @@
 // with HOLD_Q, every invocation loads the HG query vectors once, before the first chunk,
 // into a private array of HG * HD4 vec4s (HD4 = head_dim / 4, a constant so that the
 // compiler can keep it out of memory), rather than once per key. The values, and so the
-// results, are the same either way. Keys are taken in chunks of CHUNK = WG, always counted from key 0,
-// with an online softmax kept per head. Per chunk, for each of the HG heads:
+// results, are the same either way.
+//
+// Keys are taken in chunks of CHUNK = WG, always counted from key 0, with an online softmax
+// kept per head. Per chunk, for each of the HG heads:
 //   1. invocation l scores key first + l: raw = q . k in four fma lanes over head_dim (vec4
 //      steps, lanes combined as (x + y) + (z + w)); the chunk's largest raw score is found
 //      with a workgroup atomicMax on an order-preserving u32 image of the f32 (max is exact,
