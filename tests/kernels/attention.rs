@@ -28,6 +28,18 @@ struct Heads {
 }
 
 impl Heads {
+    /// The heads of one row of `SHAPES`.
+    fn of(row: &ShapeRow) -> Heads {
+        let &(n_heads, n_kv_heads, head_dim, block_size, sharp, _) = row;
+        Heads {
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            block_size,
+            sharp,
+        }
+    }
+
     fn shape(&self, t: usize) -> AttentionShape {
         let mut shape = AttentionShape::new(
             t,
@@ -245,14 +257,8 @@ fn batch_queries(seqs: &[(usize, usize)]) -> Vec<Query> {
 }
 
 fn accuracy_case(row: &ShapeRow, q_loads: QLoads, gpu: &Gpu) -> Result<Outcome, String> {
-    let &(n_heads, n_kv_heads, head_dim, block_size, sharp, spec) = row;
-    let heads = Heads {
-        n_heads,
-        n_kv_heads,
-        head_dim,
-        block_size,
-        sharp,
-    };
+    let &(n_heads, _, head_dim, block_size, _, spec) = row;
+    let heads = Heads::of(row);
     let lens: Vec<usize> = spec.iter().map(|&(len, _)| len).collect();
     let seed = (n_heads * 1_000_000 + head_dim * 1000 + block_size * 10 + lens[0]) as u64;
     let seqs = sequences(&heads, &lens, seed);
@@ -385,14 +391,7 @@ pub fn cases() -> Vec<Case> {
     for q_loads in QLoads::ALL {
         for row in SHAPES {
             let (n_heads, n_kv_heads, head_dim, block_size, sharp, seqs) = *row;
-            let heads = Heads {
-                n_heads,
-                n_kv_heads,
-                head_dim,
-                block_size,
-                sharp,
-            };
-            if !q_loads.fits(&heads.shape(1)) {
+            if !q_loads.fits(&Heads::of(row).shape(1)) {
                 continue; // too many query values to hold: never run this way
             }
             let seqs: Vec<String> = seqs.iter().map(|(l, f)| format!("{f}..{l}")).collect();
