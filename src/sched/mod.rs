@@ -11,11 +11,13 @@
 //! a block's reference count equals the number of block tables that hold it; no block is
 //! both free and in use; the pool's hash map names only blocks that hold that hash.
 
+mod block_map;
 mod plan;
 mod request;
 mod scheduler;
 mod sequence;
 
+pub use block_map::{BlockUse, SeqBlocks, block_map};
 pub use plan::{BlockCopy, Chunk, Draw, DrawResult, StepPlan, Target};
 pub use request::{
     FinishReason, FinishedSample, MAX_TOP_LOGPROBS, Request, RequestId, SamplingParams, StopMatch,

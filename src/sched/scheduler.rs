@@ -21,6 +21,7 @@ use serde::Serialize;
 
 use crate::kv::{BlockHash, BlockId, BlockPool};
 
+use super::block_map::SeqBlocks;
 use super::plan::{BlockCopy, Chunk, Draw, DrawResult, StepPlan, Target};
 use super::request::{
     FinishReason, FinishedSample, MAX_TOP_LOGPROBS, Request, RequestId, SamplingParams,
@@ -733,6 +734,25 @@ impl Scheduler {
         if state.unfinished == 0 {
             self.requests.remove(&seq.request);
         }
+        out
+    }
+
+    /// The block table of every unfinished sequence, with whose it is: the root of a
+    /// request that has not forked yet (`sample: None`) or one of its samples.
+    pub fn block_tables(&self) -> Vec<SeqBlocks> {
+        let mut out: Vec<SeqBlocks> = self
+            .seqs
+            .values()
+            .map(|seq| SeqBlocks {
+                request_index: self.requests[&seq.request].request.index,
+                sample: match seq.role {
+                    Role::Root => None,
+                    Role::Sample(k) => Some(k),
+                },
+                blocks: seq.blocks.clone(),
+            })
+            .collect();
+        out.sort_by_key(|t| (t.request_index, t.sample));
         out
     }
 
