@@ -40,7 +40,7 @@ fn rotate(pair: u32, interleaved: bool) {
     }
     let pos = positions[row];
     if (pos >= p.max_positions) {
-        let nan = bitcast<f32>(0x7fc00000u);
+        let nan = quiet_nan();
         x[a] = nan;
         x[b] = nan;
         return;

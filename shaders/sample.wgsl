@@ -15,7 +15,7 @@
 //             smallest m whose first m tokens hold mass >= top_p). top_p >= 1 is off.
 //   - min-p:  keep c with s_c - s_max >= log_min_p (= ln(min_p), rounded to f32 by the
 //             host: softmax prob >= min_p * the largest prob); tau_min is the smallest
-//             logit kept. log_min_p = -3.40282347e38 (-f32::MAX, min_p = 0) is off.
+//             logit kept. log_min_p = -3.4028234663852886e38 (-f32::MAX, min_p = 0) is off.
 //   log_z  = s_max + log(M(tau)): the log normaliser of softmax(s) over S.
 //   Greedy rows: tau = l_max, log_z = 0.
 //
@@ -92,7 +92,7 @@ struct DrawKey {
 const WG: u32 = 256u;
 const LOGPROB_WG: u32 = 64u;
 const NO_INDEX: u32 = 0xffffffffu;
-const MIN_P_OFF: f32 = -3.40282347e38;
+const MIN_P_OFF: f32 = -3.4028234663852886e38;
 
 // PCG-based 4D hash (Jarzynski and Olano, "Hash Functions for GPU Rendering", 2020).
 fn pcg4d(input: vec4<u32>) -> vec4<u32> {
@@ -417,7 +417,7 @@ fn draw_logprobs(
             sampling_logprobs[d] = l * inv_t - cut[2u * row + 1u];
         }
     } else {
-        logprobs[d] = bitcast<f32>(0x7fc00000u);
-        sampling_logprobs[d] = bitcast<f32>(0x7fc00000u);
+        logprobs[d] = quiet_nan();
+        sampling_logprobs[d] = quiet_nan();
     }
 }

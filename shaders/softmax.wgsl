@@ -122,7 +122,7 @@ fn target_logprobs(
         if (id < p.vocab) {
             out[row] = logits[row * p.vocab + id] - lse;
         } else {
-            out[row] = bitcast<f32>(0x7fc00000u);
+            out[row] = quiet_nan();
         }
     }
 }

@@ -78,6 +78,6 @@ fn top_logprobs(
     // n_max <= 20 < WG: one invocation per unused entry.
     if (t >= n && t < p.n_max) {
         ids[out + t] = NO_INDEX;
-        logprobs[out + t] = bitcast<f32>(0x7fc00000u);
+        logprobs[out + t] = quiet_nan();
     }
 }

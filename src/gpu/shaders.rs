@@ -10,6 +10,9 @@ use crate::model::format::WeightFormat;
 /// The workgroup argmax shared by the vocabulary reductions (softmax, sample).
 pub const ARGMAX: &str = include_str!("../../shaders/common/argmax.wgsl");
 
+/// `quiet_nan()`, for kernels that write NaN to mark an invalid input.
+pub const NAN: &str = include_str!("../../shaders/common/nan.wgsl");
+
 pub const WEIGHT_COMMON: &str = include_str!("../../shaders/weight_formats/common.wgsl");
 const UNBLOCKED: &str = include_str!("../../shaders/weight_formats/unblocked.wgsl");
 

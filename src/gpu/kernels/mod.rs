@@ -33,7 +33,6 @@ pub fn all_modules() -> Vec<(String, String)> {
         ("kv_write", kv_write::SOURCE),
         ("mask_tokens", mask::SOURCE),
         ("rmsnorm", rmsnorm::SOURCE),
-        ("rope", rope::SOURCE),
     ] {
         out.push((name.to_string(), source.to_string()));
     }
@@ -45,6 +44,7 @@ pub fn all_modules() -> Vec<(String, String)> {
             ));
         }
     }
+    out.push(("rope".to_string(), rope::source()));
     out.push(("sample".to_string(), sample::source()));
     out.push(("softmax".to_string(), softmax::source()));
     out.push(("top_logprobs".to_string(), top_logprobs::source()));

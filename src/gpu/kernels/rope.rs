@@ -11,7 +11,12 @@ use crate::gpu::grid::grid;
 use crate::gpu::pipelines::{Access, KernelSpec};
 use crate::gpu::{Gpu, Tensor};
 
-pub(crate) const SOURCE: &str = include_str!("../../../shaders/rope.wgsl");
+const KERNEL: &str = include_str!("../../../shaders/rope.wgsl");
+
+/// The kernel with the `quiet_nan` it needs.
+pub(crate) fn source() -> String {
+    format!("{KERNEL}\n{}", crate::gpu::shaders::NAN)
+}
 const WORKGROUP: usize = 256;
 
 /// Which values of a head are rotated together.
@@ -104,7 +109,7 @@ struct Params {
 pub fn spec(layout: RopeLayout) -> KernelSpec {
     KernelSpec {
         key: format!("rope/{}", layout.entry()),
-        source: Box::new(|| SOURCE.into()),
+        source: Box::new(source),
         entry: layout.entry(),
         storage: &[Access::ReadWrite, Access::Read, Access::Read],
     }

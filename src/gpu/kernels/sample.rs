@@ -64,7 +64,8 @@ const MIN_P_OFF: f32 = -f32::MAX;
 
 /// The kernel with the shared workgroup argmax appended.
 pub(crate) fn source() -> String {
-    format!("{KERNEL}\n{}", crate::gpu::shaders::ARGMAX)
+    use crate::gpu::shaders::{ARGMAX, NAN};
+    format!("{KERNEL}\n{ARGMAX}\n{NAN}")
 }
 
 #[repr(C)]

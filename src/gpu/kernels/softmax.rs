@@ -17,7 +17,8 @@ const KERNEL: &str = include_str!("../../../shaders/softmax.wgsl");
 
 /// The kernel with the shared workgroup argmax appended.
 pub(crate) fn source() -> String {
-    format!("{KERNEL}\n{}", crate::gpu::shaders::ARGMAX)
+    use crate::gpu::shaders::{ARGMAX, NAN};
+    format!("{KERNEL}\n{ARGMAX}\n{NAN}")
 }
 
 #[repr(C)]

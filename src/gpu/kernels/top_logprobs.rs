@@ -29,7 +29,8 @@ pub const MAX_TOP_LOGPROBS: usize = 20;
 
 /// The kernel with the shared workgroup argmax appended.
 pub(crate) fn source() -> String {
-    format!("{KERNEL}\n{}", crate::gpu::shaders::ARGMAX)
+    use crate::gpu::shaders::{ARGMAX, NAN};
+    format!("{KERNEL}\n{ARGMAX}\n{NAN}")
 }
 
 #[repr(C)]
