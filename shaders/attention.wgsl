@@ -136,7 +136,12 @@ fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
         var kb = 0u;
         if (lid < in_chunk) {
             kb = kv_base(table, first + lid, g);
+            // Zeroed explicitly each chunk: SwiftShader (browsers' software WebGPU) kept
+            // the previous chunk's values in arrays declared in a loop without a value.
             var lanes: array<vec4<f32>, HG>;
+            for (var i = 0u; i < HG; i += 1u) {
+                lanes[i] = vec4<f32>(0.0);
+            }
             if (HOLD_Q) {
                 for (var d = 0u; d < HD4; d += 1u) {
                     let k = k_pool[kb + d];
@@ -187,6 +192,7 @@ fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
             var chunk_sum: array<f32, HG>;
             var correction: array<f32, HG>;
             for (var i = 0u; i < HG; i += 1u) {
+                chunk_sum[i] = 0.0; // explicitly, as `lanes` above
                 correction[i] = select(0.0, exp(run_max[i] - new_max[i]), c > 0u);
                 a[i] = acc[i] * correction[i];
             }
