@@ -115,6 +115,12 @@ impl Gpu {
         rx.await
             .map_err(|_| SproutError::ReadBack("the device was lost".into()))?
             .map_err(|e| SproutError::ReadBack(e.to_string()))?;
+        if let Some(e) = self.take_device_error() {
+            staging.unmap();
+            return Err(SproutError::ReadBack(format!(
+                "the GPU device reported an error, so this result cannot be trusted: {e}"
+            )));
+        }
         let view = slice
             .get_mapped_range()
             .map_err(|e| SproutError::ReadBack(e.to_string()))?;

@@ -37,6 +37,9 @@ pub struct Gpu {
     bindings: Bindings,
     /// Set while profiling: every dispatch then runs alone and is timed.
     profile: Mutex<Option<KernelProfile>>,
+    /// The first error the device reported on its own (a shader the driver rejected, an
+    /// invalid command), until a read-back hands it to its caller.
+    device_error: Arc<Mutex<Option<String>>>,
 }
 
 impl Gpu {
@@ -47,6 +50,9 @@ impl Gpu {
     }
 
     /// Opens a device on `adapter` with the adapter's own limits.
+    // On the web wgpu's handles are neither Send nor Sync (one thread); the Arc is there to
+    // share the Gpu between its owners, which it does the same.
+    #[cfg_attr(target_arch = "wasm32", allow(clippy::arc_with_non_send_sync))]
     pub async fn from_adapter(adapter: &wgpu::Adapter) -> Result<Arc<Gpu>, SproutError> {
         let available = adapter.features();
         let wanted =
@@ -76,6 +82,14 @@ impl Gpu {
             max_buffer: limits.max_buffer_size,
             max_workgroups_per_dim: limits.max_compute_workgroups_per_dimension,
         };
+        // wgpu's default handler panics, and on the web a panic in its callback would leave
+        // the page waiting forever: keep the first error for the next read-back instead.
+        let device_error = Arc::new(Mutex::new(None));
+        let first = device_error.clone();
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            let mut slot = first.lock().unwrap_or_else(|p| p.into_inner());
+            slot.get_or_insert_with(|| e.to_string());
+        }));
         let bindings = Bindings::new(&device, limits.min_uniform_buffer_offset_alignment);
         Ok(Arc::new(Gpu {
             device,
@@ -85,7 +99,14 @@ impl Gpu {
             pipelines: PipelineCache::default(),
             bindings,
             profile: Mutex::new(None),
+            device_error,
         }))
+    }
+
+    /// The first error the device has reported since the last call, if any.
+    pub fn take_device_error(&self) -> Option<String> {
+        let mut slot = self.device_error.lock().unwrap_or_else(|p| p.into_inner());
+        slot.take()
     }
 
     /// The compute pipeline for `spec`, built on first use and cached.
