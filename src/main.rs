@@ -45,6 +45,8 @@ enum Command {
     Score(score_cmd::ScoreArgs),
     /// Run one rollout workload in several batching modes and compare their speed.
     Bench(bench_cmd::BenchArgs),
+    /// Print the default model's path, fetching and caching it first if needed.
+    ModelPath,
 }
 
 fn main() -> ExitCode {
@@ -55,6 +57,9 @@ fn main() -> ExitCode {
         Command::Rollout(args) => rollout_cmd::run(cli.backend, args),
         Command::Score(args) => score_cmd::run(cli.backend, args),
         Command::Bench(args) => bench_cmd::run(cli.backend, args),
+        Command::ModelPath => sprout::model::default_model::path()
+            .map(|p| println!("{}", p.display()))
+            .map_err(Into::into),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,345 @@
+//! sprout's engine in the browser: the wasm32 bindings the demo page (web/index.html)
+//! calls through wasm-bindgen.
+//!
+//! A [`Session`] owns the browser's WebGPU device and, once one is loaded, a model (its
+//! weights on the GPU and its tokenizer). [`Session::rollout`] runs one group of G samples
+//! of a prompt through sprout's own engine, scheduler and WGSL kernels, the same code as
+//! native, and reports every step to a JavaScript callback: the tokens drawn, each
+//! sample's text so far, tokens/s, and a picture of the KV block pool. Nothing about the
+//! model or sampling is computed in JavaScript.
+//!
+//! Options and reports cross the boundary as JSON strings (see [`RolloutOptions`],
+//! [`StepReport`] and [`RolloutResult`]), so the page needs no generated type bindings.
+
+use std::rc::Rc;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use wasm_bindgen::prelude::*;
+use web_time::Instant;
+
+use sprout::engine::{Engine, EngineConfig, KvSize};
+use sprout::gpu::Gpu;
+use sprout::gpu::adapter::{AdapterSummary, BackendChoice};
+use sprout::model::decoder::Decoder;
+use sprout::model::gguf_model::GgufModel;
+use sprout::model::tokenizer::Tokenizer;
+use sprout::sched::{BlockUse, FinishReason, Request, SamplingParams, block_map};
+
+/// The most samples one rollout may ask for (the page's columns).
+pub const MAX_SAMPLES: usize = 64;
+
+#[wasm_bindgen(start)]
+fn start() {
+    console_error_panic_hook::set_once();
+}
+
+fn js_error(e: impl std::fmt::Display) -> JsError {
+    JsError::new(&e.to_string())
+}
+
+/// A loaded model: its weights on the device and its tokenizer.
+struct Model {
+    name: String,
+    decoder: Decoder,
+    tokenizer: Tokenizer,
+}
+
+/// What the page shows about a loaded model.
+#[derive(Serialize)]
+struct ModelReport {
+    name: String,
+    architecture: String,
+    n_layers: usize,
+    hidden_size: usize,
+    vocab_size: usize,
+    weight_format: String,
+    bytes: usize,
+    load_s: f64,
+}
+
+#[wasm_bindgen]
+pub struct Session {
+    gpu: Arc<Gpu>,
+    model: Option<Rc<Model>>,
+}
+
+#[wasm_bindgen]
+impl Session {
+    /// Opens the browser's WebGPU adapter and a device on it. Fails with a message that
+    /// says what to do when the browser has no WebGPU.
+    pub async fn open() -> Result<Session, JsError> {
+        let gpu = Gpu::open(BackendChoice::Auto).await.map_err(|e| {
+            js_error(format!(
+                "{e}. This page needs WebGPU: use a browser that has it (Chrome or Edge 113 \
+                 or newer, Safari 26, Firefox 141 on Windows), or start Chromium with \
+                 --enable-unsafe-webgpu"
+            ))
+        })?;
+        Ok(Session { gpu, model: None })
+    }
+
+    /// The adapter in use, as JSON (`sprout devices`' fields: backend, name, device_type,
+    /// driver, shader_f16, subgroups, ...).
+    pub fn adapter(&self) -> String {
+        summary_json(&self.gpu.adapter)
+    }
+
+    /// Loads a GGUF model from its bytes, replacing the one loaded before; returns what it
+    /// is, as JSON.
+    pub fn load_model(&mut self, name: String, bytes: Vec<u8>) -> Result<String, JsError> {
+        let started = Instant::now();
+        let size = bytes.len();
+        // Let the old model's buffers go before the new one's are made.
+        self.model = None;
+        self.gpu.forget_bind_groups();
+        let mut gguf = GgufModel::from_reader(std::io::Cursor::new(bytes))
+            .map_err(|e| js_error(format!("{name}: {e}")))?;
+        let tokenizer = gguf.tokenizer().map_err(js_error)?;
+        let decoder = Decoder::load(self.gpu.clone(), &mut gguf, &mut |_, _| {})
+            .map_err(|e| js_error(format!("{name}: {e}")))?;
+        let c = &decoder.config;
+        let report = ModelReport {
+            name: name.clone(),
+            architecture: format!("{:?}", c.architecture).to_lowercase(),
+            n_layers: c.n_layers,
+            hidden_size: c.hidden_size,
+            vocab_size: c.vocab_size,
+            weight_format: decoder.weight_format(),
+            bytes: size,
+            load_s: started.elapsed().as_secs_f64(),
+        };
+        self.model = Some(Rc::new(Model {
+            name,
+            decoder,
+            tokenizer,
+        }));
+        serde_json::to_string(&report).map_err(js_error)
+    }
+
+    /// Runs G samples of one prompt; `options` is a [`RolloutOptions`] as JSON. Calls
+    /// `on_step` with a [`StepReport`] (JSON) after every step and resolves to a
+    /// [`RolloutResult`] (JSON).
+    pub fn rollout(&self, options: String, on_step: js_sys::Function) -> js_sys::Promise {
+        let model = self.model.clone();
+        wasm_bindgen_futures::future_to_promise(async move {
+            let model = model.ok_or_else(|| JsValue::from(js_error("load a model first")))?;
+            let options: RolloutOptions = serde_json::from_str(&options)
+                .map_err(|e| JsValue::from(js_error(format!("rollout options: {e}"))))?;
+            let result = run_rollout(&model, &options, &on_step).await?;
+            Ok(JsValue::from(
+                serde_json::to_string(&result).map_err(|e| JsValue::from(js_error(e)))?,
+            ))
+        })
+    }
+}
+
+fn summary_json(summary: &AdapterSummary) -> String {
+    serde_json::to_string(summary).unwrap_or_else(|_| "{}".into())
+}
+
+/// What the page asks for: the same meaning as `sprout rollout`'s options of the same
+/// names (the prompt is raw text, not a chat).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RolloutOptions {
+    prompt: String,
+    n: usize,
+    max_tokens: usize,
+    temperature: f32,
+    #[serde(default = "one")]
+    top_p: f32,
+    #[serde(default)]
+    top_k: usize,
+    seed: u64,
+    /// KV pool budget in MiB (over all layers, K and V).
+    #[serde(default = "default_kv_mib")]
+    kv_mib: u64,
+}
+
+fn one() -> f32 {
+    1.0
+}
+
+fn default_kv_mib() -> u64 {
+    64
+}
+
+impl RolloutOptions {
+    /// The first thing wrong with the options, as the page should say it.
+    fn check(&self) -> Result<(), String> {
+        if self.prompt.trim().is_empty() {
+            return Err("the prompt is empty".into());
+        }
+        if !(1..=MAX_SAMPLES).contains(&self.n) {
+            return Err(format!("G must be from 1 to {MAX_SAMPLES}, not {}", self.n));
+        }
+        if self.max_tokens == 0 {
+            return Err("max tokens must be at least 1".into());
+        }
+        if !(self.temperature.is_finite() && self.temperature >= 0.0) {
+            return Err(format!(
+                "temperature must be a number >= 0, not {}",
+                self.temperature
+            ));
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return Err(format!("top-p must be in (0, 1], not {}", self.top_p));
+        }
+        if self.kv_mib == 0 {
+            return Err("the KV memory must be at least 1 MiB".into());
+        }
+        Ok(())
+    }
+}
+
+/// One step, as the page draws it.
+#[derive(Serialize)]
+pub struct StepReport {
+    step: usize,
+    /// Tokens computed this step (prefill and decode).
+    tokens: usize,
+    /// Each sample's text so far, by sample index.
+    texts: Vec<String>,
+    /// Generated tokens per sample so far.
+    lengths: Vec<usize>,
+    /// Which samples have finished.
+    finished: Vec<bool>,
+    generated_tokens: usize,
+    elapsed_s: f64,
+    tokens_per_s: f64,
+    /// The use of every block of the KV pool, by block id.
+    pool: Vec<BlockUse>,
+}
+
+#[derive(Serialize)]
+pub struct SampleResult {
+    sample_index: u32,
+    token_ids: Vec<u32>,
+    logprobs: Vec<f32>,
+    text: String,
+    finish_reason: FinishReason,
+}
+
+#[derive(Serialize)]
+pub struct RolloutResult {
+    model: String,
+    adapter: AdapterSummary,
+    prompt_token_ids: Vec<u32>,
+    samples: Vec<SampleResult>,
+    generated_tokens: usize,
+    prefill_tokens_computed: usize,
+    peak_kv_blocks: usize,
+    num_blocks: usize,
+    steps: usize,
+    wall_s: f64,
+    tokens_per_s: f64,
+}
+
+async fn run_rollout(
+    model: &Model,
+    options: &RolloutOptions,
+    on_step: &js_sys::Function,
+) -> Result<RolloutResult, JsValue> {
+    let fail = |e: &dyn std::fmt::Display| JsValue::from(js_error(e));
+    options.check().map_err(|e| fail(&e))?;
+    let decoder = &model.decoder;
+    let tokenizer = &model.tokenizer;
+    let prompt = tokenizer.encode(&options.prompt).map_err(|e| fail(&e))?;
+    let config = EngineConfig {
+        kv: KvSize::Memory(options.kv_mib << 20),
+        ..EngineConfig::default()
+    };
+    let mut engine = Engine::new(decoder, &config)
+        .map_err(|e| fail(&e))?
+        .with_tokenizer(tokenizer);
+    let n = options.n;
+    engine
+        .add_request(Request {
+            index: 0,
+            prompt: prompt.clone(),
+            n,
+            params: SamplingParams {
+                temperature: options.temperature,
+                top_k: options.top_k,
+                top_p: options.top_p,
+                seed: options.seed,
+                max_tokens: options.max_tokens,
+                stop_ids: decoder.config.eos_token_ids.clone(),
+                ..SamplingParams::default()
+            },
+            forced: Vec::new(),
+        })
+        .map_err(|e| fail(&e))?;
+
+    let started = Instant::now();
+    let mut tokens: Vec<Vec<u32>> = vec![Vec::new(); n];
+    let mut done = vec![false; n];
+    let mut samples = Vec::new();
+    let mut step = 0;
+    while engine.has_work() {
+        let out = engine.step().await.map_err(|e| fail(&e))?;
+        step += 1;
+        for d in &out.drawn {
+            tokens[d.sample_index as usize].push(d.token);
+        }
+        for s in &out.finished {
+            // A stop string may have cut the sample: its final tokens are the ones to show.
+            tokens[s.sample_index as usize] = s.token_ids.clone();
+            done[s.sample_index as usize] = true;
+        }
+        samples.extend(out.finished);
+        let generated: usize = tokens.iter().map(Vec::len).sum();
+        let elapsed_s = started.elapsed().as_secs_f64();
+        let texts = tokens
+            .iter()
+            .map(|ids| tokenizer.decode_with(ids, true))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| fail(&e))?;
+        let scheduler = engine.scheduler();
+        let report = StepReport {
+            step,
+            tokens: out.tokens,
+            texts,
+            lengths: tokens.iter().map(Vec::len).collect(),
+            finished: done.clone(),
+            generated_tokens: generated,
+            elapsed_s,
+            tokens_per_s: generated as f64 / elapsed_s.max(1e-9),
+            pool: block_map(scheduler.pool(), &scheduler.block_tables()),
+        };
+        let json = serde_json::to_string(&report).map_err(|e| fail(&e))?;
+        on_step.call1(&JsValue::NULL, &JsValue::from(json))?;
+    }
+    let wall_s = started.elapsed().as_secs_f64();
+    samples.sort_by_key(|s| s.sample_index);
+    let stats = engine.stats();
+    let samples = samples
+        .into_iter()
+        .map(|s| {
+            Ok(SampleResult {
+                sample_index: s.sample_index,
+                text: tokenizer
+                    .decode_with(&s.token_ids, true)
+                    .map_err(|e| fail(&e))?,
+                token_ids: s.token_ids,
+                logprobs: s.logprobs,
+                finish_reason: s.finish_reason,
+            })
+        })
+        .collect::<Result<Vec<_>, JsValue>>()?;
+    let generated_tokens = stats.generated_tokens;
+    Ok(RolloutResult {
+        model: model.name.clone(),
+        adapter: decoder.gpu.adapter.clone(),
+        prompt_token_ids: prompt,
+        samples,
+        generated_tokens,
+        prefill_tokens_computed: stats.prefill_tokens_computed,
+        peak_kv_blocks: stats.peak_kv_blocks,
+        num_blocks: engine.num_blocks(),
+        steps: stats.steps,
+        wall_s,
+        tokens_per_s: generated_tokens as f64 / wall_s.max(1e-9),
+    })
+}

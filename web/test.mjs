@@ -1,0 +1,152 @@
+// The browser test of the demo page (run by web/test.sh, which builds and serves it).
+//
+// For each case it runs the same rollout twice: natively (`sprout rollout` on this
+// machine's adapter) and in headless Chromium through the page, driven like a user (fill
+// the fields, press Generate). Every sample's tokens must be equal. Then it saves a
+// screenshot and prints tokens/s of both.
+//
+// Environment: SPROUT_BIN (the native binary), BASE_URL (where the page is served),
+// MODEL_URL (the model, relative to BASE_URL), MODEL_PATH (the same file on disk),
+// OUT_DIR (results and the screenshot).
+
+import { execFileSync } from "node:child_process";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { chromium } from "playwright-core";
+
+const env = (name) => {
+  const v = process.env[name];
+  if (!v) throw new Error(`web/test.mjs: ${name} is not set (run web/test.sh)`);
+  return v;
+};
+const [bin, baseUrl, modelUrl, modelPath, outDir] =
+  ["SPROUT_BIN", "BASE_URL", "MODEL_URL", "MODEL_PATH", "OUT_DIR"].map(env);
+mkdirSync(outDir, { recursive: true });
+
+// Long enough (over two 16-token KV blocks) that the group shares whole blocks.
+const prompt =
+  "The Eiffel Tower was built for the 1889 World's Fair in Paris. Its designer, Gustave " +
+  "Eiffel, was already known for bridges and for the inner frame of the Statue of Liberty. " +
+  "Today the tower";
+const cases = [
+  { name: "greedy", n: 4, max_tokens: 16, temperature: 0, top_p: 1, seed: 1 },
+  { name: "sampled", n: 4, max_tokens: 24, temperature: 0.8, top_p: 0.95, seed: 7, screenshot: true },
+];
+const CASE_TIMEOUT_MS = 10 * 60 * 1000;
+
+function native(c) {
+  const out = `${outDir}/native-${c.name}.jsonl`;
+  const summary = execFileSync(bin, [
+    "rollout", "--model", modelPath, "--prompt", prompt, "-n", String(c.n),
+    "--max-tokens", String(c.max_tokens), "--temperature", String(c.temperature),
+    "--top-p", String(c.top_p), "--seed", String(c.seed), "--out", out, "--json",
+  ], { encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] });
+  const samples = readFileSync(out, "utf8").trim().split("\n").map((l) => JSON.parse(l));
+  samples.sort((a, b) => a.sample_index - b.sample_index);
+  return { samples, summary: JSON.parse(summary) };
+}
+
+async function inBrowser(page, c) {
+  await page.fill("#prompt", prompt);
+  await page.fill("#n", String(c.n));
+  await page.fill("#max-tokens", String(c.max_tokens));
+  await page.fill("#temperature", String(c.temperature));
+  await page.fill("#top-p", String(c.top_p));
+  await page.fill("#seed", String(c.seed));
+  await page.click("#run");
+  if (c.screenshot) {
+    // Mid-rollout, while the samples share the prompt's blocks and grow their own.
+    await page.waitForFunction(
+      () => Number(document.getElementById("stat-steps").textContent) >= 12 ||
+        ["done", "error"].includes(window.sproutDemo.state),
+      null, { timeout: CASE_TIMEOUT_MS });
+    await page.screenshot({ path: `${outDir}/screenshot.png` });
+  }
+  await page.waitForFunction(() => ["done", "error"].includes(window.sproutDemo.state), null, {
+    timeout: CASE_TIMEOUT_MS,
+  });
+  const demo = await page.evaluate(() => window.sproutDemo);
+  if (demo.state !== "done") throw new Error(`${c.name}: the page failed: ${demo.lastError}`);
+  return demo.lastResult;
+}
+
+function compare(c, nat, web) {
+  if (web.samples.length !== nat.samples.length) {
+    throw new Error(`${c.name}: ${web.samples.length} samples in the browser, ${nat.samples.length} native`);
+  }
+  nat.samples.forEach((n, k) => {
+    const w = web.samples[k].token_ids;
+    const same = w.length === n.token_ids.length && w.every((t, i) => t === n.token_ids[i]);
+    if (!same) {
+      const at = w.findIndex((t, i) => t !== n.token_ids[i]);
+      throw new Error(
+        `${c.name}: sample ${k} differs from the native run at token ${at}:\n` +
+          `  browser ${JSON.stringify(w)}\n  native  ${JSON.stringify(n.token_ids)}`,
+      );
+    }
+  });
+}
+
+// A fresh profile directory each run (web/test.sh empties OUT_DIR).
+const browser = await chromium.launchPersistentContext(`${outDir}/chromium-profile`, {
+  executablePath: "/usr/bin/chromium",
+  headless: true,
+  viewport: { width: 1440, height: 1000 },
+  args: [
+    "--headless=new", "--no-sandbox", "--enable-unsafe-webgpu",
+    // SwiftShader's Vulkan under Chromium's WebGPU: no GPU needed.
+    "--enable-features=Vulkan", "--use-angle=swiftshader", "--use-webgpu-adapter=swiftshader",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--disable-quic", "--no-first-run",
+  ],
+});
+let failed = false;
+try {
+  const page = await browser.newPage();
+  page.on("pageerror", (e) => console.log(`page error: ${e.message}`));
+  page.on("console", (m) => m.type() === "error" && console.log(`page console: ${m.text()}`));
+  await page.goto(baseUrl);
+  await page.waitForFunction(() => window.sproutDemo && window.sproutDemo.state !== "starting", null, {
+    timeout: 60000,
+  });
+  const start = await page.evaluate(() => window.sproutDemo);
+  if (start.state !== "ready") {
+    throw new Error(`the page found no WebGPU adapter: ${await page.textContent("#no-webgpu")}`);
+  }
+  console.log(`browser adapter: ${await page.textContent("#adapter")}`);
+  await page.fill("#model-url", modelUrl);
+  await page.click("#load-url");
+  await page.waitForFunction(() => ["loaded", "error"].includes(window.sproutDemo.state), null, {
+    timeout: CASE_TIMEOUT_MS,
+  });
+  if ((await page.evaluate(() => window.sproutDemo.state)) !== "loaded") {
+    throw new Error(`loading ${modelUrl} failed: ${await page.textContent("#model-status")}`);
+  }
+  console.log(`model: ${await page.textContent("#model-status")}`);
+
+  const report = [];
+  for (const c of cases) {
+    const nat = native(c);
+    const web = await inBrowser(page, c);
+    writeFileSync(`${outDir}/browser-${c.name}.json`, JSON.stringify(web, null, 1));
+    compare(c, nat, web);
+    const line = {
+      case: c.name,
+      samples: c.n,
+      tokens: web.generated_tokens,
+      browser_tokens_per_s: Number(web.tokens_per_s.toFixed(2)),
+      native_tokens_per_s: Number(nat.summary.generated_tokens_per_s.toFixed(2)),
+      native_adapter: nat.samples[0].provenance.adapter,
+    };
+    report.push(line);
+    console.log(`${c.name}: ${c.n} samples x ${c.max_tokens} tokens equal to native; ` +
+      `browser ${line.browser_tokens_per_s} tokens/s, native ${line.native_tokens_per_s} tokens/s`);
+  }
+  writeFileSync(`${outDir}/report.json`, JSON.stringify(report, null, 1));
+  console.log(`screenshot: ${outDir}/screenshot.png`);
+} catch (err) {
+  failed = true;
+  console.error(`web test FAILED: ${err.message}`);
+} finally {
+  await browser.close();
+}
+process.exit(failed ? 1 : 0);

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The browser test of the demo page: builds the page (web/build.sh), serves it on
+# localhost, and drives it in headless Chromium (Debian's `chromium`, through
+# playwright-core; never a downloaded browser) on SwiftShader's WebGPU. The page runs a
+# greedy and a sampled rollout of the default model; every sample's tokens must equal the
+# native engine's for the same settings (web/test.mjs). Leaves the results and a
+# screenshot in target/web-test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+[ -x /usr/bin/chromium ] || need+=(chromium)
+command -v npm >/dev/null || need+=(nodejs npm)
+if [ ${#need[@]} -gt 0 ]; then
+  apt-get update -q
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need[@]}"
+fi
+(cd web && npm ci --no-audit --no-fund --loglevel=error)
+
+web/build.sh
+cargo build --release -q
+model=$(target/release/sprout model-path)
+mkdir -p web/dist/models
+ln -sf "$model" "web/dist/models/$(basename "$model")"
+
+out=target/web-test
+rm -rf "$out"
+mkdir -p "$out"
+port=${PORT:-8765}
+python3 -m http.server "$port" --bind 127.0.0.1 --directory web/dist >"$out/server.log" 2>&1 &
+server=$!
+trap 'kill $server 2>/dev/null || true' EXIT
+for _ in $(seq 50); do
+  curl -sf "http://127.0.0.1:$port/" >/dev/null && break
+  sleep 0.2
+done
+
+SPROUT_BIN=target/release/sprout \
+BASE_URL="http://127.0.0.1:$port/" \
+MODEL_URL="models/$(basename "$model")" \
+MODEL_PATH="$model" \
+OUT_DIR="$out" \
+  node web/test.mjs
