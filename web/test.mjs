@@ -3,7 +3,8 @@
 // For each case it runs the same rollout twice: natively (`sprout rollout` on this
 // machine's adapter) and in headless Chromium through the page, driven like a user (fill
 // the fields, press Generate). Every sample's tokens must be equal. Then it saves a
-// screenshot and prints tokens/s of both.
+// screenshot and prints tokens/s of both, and checks what the page says in a browser
+// without WebGPU.
 //
 // Environment: SPROUT_BIN (the native binary), BASE_URL (where the page is served),
 // MODEL_URL (the model, relative to BASE_URL), MODEL_PATH (the same file on disk),
@@ -142,6 +143,20 @@ try {
       `browser ${line.browser_tokens_per_s} tokens/s, native ${line.native_tokens_per_s} tokens/s`);
   }
   writeFileSync(`${outDir}/report.json`, JSON.stringify(report, null, 1));
+
+  // A browser without WebGPU: the page must say so and what to use, not fail silently.
+  const bare = await browser.newPage();
+  await bare.addInitScript(() => delete Navigator.prototype.gpu);
+  await bare.goto(baseUrl);
+  await bare.waitForFunction(() => window.sproutDemo && window.sproutDemo.state !== "starting", null, {
+    timeout: 60000,
+  });
+  const said = (await bare.textContent("#no-webgpu")).trim();
+  const state = await bare.evaluate(() => window.sproutDemo.state);
+  if (state !== "no-webgpu" || !(await bare.isVisible("#no-webgpu")) || !said.includes("Chrome")) {
+    throw new Error(`without WebGPU the page is in state "${state}" and says: "${said}"`);
+  }
+  console.log(`without WebGPU the page says: ${said}`);
   console.log(`screenshot: ${outDir}/screenshot.png`);
 } catch (err) {
   failed = true;

@@ -204,7 +204,8 @@ async function run(event) {
   const opts = options();
   buildColumns(opts.n);
   setState("running");
-  $("run").disabled = true;
+  // One rollout at a time, and no model swap under it.
+  for (const id of ["run", "load-url", "model-file"]) $(id).disabled = true;
   $("run-status").classList.remove("error");
   $("run-status").textContent = "generating…";
   try {
@@ -220,6 +221,8 @@ async function run(event) {
     fail("run-status", err);
   } finally {
     $("run").disabled = !demo.model;
+    $("load-url").disabled = false;
+    $("model-file").disabled = false;
   }
 }
 

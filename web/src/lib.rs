@@ -140,7 +140,7 @@ fn summary_json(summary: &AdapterSummary) -> String {
 
 /// What the page asks for: the same meaning as `sprout rollout`'s options of the same
 /// names (the prompt is raw text, not a chat).
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RolloutOptions {
     prompt: String,
@@ -342,4 +342,36 @@ async fn run_rollout(
         wall_s,
         tokens_per_s: generated_tokens as f64 / wall_s.max(1e-9),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(json: &str) -> RolloutOptions {
+        serde_json::from_str(json).unwrap()
+    }
+
+    #[test]
+    fn options_take_defaults_and_name_what_is_wrong() {
+        let base = r#""prompt": "Hi", "n": 4, "max_tokens": 8, "temperature": 0.7, "seed": 1"#;
+        let ok = options(&format!("{{{base}}}"));
+        assert_eq!((ok.top_p, ok.top_k, ok.kv_mib), (1.0, 0, 64));
+        assert_eq!(ok.check(), Ok(()));
+        let wrong = |extra: &str| {
+            options(&format!("{{{base}, {extra}}}"))
+                .check()
+                .unwrap_err()
+        };
+        assert!(wrong(r#""top_p": 0"#).contains("top-p"));
+        assert!(wrong(r#""kv_mib": 0"#).contains("KV memory"));
+        let mut many = options(&format!("{{{base}}}"));
+        many.n = MAX_SAMPLES + 1;
+        assert!(many.check().unwrap_err().contains("G must be"));
+        many.n = 4;
+        many.prompt = "  ".into();
+        assert_eq!(many.check().unwrap_err(), "the prompt is empty");
+        let unknown = serde_json::from_str::<RolloutOptions>(&format!("{{{base}, \"tmp\": 1}}"));
+        assert!(unknown.unwrap_err().to_string().contains("tmp"));
+    }
 }
