@@ -144,6 +144,19 @@ try {
   }
   writeFileSync(`${outDir}/report.json`, JSON.stringify(report, null, 1));
 
+  // A file that is not a model: the page names the problem and keeps the loaded model.
+  await page.setInputFiles("#model-file", {
+    name: "notes.gguf", mimeType: "application/octet-stream", buffer: Buffer.from("not a model"),
+  });
+  await page.waitForFunction(() => window.sproutDemo.state === "error", null, { timeout: 60000 });
+  const badLoad = (await page.textContent("#model-status")).trim();
+  const kept = await page.evaluate(() => window.sproutDemo.model && window.sproutDemo.model.name);
+  if (!badLoad.includes("notes.gguf") || !kept || (await page.isDisabled("#run"))) {
+    throw new Error(`after loading a file that is not a model the page says "${badLoad}", ` +
+      `model ${kept}, Generate ${(await page.isDisabled("#run")) ? "disabled" : "enabled"}`);
+  }
+  console.log(`a file that is not a model: ${badLoad}`);
+
   // A browser without WebGPU: the page must say so and what to use, not fail silently.
   const bare = await browser.newPage();
   await bare.addInitScript(() => delete Navigator.prototype.gpu);

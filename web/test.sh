@@ -17,7 +17,7 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 (cd web && npm ci --no-audit --no-fund --loglevel=error)
 
-cargo test -q -p sprout-web
+cargo test --release -q -p sprout-web
 web/build.sh
 cargo build --release -q
 model=$(target/release/sprout model-path)

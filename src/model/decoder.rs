@@ -319,7 +319,9 @@ impl Decoder {
     }
 }
 
-fn check_supported(c: &ModelConfig) -> Result<(), SproutError> {
+/// Whether `Decoder::load` can run a model of this shape, checked before anything is
+/// uploaded: a caller replacing a loaded model can keep the old one when this fails.
+pub fn check_supported(c: &ModelConfig) -> Result<(), SproutError> {
     let max = attention::MAX_HEAD_DIM;
     if c.head_dim == 0 || !c.head_dim.is_multiple_of(4) || c.head_dim > max {
         return Err(SproutError::Model(format!(

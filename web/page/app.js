@@ -120,9 +120,13 @@ async function loadBytes(name, bytes) {
   try {
     demo.model = JSON.parse(session.load_model(name, bytes));
   } catch (err) {
-    demo.model = null;
-    $("run").disabled = true;
-    return fail("model-status", err);
+    // A file that is not a model sprout runs leaves the old model loaded.
+    const kept = session.model_name();
+    if (!kept) demo.model = null;
+    $("run").disabled = !kept;
+    fail("model-status", err);
+    if (kept) $("model-status").textContent += ` (${kept} is still loaded)`;
+    return;
   }
   const m = demo.model;
   $("model-status").textContent =

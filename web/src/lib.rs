@@ -21,8 +21,10 @@ use web_time::Instant;
 use sprout::engine::{Engine, EngineConfig, KvSize};
 use sprout::gpu::Gpu;
 use sprout::gpu::adapter::{AdapterSummary, BackendChoice};
-use sprout::model::decoder::Decoder;
+use sprout::model::config::Architecture;
+use sprout::model::decoder::{Decoder, check_supported};
 use sprout::model::gguf_model::GgufModel;
+use sprout::model::source::WeightSource;
 use sprout::model::tokenizer::Tokenizer;
 use sprout::sched::{BlockUse, FinishReason, Request, SamplingParams, block_map};
 
@@ -49,7 +51,7 @@ struct Model {
 #[derive(Serialize)]
 struct ModelReport {
     name: String,
-    architecture: String,
+    architecture: Architecture,
     n_layers: usize,
     hidden_size: usize,
     vocab_size: usize,
@@ -86,22 +88,26 @@ impl Session {
     }
 
     /// Loads a GGUF model from its bytes, replacing the one loaded before; returns what it
-    /// is, as JSON.
+    /// is, as JSON. A file that is not a model sprout can run leaves the old model loaded.
     pub fn load_model(&mut self, name: String, bytes: Vec<u8>) -> Result<String, JsError> {
         let started = Instant::now();
         let size = bytes.len();
-        // Let the old model's buffers go before the new one's are made.
-        self.model = None;
-        self.gpu.forget_bind_groups();
         let mut gguf = GgufModel::from_reader(std::io::Cursor::new(bytes))
             .map_err(|e| js_error(format!("{name}: {e}")))?;
-        let tokenizer = gguf.tokenizer().map_err(js_error)?;
+        let tokenizer = gguf
+            .tokenizer()
+            .map_err(|e| js_error(format!("{name}: {e}")))?;
+        check_supported(gguf.config()).map_err(|e| js_error(format!("{name}: {e}")))?;
+        // The file reads as a model sprout runs: let the old model's buffers go before the new one's
+        // are made, so that two models never share the browser's GPU memory.
+        self.model = None;
+        self.gpu.forget_bind_groups();
         let decoder = Decoder::load(self.gpu.clone(), &mut gguf, &mut |_, _| {})
             .map_err(|e| js_error(format!("{name}: {e}")))?;
         let c = &decoder.config;
         let report = ModelReport {
             name: name.clone(),
-            architecture: format!("{:?}", c.architecture).to_lowercase(),
+            architecture: c.architecture,
             n_layers: c.n_layers,
             hidden_size: c.hidden_size,
             vocab_size: c.vocab_size,
@@ -115,6 +121,11 @@ impl Session {
             tokenizer,
         }));
         serde_json::to_string(&report).map_err(js_error)
+    }
+
+    /// The name of the model loaded now, if any.
+    pub fn model_name(&self) -> Option<String> {
+        self.model.as_ref().map(|m| m.name.clone())
     }
 
     /// Runs G samples of one prompt; `options` is a [`RolloutOptions`] as JSON. Calls
@@ -274,21 +285,21 @@ async fn run_rollout(
 
     let started = Instant::now();
     let mut tokens: Vec<Vec<u32>> = vec![Vec::new(); n];
-    let mut done = vec![false; n];
     let mut samples = Vec::new();
-    let mut step = 0;
     while engine.has_work() {
         let out = engine.step().await.map_err(|e| fail(&e))?;
-        step += 1;
         for d in &out.drawn {
             tokens[d.sample_index as usize].push(d.token);
         }
         for s in &out.finished {
             // A stop string may have cut the sample: its final tokens are the ones to show.
             tokens[s.sample_index as usize] = s.token_ids.clone();
-            done[s.sample_index as usize] = true;
         }
         samples.extend(out.finished);
+        let mut finished = vec![false; n];
+        for s in &samples {
+            finished[s.sample_index as usize] = true;
+        }
         let generated: usize = tokens.iter().map(Vec::len).sum();
         let elapsed_s = started.elapsed().as_secs_f64();
         let texts = tokens
@@ -298,11 +309,11 @@ async fn run_rollout(
             .map_err(|e| fail(&e))?;
         let scheduler = engine.scheduler();
         let report = StepReport {
-            step,
+            step: engine.stats().steps,
             tokens: out.tokens,
             texts,
             lengths: tokens.iter().map(Vec::len).collect(),
-            finished: done.clone(),
+            finished,
             generated_tokens: generated,
             elapsed_s,
             tokens_per_s: generated as f64 / elapsed_s.max(1e-9),
