@@ -13,6 +13,10 @@
 //!
 //! Samples with a target length are ended by the bench when they reach it (end of
 //! sequence is ignored), so the modes' token counts match exactly.
+//!
+//! With `--rounds R` the whole list of modes runs R times, one round after another, so that
+//! a burst of other work on a shared machine lands on every mode alike; each mode reports
+//! its median round (see `median_round`), and every round's tokens/s.
 
 use std::collections::HashMap;
 use std::io::IsTerminal;
@@ -93,6 +97,10 @@ pub struct BenchArgs {
     /// shares between kernels are what this shows).
     #[arg(long)]
     profile: bool,
+    /// Run every mode this many times, the modes in turn each round, and report each
+    /// mode's median round.
+    #[arg(long, default_value_t = 1)]
+    rounds: usize,
     #[command(flatten)]
     engine: EngineArgs,
 }
@@ -102,7 +110,10 @@ pub struct BenchArgs {
 pub struct ModeResult {
     pub generated_tokens: usize,
     pub generated_tokens_per_s: f64,
-    /// Against the sequential mode run beside it (when it ran).
+    /// Every round's tokens/s, in the order they ran; the figures above are the median
+    /// round's.
+    pub rounds_tokens_per_s: Vec<f64>,
+    /// Against the sequential mode run beside it (when it ran), median against median.
     pub speedup_vs_sequential: Option<f64>,
     pub prefill_tokens_computed: usize,
     pub prefix_cache_hit_tokens: usize,
@@ -123,6 +134,9 @@ pub fn run(backend: BackendChoice, args: BenchArgs) -> Result<()> {
     }
     if args.batch == Some(0) {
         bail!("--batch must be at least 1");
+    }
+    if args.rounds == 0 {
+        bail!("--rounds must be at least 1");
     }
     if args.modes.is_empty() {
         bail!("--modes needs at least one of sequential, static, continuous, sprout");
@@ -154,28 +168,38 @@ pub fn run(backend: BackendChoice, args: BenchArgs) -> Result<()> {
     let batch = args.batch.unwrap_or(args.n);
     let eos = decoder.config.eos_token_ids.clone();
 
-    let mut results: Vec<(Mode, ModeResult)> = Vec::new();
-    for &mode in &args.modes {
-        let bar = progress(mode, workload.tokens());
-        if args.profile {
-            gpu.start_profiling();
+    // Every mode's rounds, in the order of `args.modes`.
+    let mut rounds: Vec<Vec<ModeResult>> = vec![Vec::new(); args.modes.len()];
+    for round in 1..=args.rounds {
+        for (i, &mode) in args.modes.iter().enumerate() {
+            let label = match args.rounds {
+                1 => mode.name().to_string(),
+                n => format!("{} {round}/{n}", mode.name()),
+            };
+            let bar = progress(&label, workload.tokens());
+            if args.profile {
+                gpu.start_profiling();
+            }
+            let mut r = run_mode(
+                &decoder, &config, &workload, mode, batch, args.seed, &eos, &bar,
+            )?;
+            r.kernels = gpu.finish_profiling();
+            bar.finish_and_clear();
+            if !args.json {
+                eprintln!(
+                    "{:<14} {:>6} tokens in {:>7.1} s: {:>6.2} tokens/s",
+                    label, r.generated_tokens, r.wall_s, r.generated_tokens_per_s
+                );
+            }
+            rounds[i].push(r);
         }
-        let mut r = run_mode(
-            &decoder, &config, &workload, mode, batch, args.seed, &eos, &bar,
-        )?;
-        r.kernels = gpu.finish_profiling();
-        bar.finish_and_clear();
-        if !args.json {
-            eprintln!(
-                "{:<10} {:>6} tokens in {:>7.1} s: {:>6.2} tokens/s",
-                mode.name(),
-                r.generated_tokens,
-                r.wall_s,
-                r.generated_tokens_per_s
-            );
-        }
-        results.push((mode, r));
     }
+    let mut results: Vec<(Mode, ModeResult)> = args
+        .modes
+        .iter()
+        .zip(rounds)
+        .map(|(&mode, runs)| (mode, median_round(runs)))
+        .collect();
     let sequential = results
         .iter()
         .find(|(m, _)| *m == Mode::Sequential)
@@ -198,6 +222,7 @@ pub fn run(backend: BackendChoice, args: BenchArgs) -> Result<()> {
                 "lengths": args.lengths,
                 "static_batch": batch,
                 "seed": args.seed,
+                "rounds": args.rounds,
                 "model_file": opened.info.name,
             },
             "adapter": {
@@ -219,14 +244,23 @@ pub fn run(backend: BackendChoice, args: BenchArgs) -> Result<()> {
     Ok(())
 }
 
-fn progress(mode: Mode, tokens: usize) -> ProgressBar {
+/// The round with the median tokens/s (the lower of the two middle ones for an even
+/// count), with every round's tokens/s in the order they ran.
+fn median_round(runs: Vec<ModeResult>) -> ModeResult {
+    let all: Vec<f64> = runs.iter().map(|r| r.generated_tokens_per_s).collect();
+    let mut order: Vec<usize> = (0..runs.len()).collect();
+    order.sort_by(|&a, &b| all[a].total_cmp(&all[b]));
+    let median = order[(runs.len() - 1) / 2];
+    let mut r = runs.into_iter().nth(median).expect("at least one round");
+    r.rounds_tokens_per_s = all;
+    r
+}
+
+fn progress(label: &str, tokens: usize) -> ProgressBar {
     if !std::io::stderr().is_terminal() {
         return ProgressBar::hidden();
     }
-    let template = format!(
-        "{:<10} {{bar:30}} {{pos}}/{{len}} tokens  {{msg}}",
-        mode.name()
-    );
+    let template = format!("{label:<14} {{bar:30}} {{pos}}/{{len}} tokens  {{msg}}");
     ProgressBar::new(tokens as u64)
         .with_style(ProgressStyle::with_template(&template).expect("a valid template"))
 }
@@ -356,6 +390,7 @@ fn run_mode(
     Ok(ModeResult {
         generated_tokens: s.generated_tokens,
         generated_tokens_per_s: s.generated_tokens as f64 / wall_s,
+        rounds_tokens_per_s: Vec::new(),
         speedup_vs_sequential: None,
         prefill_tokens_computed: s.prefill_tokens_computed,
         prefix_cache_hit_tokens: s.prefix_cache_hit_tokens,
@@ -369,6 +404,18 @@ fn run_mode(
 }
 
 fn print_table(results: &[(Mode, ModeResult)]) {
+    let several = results.iter().any(|(_, r)| r.rounds_tokens_per_s.len() > 1);
+    if several {
+        println!("median round of each mode; every round's tokens/s:");
+        for (mode, r) in results {
+            let all: Vec<String> = r
+                .rounds_tokens_per_s
+                .iter()
+                .map(|x| format!("{x:.2}"))
+                .collect();
+            println!("  {:<10} {}", mode.name(), all.join(", "));
+        }
+    }
     println!(
         "{:<10} {:>9} {:>9} {:>7} {:>8} {:>6} {:>6} {:>8}   step time: schedule/encode/gpu/update",
         "mode", "tokens", "tokens/s", "x seq", "prefill", "peak", "steps", "wall s"
@@ -429,6 +476,42 @@ fn print_profile(mode: Mode, profile: &KernelProfile) {
             rest,
             "",
             100.0 * rest / total
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_at(tokens_per_s: f64) -> ModeResult {
+        ModeResult {
+            generated_tokens: 100,
+            generated_tokens_per_s: tokens_per_s,
+            rounds_tokens_per_s: Vec::new(),
+            speedup_vs_sequential: None,
+            prefill_tokens_computed: 0,
+            prefix_cache_hit_tokens: 0,
+            peak_kv_blocks: 0,
+            steps: 0,
+            preemptions: 0,
+            wall_s: 100.0 / tokens_per_s,
+            time: StepTimings::default(),
+            kernels: None,
+        }
+    }
+
+    #[test]
+    fn the_median_round_is_reported_with_every_round_in_order() {
+        let r = median_round(vec![run_at(9.0), run_at(4.0), run_at(6.0)]);
+        assert_eq!(r.generated_tokens_per_s, 6.0);
+        assert_eq!(r.wall_s, 100.0 / 6.0, "the median round's own figures");
+        assert_eq!(r.rounds_tokens_per_s, vec![9.0, 4.0, 6.0]);
+        let even = median_round(vec![run_at(8.0), run_at(2.0), run_at(5.0), run_at(3.0)]);
+        assert_eq!(even.generated_tokens_per_s, 3.0, "the lower middle");
+        assert_eq!(
+            median_round(vec![run_at(7.0)]).rounds_tokens_per_s,
+            vec![7.0]
         );
     }
 }
