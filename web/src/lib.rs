@@ -98,8 +98,8 @@ impl Session {
             .tokenizer()
             .map_err(|e| js_error(format!("{name}: {e}")))?;
         check_supported(gguf.config()).map_err(|e| js_error(format!("{name}: {e}")))?;
-        // The file reads as a model sprout runs: let the old model's buffers go before the new one's
-        // are made, so that two models never share the browser's GPU memory.
+        // The file reads as a model sprout runs: let the old model's buffers go before the
+        // new one's are made, so that two models never share the browser's GPU memory.
         self.model = None;
         self.gpu.forget_bind_groups();
         let decoder = Decoder::load(self.gpu.clone(), &mut gguf, &mut |_, _| {})
