@@ -13,7 +13,7 @@
 //!   ("of fma").
 //! - `matmul/<format>/<in>x<out>/m<rows>`: `y[m, out] = x[m, in] · Wᵀ` for every weight format
 //!   at the decode batches m = 1, 8, 32 and a prefill chunk m = 128, on the path sprout uses
-//!   for m rows (`MatmulPath::for_rows`: matrix-vector for 1, tiled otherwise), for the MLP
+//!   for m rows (`MatmulPath::for_shape`: matrix-vector for 1, tiled otherwise), for the MLP
 //!   up/gate (576 x 1536) and down (1536 x 576) projections; the vocabulary projection
 //!   (576 x 49152) only in q8_0 (what SmolLM2's GGUF stores it in) and f16. Bytes are the
 //!   weight's stored bytes + `x` read + `y` written, each counted once (the least traffic;
@@ -341,7 +341,7 @@ fn matmul(c: &mut Criterion, gpu: &Gpu, entries: &mut Vec<Entry>) {
             for m in ROWS {
                 let traffic = bytes.len() as u64 + 4 * (m * k + m * n) as u64;
                 let flops = 2 * (m * k * n) as u64;
-                let path = MatmulPath::for_rows(m);
+                let path = MatmulPath::for_shape(m, n);
                 let loads = XLoads::best(&gpu.caps);
                 bench.run(
                     &mut group,

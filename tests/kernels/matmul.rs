@@ -1,6 +1,6 @@
-//! Matmul for every weight format: both paths and both ways of loading x against the
+//! Matmul for every weight format: every path and both ways of loading x against the
 //! reference, splitting of large weights, and batch invariance (a row is bitwise the same
-//! alone and among 64, on either path, whichever way x was loaded).
+//! alone and among 64, on every path, whichever way x was loaded).
 
 use sprout::gpu::kernels::matmul::{MatmulPath, TILE_ROWS, XLoads, encode_path};
 use sprout::gpu::{Gpu, GpuWeight};

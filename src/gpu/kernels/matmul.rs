@@ -2,10 +2,11 @@
 //!
 //! `x` is `[m, k]` f32, `W` is `[n, k]` (a linear layer's `[out, in]`), `y` is `[m, n]`.
 //! Each invocation computes a tile of rows of `x` by weight rows (`matmul_tile` writes the
-//! entry point). One row of `x` takes the matrix-vector path (a 1 x 2 tile), more take the
-//! tiled path (2 x 4 for two rows, 4 x 4 for more); on adapters with subgroups of 8 or
-//! more, x values are loaded once per subgroup and shuffled. Every tile and load reduces in the same order, so a row's
-//! output does not depend on the path, the adapter's features or the batch.
+//! entry point). One row of `x` takes the matrix-vector path (a 1 x 2 tile, or 1 x 4
+//! against a weight as wide as a vocabulary), more take the tiled path (2 x 4 for two rows,
+//! 4 x 4 for more); on adapters with subgroups of 8 or more, x values are loaded once per
+//! subgroup and shuffled. Every tile and load reduces in the same order, so a row's output
+//! does not depend on the path, the adapter's features or the batch.
 
 pub use super::matmul_tile::XLoads;
 use super::matmul_tile::{MIN_SHUFFLE_SUBGROUP, entry_point};
@@ -28,12 +29,22 @@ pub const TILE_COLS: u32 = 4;
 /// Weight rows per invocation in the matrix-vector path: two halve the loads of x, more
 /// leave too few workgroups for the narrow projections.
 pub const MATVEC_COLS: u32 = 2;
+/// Weight rows from which one row of x takes `WideMatVec`: a vocabulary projection (49152
+/// rows for SmolLM2) still has 192 workgroups of 4 weight rows per invocation. The model's
+/// other projections (up to 1536 rows) keep `MatVec`.
+pub const WIDE_MATVEC_MIN_ROWS: usize = 16384;
 
 /// Which kernel computes the product.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MatmulPath {
     /// One row of x by `MATVEC_COLS` weight rows per invocation (decode).
     MatVec,
+    /// One row of x by `TILE_COLS` weight rows per invocation, for wide weights: each x
+    /// value is loaded once for twice the weight rows. For SmolLM2-135M's q8_0 vocabulary
+    /// projection (576 x 49152) on llvmpipe it took 11.8-12.6 ms against `MatVec`'s
+    /// 14.4-16.6 ms, four runs of each interleaved in one process, twice; f16 31-33 ms
+    /// against 31-43 ms.
+    WideMatVec,
     /// The given rows of x (`PAIR_ROWS` or `TILE_ROWS`) by `TILE_COLS` weight rows per
     /// invocation: each weight is decoded once for all the rows and each x value loaded
     /// once for all the weight rows.
@@ -41,18 +52,20 @@ pub enum MatmulPath {
 }
 
 impl MatmulPath {
-    pub const ALL: [MatmulPath; 3] = [
+    pub const ALL: [MatmulPath; 4] = [
         MatmulPath::MatVec,
+        MatmulPath::WideMatVec,
         MatmulPath::Tiled(PAIR_ROWS),
         MatmulPath::Tiled(TILE_ROWS),
     ];
 
-    /// The path sprout uses for `m` rows. A rollout's tail runs batches of two rows for
-    /// many steps, where a 4-row tile computes twice the work and took 1.4x as long as a
-    /// 2-row one on llvmpipe; a 3-row tile was no faster than the 4-row one for 3, 5 or 6
-    /// rows, so other batches take 4-row tiles.
-    pub fn for_rows(m: usize) -> Self {
+    /// The path sprout uses for `m` rows of x against a weight of `n` rows. A rollout's
+    /// tail runs batches of two rows for many steps, where a 4-row tile computes twice the
+    /// work and took 1.4x as long as a 2-row one on llvmpipe; a 3-row tile was no faster
+    /// than the 4-row one for 3, 5 or 6 rows, so other batches take 4-row tiles.
+    pub fn for_shape(m: usize, n: usize) -> Self {
         match m {
+            0 | 1 if n >= WIDE_MATVEC_MIN_ROWS => MatmulPath::WideMatVec,
             0 | 1 => MatmulPath::MatVec,
             2 => MatmulPath::Tiled(PAIR_ROWS),
             _ => MatmulPath::Tiled(TILE_ROWS),
@@ -63,6 +76,7 @@ impl MatmulPath {
     fn tile(self) -> (u32, u32) {
         match self {
             MatmulPath::MatVec => (1, MATVEC_COLS),
+            MatmulPath::WideMatVec => (1, TILE_COLS),
             MatmulPath::Tiled(rows) => (rows, TILE_COLS),
         }
     }
@@ -153,7 +167,7 @@ pub fn encode(
     encode_path(
         gpu,
         encoder,
-        MatmulPath::for_rows(m),
+        MatmulPath::for_shape(m, weight.rows),
         loads,
         x,
         m,
@@ -252,11 +266,24 @@ mod tests {
 
     #[test]
     fn one_row_is_a_matvec_two_a_pair_and_more_whole_tiles() {
-        assert_eq!(MatmulPath::for_rows(1), MatmulPath::MatVec);
-        assert_eq!(MatmulPath::for_rows(2), MatmulPath::Tiled(PAIR_ROWS));
-        for m in [3, 4, 5, 64] {
-            assert_eq!(MatmulPath::for_rows(m), MatmulPath::Tiled(TILE_ROWS), "{m}");
+        assert_eq!(MatmulPath::for_shape(1, 1536), MatmulPath::MatVec);
+        assert_eq!(
+            MatmulPath::for_shape(1, WIDE_MATVEC_MIN_ROWS - 1),
+            MatmulPath::MatVec
+        );
+        assert_eq!(MatmulPath::for_shape(1, 49152), MatmulPath::WideMatVec);
+        for n in [576, 49152] {
+            assert_eq!(MatmulPath::for_shape(2, n), MatmulPath::Tiled(PAIR_ROWS));
+            for m in [3, 4, 5, 64] {
+                assert_eq!(
+                    MatmulPath::for_shape(m, n),
+                    MatmulPath::Tiled(TILE_ROWS),
+                    "{m}"
+                );
+            }
         }
-        assert!(MatmulPath::ALL.contains(&MatmulPath::for_rows(2)));
+        for (m, n) in [(1, 64), (1, 49152), (2, 64), (8, 64)] {
+            assert!(MatmulPath::ALL.contains(&MatmulPath::for_shape(m, n)));
+        }
     }
 }
