@@ -57,7 +57,7 @@ use sprout::gpu::grid::grid;
 use sprout::gpu::kernels::attention::{self, AttentionShape};
 use sprout::gpu::kernels::matmul::{MatmulPath, XLoads, encode_path};
 use sprout::gpu::pipelines::{Access, KernelSpec};
-use sprout::gpu::{BackendChoice, Gpu, GpuWeight, Tensor};
+use sprout::gpu::{BackendChoice, Gpu, GpuWeight, Recorder, Tensor};
 use sprout::model::format::{WeightFormat, quantize};
 
 /// SmolLM2-135M: hidden size, MLP size, vocabulary, heads.
@@ -160,21 +160,15 @@ impl Entry {
 
 /// Times `iters` submits of `calls` recordings of `record` each; returns the time per call,
 /// summed over the submits.
-fn time_submits(
-    gpu: &Gpu,
-    iters: u64,
-    calls: u32,
-    record: &dyn Fn(&mut wgpu::CommandEncoder),
-) -> Duration {
+fn time_submits(gpu: &Gpu, iters: u64, calls: u32, record: &dyn Fn(&mut Recorder)) -> Duration {
     let mut total = Duration::ZERO;
     for _ in 0..iters {
-        let mut enc = gpu.encoder();
+        let mut rec = gpu.recorder();
         for _ in 0..calls {
-            record(&mut enc);
+            record(&mut rec);
         }
-        let commands = enc.finish();
         let start = Instant::now();
-        gpu.queue.submit([commands]);
+        rec.submit();
         gpu.wait_idle().expect("waiting for the GPU");
         total += start.elapsed();
     }
@@ -183,7 +177,7 @@ fn time_submits(
 
 /// Calls per submit for `record`: doubling (or more) from 1 until a submit takes
 /// `SUBMIT_TARGET`. The first, untimed submit builds the pipeline.
-fn calibrate(gpu: &Gpu, record: &dyn Fn(&mut wgpu::CommandEncoder)) -> u32 {
+fn calibrate(gpu: &Gpu, record: &dyn Fn(&mut Recorder)) -> u32 {
     time_submits(gpu, 1, 1, record);
     let mut calls = 1u32;
     loop {
@@ -209,7 +203,7 @@ impl Bench<'_> {
         group: &mut BenchmarkGroup<'_, WallTime>,
         (function, parameter): (String, String),
         (bytes, flops): (u64, u64),
-        record: &dyn Fn(&mut wgpu::CommandEncoder),
+        record: &dyn Fn(&mut Recorder),
     ) {
         let calls = Rc::new(OnceCell::new());
         self.entries.push(Entry {
@@ -262,7 +256,10 @@ fn copy(c: &mut Criterion, gpu: &Gpu, entries: &mut Vec<Entry>) {
         &mut group,
         ("buffer_to_buffer".into(), label.clone()),
         (2 * size, 0),
-        &|enc| enc.copy_buffer_to_buffer(&src.buffer, 0, &dst.buffer, 0, size),
+        &|rec| {
+            rec.encoder()
+                .copy_buffer_to_buffer(&src.buffer, 0, &dst.buffer, 0, size)
+        },
     );
 
     let fma = gpu.pipeline(&KernelSpec {
@@ -280,8 +277,7 @@ fn copy(c: &mut Criterion, gpu: &Gpu, entries: &mut Vec<Entry>) {
         ("fma_vec4".into(), invocations.to_string()),
         (16 * u64::from(invocations), flops),
         &|enc| {
-            gpu.dispatch(
-                enc,
+            enc.dispatch(
                 &fma,
                 bytemuck::bytes_of(&fma_params),
                 &[&sums.buffer],
@@ -304,8 +300,7 @@ fn copy(c: &mut Criterion, gpu: &Gpu, entries: &mut Vec<Entry>) {
         ("kernel_vec4".into(), label),
         (2 * size, 0),
         &|enc| {
-            gpu.dispatch(
-                enc,
+            enc.dispatch(
                 &kernel,
                 bytemuck::bytes_of(&params),
                 &[&src.buffer, &dst.buffer],

@@ -9,8 +9,8 @@ use serde::Serialize;
 
 use crate::engine::{Engine, EngineConfig, KvSize};
 use crate::error::SproutError;
-use crate::gpu::Tensor;
 use crate::gpu::kernels::softmax::{self, Extra, RowStats};
+use crate::gpu::{Recorder, Tensor};
 use crate::kv::DEFAULT_BLOCK_SIZE;
 use crate::model::decoder::{BatchView, Decoder, ForwardBuffers};
 use crate::model::paged_kv::PagedKv;
@@ -86,7 +86,7 @@ pub async fn generate(
 fn forward_all(
     decoder: &Decoder,
     ids: &[u32],
-    enc: &mut wgpu::CommandEncoder,
+    rec: &mut Recorder,
 ) -> Result<ForwardBuffers, SproutError> {
     let gpu = &*decoder.gpu;
     let t = ids.len();
@@ -123,7 +123,7 @@ fn forward_all(
         logit_rows: &slots,
     };
     let buffers = ForwardBuffers::new(decoder, t, t);
-    decoder.encode_forward(enc, &batch, &kv, &buffers)?;
+    decoder.encode_forward(rec, &batch, &kv, &buffers)?;
     Ok(buffers)
 }
 
@@ -139,22 +139,22 @@ pub async fn score(decoder: &Decoder, ids: &[u32]) -> Result<Vec<f32>, SproutErr
     let targets = gpu.upload(&ids[1..]);
     let stats = RowStats::zeros(gpu, t - 1);
     let logprobs: Tensor = gpu.zeros(t - 1);
-    let mut enc = gpu.encoder();
-    let buffers = forward_all(decoder, ids, &mut enc)?;
+    let mut rec = gpu.recorder();
+    let buffers = forward_all(decoder, ids, &mut rec)?;
     let extra = Extra::TargetLogprobs {
         targets: &targets,
         logprobs: &logprobs,
     };
-    softmax::encode(gpu, &mut enc, &buffers.logits, t - 1, vocab, &stats, extra);
-    gpu.submit(enc);
+    softmax::encode(gpu, &mut rec, &buffers.logits, t - 1, vocab, &stats, extra);
+    rec.submit();
     gpu.read_f32(&logprobs).await
 }
 
 /// The logits of every position of `ids` (`[len, vocab]`), read back (tests, checks).
 pub async fn logits(decoder: &Decoder, ids: &[u32]) -> Result<Vec<f32>, SproutError> {
     let gpu = &*decoder.gpu;
-    let mut enc = gpu.encoder();
-    let buffers = forward_all(decoder, ids, &mut enc)?;
-    gpu.submit(enc);
+    let mut rec = gpu.recorder();
+    let buffers = forward_all(decoder, ids, &mut rec)?;
+    rec.submit();
     gpu.read_f32(&buffers.logits).await
 }

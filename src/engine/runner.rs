@@ -29,6 +29,8 @@ pub struct RunTimings {
     pub encode_s: f64,
     /// From the submit until the results are read back.
     pub gpu_s: f64,
+    /// Kernel dispatches recorded.
+    pub dispatches: usize,
 }
 
 /// A storage buffer that is replaced by a larger one when a step needs more room.
@@ -206,9 +208,9 @@ impl StepRunner {
             self.staging = gpu.staging(self.staging_size);
         }
 
-        let mut enc = gpu.encoder();
+        let mut rec = gpu.recorder();
         for copy in &plan.copies {
-            self.kv.encode_copy(&mut enc, copy.src, copy.dst);
+            self.kv.encode_copy(rec.encoder(), copy.src, copy.dst);
         }
         let batch = BatchView {
             t,
@@ -220,18 +222,18 @@ impl StepRunner {
             r,
             logit_rows: &self.logit_rows.tensor,
         };
-        decoder.encode_forward(&mut enc, &batch, &self.kv, &self.buffers)?;
+        decoder.encode_forward(&mut rec, &batch, &self.kv, &self.buffers)?;
         if m > 0 {
             let logits = &self.buffers.logits;
             let (keys, tokens) = (&self.keys.tensor, &self.tokens.tensor);
             let stats = &self.stats;
             let (params, cut) = (&self.row_params.tensor, &self.cut.tensor);
-            softmax::encode(gpu, &mut enc, logits, r, vocab, stats, Extra::Nothing);
+            softmax::encode(gpu, &mut rec, logits, r, vocab, stats, Extra::Nothing);
             // Alternatives come from the model's own logits, so before any masking.
             if n_max > 0 {
                 top_logprobs::encode(
                     gpu,
-                    &mut enc,
+                    &mut rec,
                     logits,
                     vocab,
                     stats,
@@ -246,15 +248,15 @@ impl StepRunner {
             // raw log-probs) were taken above.
             if !p.masked.is_empty() {
                 let pairs = &self.masked.tensor;
-                mask::encode(gpu, &mut enc, logits, vocab, r, pairs, p.masked.len());
+                mask::encode(gpu, &mut rec, logits, vocab, r, pairs, p.masked.len());
             }
-            sample::encode_truncate(gpu, &mut enc, logits, vocab, r, params, cut);
-            sample::encode(gpu, &mut enc, logits, vocab, params, cut, keys, d, tokens);
+            sample::encode_truncate(gpu, &mut rec, logits, vocab, r, params, cut);
+            sample::encode(gpu, &mut rec, logits, vocab, params, cut, keys, d, tokens);
             let logprobs = &self.logprobs.tensor;
             let sampling_logprobs = &self.sampling_logprobs.tensor;
             sample::encode_draw_logprobs(
                 gpu,
-                &mut enc,
+                &mut rec,
                 logits,
                 vocab,
                 stats,
@@ -268,6 +270,7 @@ impl StepRunner {
             );
             let (d4, m4) = (4 * d as u64, 4 * m as u64);
             let staging = &self.staging;
+            let enc = rec.encoder();
             enc.copy_buffer_to_buffer(&tokens.buffer, 0, staging, 0, d4);
             enc.copy_buffer_to_buffer(&logprobs.buffer, 0, staging, d4, m4);
             enc.copy_buffer_to_buffer(&sampling_logprobs.buffer, 0, staging, d4 + m4, d4);
@@ -278,12 +281,14 @@ impl StepRunner {
                 enc.copy_buffer_to_buffer(&lps.buffer, 0, staging, at + len, len);
             }
         }
-        gpu.submit(enc);
+        let dispatches = rec.dispatches();
+        rec.submit();
         let submitted = Instant::now();
         let bytes = gpu.read_staged(&self.staging, size).await?;
         let timings = RunTimings {
             encode_s: (submitted - started).as_secs_f64(),
             gpu_s: submitted.elapsed().as_secs_f64(),
+            dispatches,
         };
         // A Vec<u8> need not be aligned for u32: copy rather than cast.
         let w: Vec<u32> = bytemuck::pod_collect_to_vec(&bytes);

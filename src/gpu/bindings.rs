@@ -1,15 +1,17 @@
-//! Dispatch arguments without a buffer or bind group made per dispatch.
+//! Dispatch arguments without a buffer, a bind group or a heap allocation made per dispatch.
 //!
 //! Every kernel's uniform parameters go to a fresh slot of a shared uniform buffer, bound
-//! with a dynamic offset, and bind groups are cached by kernel and buffers. A step that
-//! repeats the previous step's dispatches over the same tensors (the engine's steady
-//! state) therefore only writes its parameters; it creates a bind group only in the step
-//! after a parameter buffer fills (one step in about fifty for the default model).
+//! with a dynamic offset; the slot's bytes are written by the step's `Recorder` together
+//! with every other slot of the step, in one `queue.write_buffer` (gpu::recorder). Bind
+//! groups are cached by kernel and buffers, under a key built without allocating. A step
+//! that repeats the previous step's dispatches over the same tensors (the engine's steady
+//! state) therefore writes its parameters once and creates no bind group, except in the
+//! step after a parameter buffer fills (one step in about eighty for the default model).
 //!
 //! A cached bind group keeps its buffers alive, so whoever owns a set of long-lived
 //! buffers (the engine) calls `Gpu::forget_bind_groups` when it drops them.
 //!
-//! Invariant: a slot is written once. When a buffer's slots run out, a new buffer takes
+//! Invariant: a slot is handed out once. When a buffer's slots run out, a new buffer takes
 //! over (and the bind groups over the old one leave the cache); dispatches already recorded
 //! keep the old buffer alive through their bind groups. So no dispatch can read another's
 //! parameters, whatever the order of recording and submission and from however many
@@ -25,13 +27,16 @@ const SLOTS: u64 = 16384;
 /// Cached bind groups past which the cache is emptied (tests make many short-lived
 /// buffers, which the cache would otherwise keep alive).
 const MAX_CACHED_GROUPS: usize = 4096;
+/// The most storage buffers a kernel binds (WebGPU's default per-stage limit is 8).
+pub const MAX_STORAGE_BINDINGS: usize = 8;
 
 /// A bind group's identity: the kernel, the parameter buffer and the storage buffers.
+/// Cloning a `wgpu::Buffer` copies a handle, so a key costs no allocation.
 #[derive(PartialEq, Eq, Hash)]
 struct GroupKey {
-    kernel: String,
+    kernel: usize,
     params: wgpu::Buffer,
-    storage: Vec<wgpu::Buffer>,
+    storage: [Option<wgpu::Buffer>; MAX_STORAGE_BINDINGS],
 }
 
 struct State {
@@ -60,17 +65,17 @@ impl Bindings {
         }
     }
 
-    /// Writes `params` to a fresh slot; returns the buffer and the slot's offset.
-    pub fn write_params(
-        &self,
-        device: &wgpu::Device,
-        queue: &wgpu::Queue,
-        params: &[u8],
-    ) -> (wgpu::Buffer, u32) {
+    /// Bytes per parameter slot.
+    pub fn slot_bytes(&self) -> u64 {
+        self.slot_bytes
+    }
+
+    /// A fresh slot for `len` bytes of parameters: its buffer and offset. The caller writes
+    /// the bytes before the dispatch that reads them is submitted.
+    pub fn reserve(&self, device: &wgpu::Device, len: usize) -> (wgpu::Buffer, u64) {
         assert!(
-            params.len() as u64 <= self.slot_bytes && params.len().is_multiple_of(4),
-            "kernel parameters of {} bytes: at most {} and a multiple of 4",
-            params.len(),
+            len as u64 <= self.slot_bytes && len.is_multiple_of(4),
+            "kernel parameters of {len} bytes: at most {} and a multiple of 4",
             self.slot_bytes
         );
         let mut s = self.state.lock().expect("bindings lock");
@@ -81,10 +86,6 @@ impl Bindings {
         }
         let offset = s.next * self.slot_bytes;
         s.next += 1;
-        if !params.is_empty() {
-            queue.write_buffer(&s.params, offset, params);
-        }
-        let offset = u32::try_from(offset).expect("parameter buffer past 4 GiB");
         (s.params.clone(), offset)
     }
 
@@ -96,10 +97,16 @@ impl Bindings {
         params: &wgpu::Buffer,
         storage: &[&wgpu::Buffer],
     ) -> wgpu::BindGroup {
+        assert!(
+            storage.len() <= MAX_STORAGE_BINDINGS,
+            "kernel {} binds {} storage buffers, more than {MAX_STORAGE_BINDINGS}",
+            kernel.name,
+            storage.len()
+        );
         let key = GroupKey {
-            kernel: kernel.name.clone(),
+            kernel: kernel.id,
             params: params.clone(),
-            storage: storage.iter().map(|&b| b.clone()).collect(),
+            storage: std::array::from_fn(|i| storage.get(i).map(|&b| b.clone())),
         };
         let mut s = self.state.lock().expect("bindings lock");
         if let Some(group) = s.groups.get(&key) {

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use super::adapter::{AdapterSummary, BackendChoice, select_adapter};
 use super::bindings::Bindings;
 use super::pipelines::{KernelSpec, PipelineCache};
-use super::profile::KernelProfile;
+use super::profile::{KernelProfile, ProfileMethod};
 use crate::error::SproutError;
 
 /// What the opened device supports, as sprout's kernels need to know it.
@@ -22,6 +22,8 @@ pub struct Capabilities {
     /// The fewest invocations a subgroup may have (0 without subgroups).
     pub subgroup_min_size: u32,
     pub timestamps: bool,
+    /// Timestamps may be written between the dispatches of one compute pass.
+    pub timestamps_inside_passes: bool,
     /// Largest storage-buffer binding; a larger weight is split into parts.
     pub max_binding: u64,
     pub max_buffer: u64,
@@ -34,7 +36,7 @@ pub struct Gpu {
     pub adapter: AdapterSummary,
     pub caps: Capabilities,
     pipelines: PipelineCache,
-    bindings: Bindings,
+    pub(crate) bindings: Bindings,
     /// Set while profiling: every dispatch then runs alone and is timed.
     profile: Mutex<Option<KernelProfile>>,
     /// The first error the device reported on its own (a shader the driver rejected, an
@@ -55,8 +57,10 @@ impl Gpu {
     #[cfg_attr(target_arch = "wasm32", allow(clippy::arc_with_non_send_sync))]
     pub async fn from_adapter(adapter: &wgpu::Adapter) -> Result<Arc<Gpu>, SproutError> {
         let available = adapter.features();
-        let wanted =
-            wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP | wgpu::Features::TIMESTAMP_QUERY;
+        let wanted = wgpu::Features::SHADER_F16
+            | wgpu::Features::SUBGROUP
+            | wgpu::Features::TIMESTAMP_QUERY
+            | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES;
         let features = available & wanted;
         let limits = adapter.limits();
         let (device, queue) = adapter
@@ -78,6 +82,9 @@ impl Gpu {
                 0
             },
             timestamps: features.contains(wgpu::Features::TIMESTAMP_QUERY),
+            timestamps_inside_passes: features.contains(
+                wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES,
+            ),
             max_binding: limits.max_storage_buffer_binding_size,
             max_buffer: limits.max_buffer_size,
             max_workgroups_per_dim: limits.max_compute_workgroups_per_dimension,
@@ -114,9 +121,17 @@ impl Gpu {
         self.pipelines.get(&self.device, spec)
     }
 
-    /// Starts timing every dispatch on its own (see `gpu::profile`); slows work down.
+    /// Starts timing every dispatch (see `gpu::profile` for how); with no timestamp
+    /// queries inside passes every dispatch then runs alone, which slows work down.
+    /// Native only: reading the times needs a blocking wait.
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn start_profiling(&self) {
-        *self.profile.lock().expect("profile lock") = Some(KernelProfile::default());
+        let method = if self.caps.timestamps_inside_passes {
+            ProfileMethod::Timestamps
+        } else {
+            ProfileMethod::SubmitLatency
+        };
+        *self.profile.lock().expect("profile lock") = Some(KernelProfile::new(method));
     }
 
     /// Stops profiling and returns what was measured since `start_profiling`.
@@ -124,8 +139,20 @@ impl Gpu {
         self.profile.lock().expect("profile lock").take()
     }
 
-    fn profiling(&self) -> bool {
-        self.profile.lock().expect("profile lock").is_some()
+    /// How dispatches are being timed, when profiling.
+    pub(crate) fn profile_method(&self) -> Option<ProfileMethod> {
+        self.profile
+            .lock()
+            .expect("profile lock")
+            .as_ref()
+            .map(|p| p.method)
+    }
+
+    /// Adds one dispatch's time to the profile being taken (if any).
+    pub(crate) fn record_profile(&self, kernel: &str, seconds: f64) {
+        if let Some(p) = self.profile.lock().expect("profile lock").as_mut() {
+            p.record(kernel, seconds);
+        }
     }
 
     /// Drops the cached bind groups (see `gpu::bindings`), so that buffers no longer in
@@ -137,72 +164,6 @@ impl Gpu {
     pub fn encoder(&self) -> wgpu::CommandEncoder {
         self.device
             .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None })
-    }
-
-    /// Records one dispatch of `kernel`: binding 0 is the uniform `params`, bindings 1..
-    /// are `buffers` in the order the kernel's spec lists them.
-    pub fn dispatch(
-        &self,
-        encoder: &mut wgpu::CommandEncoder,
-        kernel: &super::pipelines::Kernel,
-        params: &[u8],
-        buffers: &[&wgpu::Buffer],
-        workgroups: [u32; 3],
-    ) {
-        assert_eq!(
-            buffers.len(),
-            kernel.storage_bindings,
-            "kernel {} takes {} storage buffers",
-            kernel.name,
-            kernel.storage_bindings
-        );
-        let max = self.caps.max_workgroups_per_dim;
-        assert!(
-            workgroups.iter().all(|&w| w <= max),
-            "kernel {}: {workgroups:?} workgroups exceed the adapter's {max} per dimension",
-            kernel.name
-        );
-        if workgroups.contains(&0) {
-            return;
-        }
-        let (params_buffer, offset) = self
-            .bindings
-            .write_params(&self.device, &self.queue, params);
-        let bind_group = self
-            .bindings
-            .bind_group(&self.device, kernel, &params_buffer, buffers);
-        let profiling = self.profiling();
-        if profiling {
-            // Finish the work recorded so far, so that only this dispatch is timed.
-            let earlier = std::mem::replace(encoder, self.encoder());
-            self.submit(earlier);
-            self.wait_for_profile();
-        }
-        {
-            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some(kernel.name.as_str()),
-                timestamp_writes: None,
-            });
-            pass.set_pipeline(&kernel.pipeline);
-            pass.set_bind_group(0, &bind_group, &[offset]);
-            pass.dispatch_workgroups(workgroups[0], workgroups[1], workgroups[2]);
-        }
-        if profiling {
-            let this = std::mem::replace(encoder, self.encoder());
-            let started = web_time::Instant::now();
-            self.submit(this);
-            self.wait_for_profile();
-            let seconds = started.elapsed().as_secs_f64();
-            if let Some(p) = self.profile.lock().expect("profile lock").as_mut() {
-                p.record(&kernel.name, seconds);
-            }
-        }
-    }
-
-    /// Waits for the device while profiling. A failed wait only spoils the timing, which
-    /// the profile's user sees; the work itself is unaffected.
-    fn wait_for_profile(&self) {
-        let _ = self.device.poll(wgpu::PollType::wait_indefinitely());
     }
 
     pub fn submit(&self, encoder: wgpu::CommandEncoder) -> wgpu::SubmissionIndex {

@@ -13,10 +13,12 @@ pub mod grid;
 pub mod kernels;
 pub mod pipelines;
 pub mod profile;
+pub mod recorder;
 pub mod shaders;
 pub mod weights;
 
 pub use adapter::{AdapterSummary, BackendChoice, list_adapters, select_adapter};
 pub use buffers::Tensor;
 pub use context::{Capabilities, Gpu};
+pub use recorder::Recorder;
 pub use weights::GpuWeight;

@@ -5,6 +5,7 @@
 //! read-write. Layouts are explicit so that several entry points may share one module.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// How a kernel uses one storage binding.
@@ -27,6 +28,8 @@ pub struct KernelSpec {
 
 /// A built pipeline and its bind-group layout.
 pub struct Kernel {
+    /// Unique among the kernels of one cache: identifies the kernel in bind-group keys.
+    pub id: usize,
     pub name: String,
     pub pipeline: wgpu::ComputePipeline,
     pub layout: wgpu::BindGroupLayout,
@@ -36,6 +39,7 @@ pub struct Kernel {
 #[derive(Default)]
 pub struct PipelineCache {
     built: Mutex<HashMap<String, Arc<Kernel>>>,
+    next_id: AtomicUsize,
 }
 
 impl PipelineCache {
@@ -44,7 +48,8 @@ impl PipelineCache {
             return k.clone();
         }
         // Built outside the lock: compiling a shader can take a while on software adapters.
-        let kernel = Arc::new(build(device, spec));
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let kernel = Arc::new(build(device, spec, id));
         self.built
             .lock()
             .unwrap()
@@ -62,7 +67,7 @@ impl PipelineCache {
     }
 }
 
-fn build(device: &wgpu::Device, spec: &KernelSpec) -> Kernel {
+fn build(device: &wgpu::Device, spec: &KernelSpec, id: usize) -> Kernel {
     let mut entries = vec![wgpu::BindGroupLayoutEntry {
         binding: 0,
         visibility: wgpu::ShaderStages::COMPUTE,
@@ -113,6 +118,7 @@ fn build(device: &wgpu::Device, spec: &KernelSpec) -> Kernel {
         cache: None,
     });
     Kernel {
+        id,
         name: spec.key.clone(),
         pipeline,
         layout,

@@ -1,15 +1,41 @@
-//! Per-kernel GPU time: while profiling is on, `Gpu::dispatch` runs every dispatch on its
-//! own (earlier work is submitted and finished first) and times it from submission to the
-//! device going idle.
+//! Per-kernel GPU time, taken while profiling is on (`Gpu::start_profiling`).
 //!
-//! Serialising dispatches slows a step down, and each timing includes one submission and
-//! wait, so the absolute figures are upper bounds; the shares between kernels are what the
-//! profile is for. It works on every adapter (no timestamp queries needed) but needs a
-//! blocking wait, so it is native only.
+//! Where the device has timestamp queries inside compute passes, the step's recorder
+//! writes a timestamp before and after every dispatch of its one compute pass, and the
+//! figures are the GPU's own time per kernel (`ProfileMethod::Timestamps`). Elsewhere each
+//! dispatch runs alone (earlier work is submitted and finished first) and is timed from
+//! submission to the device going idle (`ProfileMethod::SubmitLatency`): those figures
+//! include a submission and a wait each, so they are upper bounds and only the shares
+//! between kernels mean much. Either way profiling needs a blocking wait, so it is native
+//! only.
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
+
+/// How a profile's times were taken.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProfileMethod {
+    /// GPU timestamps around each dispatch inside the step's compute pass.
+    Timestamps,
+    /// Each dispatch submitted alone and waited for: includes submit latency.
+    #[default]
+    SubmitLatency,
+}
+
+impl ProfileMethod {
+    /// A line for readers of the profile.
+    pub fn describe(self) -> &'static str {
+        match self {
+            ProfileMethod::Timestamps => "GPU timestamps around each dispatch in the step's pass",
+            ProfileMethod::SubmitLatency => {
+                "no timestamp queries inside passes on this adapter: each dispatch ran alone, \
+                 and its time includes one submit and wait"
+            }
+        }
+    }
+}
 
 /// One kernel's calls and their summed time.
 #[derive(Clone, Copy, Debug, Default, Serialize)]
@@ -22,14 +48,26 @@ pub struct KernelTime {
 /// `matmul/4x4/q4_1/Vec4`).
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct KernelProfile {
+    pub method: ProfileMethod,
     pub kernels: BTreeMap<String, KernelTime>,
 }
 
 impl KernelProfile {
+    pub fn new(method: ProfileMethod) -> KernelProfile {
+        KernelProfile {
+            method,
+            kernels: BTreeMap::new(),
+        }
+    }
+
     pub fn record(&mut self, kernel: &str, seconds: f64) {
-        let entry = self.kernels.entry(kernel.to_string()).or_default();
-        entry.calls += 1;
-        entry.seconds += seconds;
+        if let Some(entry) = self.kernels.get_mut(kernel) {
+            entry.calls += 1;
+            entry.seconds += seconds;
+            return;
+        }
+        self.kernels
+            .insert(kernel.to_string(), KernelTime { calls: 1, seconds });
     }
 
     pub fn total_seconds(&self) -> f64 {

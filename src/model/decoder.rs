@@ -23,7 +23,7 @@ use crate::gpu::kernels::elementwise::{
 };
 use crate::gpu::kernels::rope::{self, RopeTable};
 use crate::gpu::kernels::{embedding, kv_write, matmul, rmsnorm};
-use crate::gpu::{Gpu, GpuWeight, Tensor};
+use crate::gpu::{Gpu, GpuWeight, Recorder, Tensor};
 use crate::model::config::ModelConfig;
 use crate::model::paged_kv::PagedKv;
 use crate::model::source::{TensorData, WeightSource};
@@ -200,7 +200,7 @@ impl Decoder {
     /// Positions must be below the model's context; the runner checks that.
     pub fn encode_forward(
         &self,
-        encoder: &mut wgpu::CommandEncoder,
+        rec: &mut Recorder,
         batch: &BatchView,
         kv: &PagedKv,
         a: &ForwardBuffers,
@@ -218,25 +218,23 @@ impl Decoder {
             (c.hidden_size, c.q_dim(), c.kv_dim(), c.intermediate_size);
         let eps = c.rms_norm_eps;
         let shape = AttentionShape::new(t, c.n_heads, c.n_kv_heads, c.head_dim, kv.block_size);
-        embedding::encode(gpu, encoder, &self.embed, batch.ids, t, &a.h);
+        embedding::encode(gpu, rec, &self.embed, batch.ids, t, &a.h);
         for (l, layer) in self.layers.iter().enumerate() {
-            rmsnorm::encode(gpu, encoder, &a.h, &layer.attn_norm, eps, &a.xn, t, hidden);
-            matmul::encode(gpu, encoder, &a.xn, t, &layer.q, &a.q);
-            matmul::encode(gpu, encoder, &a.xn, t, &layer.k, &a.k);
-            matmul::encode(gpu, encoder, &a.xn, t, &layer.v, &a.v);
+            rmsnorm::encode(gpu, rec, &a.h, &layer.attn_norm, eps, &a.xn, t, hidden);
+            matmul::encode(gpu, rec, &a.xn, t, &layer.q, &a.q);
+            matmul::encode(gpu, rec, &a.xn, t, &layer.k, &a.k);
+            matmul::encode(gpu, rec, &a.xn, t, &layer.v, &a.v);
             if let Some([bq, bk, bv]) = &layer.qkv_bias {
-                encode_add_bias(gpu, encoder, &a.q, bq, t, q_dim);
-                encode_add_bias(gpu, encoder, &a.k, bk, t, kv_dim);
-                encode_add_bias(gpu, encoder, &a.v, bv, t, kv_dim);
+                encode_add_bias(gpu, rec, &a.q, bq, t, q_dim);
+                encode_add_bias(gpu, rec, &a.k, bk, t, kv_dim);
+                encode_add_bias(gpu, rec, &a.v, bv, t, kv_dim);
             }
             let positions = batch.positions;
             let layout = c.rope_layout;
-            rope::encode(
-                gpu, encoder, layout, &a.q, positions, &self.rope, t, c.n_heads,
-            );
+            rope::encode(gpu, rec, layout, &a.q, positions, &self.rope, t, c.n_heads);
             rope::encode(
                 gpu,
-                encoder,
+                rec,
                 layout,
                 &a.k,
                 positions,
@@ -245,20 +243,10 @@ impl Decoder {
                 c.n_kv_heads,
             );
             let (k_pool, v_pool) = (&kv.k[l], &kv.v[l]);
-            kv_write::encode(
-                gpu,
-                encoder,
-                &a.k,
-                &a.v,
-                batch.slots,
-                t,
-                kv_dim,
-                k_pool,
-                v_pool,
-            );
+            kv_write::encode(gpu, rec, &a.k, &a.v, batch.slots, t, kv_dim, k_pool, v_pool);
             attention::encode(
                 gpu,
-                encoder,
+                rec,
                 &shape,
                 &a.q,
                 k_pool,
@@ -267,24 +255,24 @@ impl Decoder {
                 batch.rows,
                 &a.attn,
             );
-            matmul::encode(gpu, encoder, &a.attn, t, &layer.o, &a.proj);
-            encode_residual_add(gpu, encoder, &a.h, &a.proj, t * hidden);
-            rmsnorm::encode(gpu, encoder, &a.h, &layer.mlp_norm, eps, &a.xn, t, hidden);
-            matmul::encode(gpu, encoder, &a.xn, t, &layer.gate, &a.gate);
-            matmul::encode(gpu, encoder, &a.xn, t, &layer.up, &a.up);
-            encode_silu_gate(gpu, encoder, &a.gate, &a.up, &a.act, t * inter);
-            matmul::encode(gpu, encoder, &a.act, t, &layer.down, &a.proj);
-            encode_residual_add(gpu, encoder, &a.h, &a.proj, t * hidden);
+            matmul::encode(gpu, rec, &a.attn, t, &layer.o, &a.proj);
+            encode_residual_add(gpu, rec, &a.h, &a.proj, t * hidden);
+            rmsnorm::encode(gpu, rec, &a.h, &layer.mlp_norm, eps, &a.xn, t, hidden);
+            matmul::encode(gpu, rec, &a.xn, t, &layer.gate, &a.gate);
+            matmul::encode(gpu, rec, &a.xn, t, &layer.up, &a.up);
+            encode_silu_gate(gpu, rec, &a.gate, &a.up, &a.act, t * inter);
+            matmul::encode(gpu, rec, &a.act, t, &layer.down, &a.proj);
+            encode_residual_add(gpu, rec, &a.h, &a.proj, t * hidden);
         }
         if r == 0 {
             return Ok(());
         }
         // Only the rows that draw (or are scored) need the final norm and the vocabulary
         // projection, the largest matmul of the pass.
-        encode_gather_rows(gpu, encoder, &a.h, batch.logit_rows, r, hidden, &a.picked);
+        encode_gather_rows(gpu, rec, &a.h, batch.logit_rows, r, hidden, &a.picked);
         let norm = &self.final_norm;
-        rmsnorm::encode(gpu, encoder, &a.picked, norm, eps, &a.normed, r, hidden);
-        matmul::encode(gpu, encoder, &a.normed, r, self.lm_head(), &a.logits);
+        rmsnorm::encode(gpu, rec, &a.picked, norm, eps, &a.normed, r, hidden);
+        matmul::encode(gpu, rec, &a.normed, r, self.lm_head(), &a.logits);
         Ok(())
     }
 

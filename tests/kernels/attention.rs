@@ -168,15 +168,15 @@ fn run(
     );
     let (tables, rows) = (gpu.upload(&paged.tables), gpu.upload(&rows));
     let out = gpu.zeros(shape.q_len());
-    let mut enc = gpu.encoder();
+    let mut rec = gpu.recorder();
     encode_with(
         gpu,
-        &mut enc,
+        &mut rec,
         &shape,
         q_loads,
         [&q, &k_pool, &v_pool, &tables, &rows, &out],
     );
-    gpu.submit(enc);
+    rec.submit();
     read_f32(gpu, &out)
 }
 

@@ -22,17 +22,17 @@ const LENGTHS: &[usize] = &[1, 7, 255, 256, 257, 1000, 65_537, 1_000_003];
 
 fn silu_gate(gpu: &Gpu, gate: &[f32], up: &[f32]) -> Vec<f32> {
     let (g, u, out) = (gpu.upload(gate), gpu.upload(up), gpu.zeros(gate.len()));
-    let mut enc = gpu.encoder();
-    encode_silu_gate(gpu, &mut enc, &g, &u, &out, gate.len());
-    gpu.submit(enc);
+    let mut rec = gpu.recorder();
+    encode_silu_gate(gpu, &mut rec, &g, &u, &out, gate.len());
+    rec.submit();
     read_f32(gpu, &out)
 }
 
 fn residual_add(gpu: &Gpu, a: &[f32], b: &[f32]) -> Vec<f32> {
     let (at, bt) = (gpu.upload(a), gpu.upload(b));
-    let mut enc = gpu.encoder();
-    encode_residual_add(gpu, &mut enc, &at, &bt, a.len());
-    gpu.submit(enc);
+    let mut rec = gpu.recorder();
+    encode_residual_add(gpu, &mut rec, &at, &bt, a.len());
+    rec.submit();
     read_f32(gpu, &at)
 }
 
@@ -70,9 +70,9 @@ fn check_bias(gpu: &Gpu, m: usize, cols: usize) -> Result<Outcome, String> {
     let x = rng.vec(m * cols, 3.0);
     let bias = rng.vec(cols, 1.0);
     let (xt, bt) = (gpu.upload(&x), gpu.upload(&bias));
-    let mut enc = gpu.encoder();
-    encode_add_bias(gpu, &mut enc, &xt, &bt, m, cols);
-    gpu.submit(enc);
+    let mut rec = gpu.recorder();
+    encode_add_bias(gpu, &mut rec, &xt, &bt, m, cols);
+    rec.submit();
     let got = read_f32(gpu, &xt);
     let want = reference::add_bias(&x, &bias);
     check_bitwise("x + bias", &got, &want)?;
@@ -95,9 +95,9 @@ fn check_gather(
         rows[m / 2] = n_src as u32 + 1;
     }
     let (st, rt, dst) = (gpu.upload(&src), gpu.upload(&rows), gpu.zeros(m * width));
-    let mut enc = gpu.encoder();
-    encode_gather_rows(gpu, &mut enc, &st, &rt, m, width, &dst);
-    gpu.submit(enc);
+    let mut rec = gpu.recorder();
+    encode_gather_rows(gpu, &mut rec, &st, &rt, m, width, &dst);
+    rec.submit();
     check_bitwise(
         "gathered rows",
         &read_f32(gpu, &dst),

@@ -71,9 +71,9 @@ fn run(
     let id_tensor = gpu.upload(ids);
     // NaN-filled, so a value the kernel fails to write shows.
     let out = gpu.upload(&vec![f32::NAN; ids.len() * t.dim]);
-    let mut enc = gpu.encoder();
-    encode(gpu, &mut enc, &weight, &id_tensor, ids.len(), &out);
-    gpu.submit(enc);
+    let mut rec = gpu.recorder();
+    encode(gpu, &mut rec, &weight, &id_tensor, ids.len(), &out);
+    rec.submit();
     read_f32(gpu, &out)
 }
 

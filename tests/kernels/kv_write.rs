@@ -34,9 +34,9 @@ fn check(
     let v_pool = rng.vec(pool_rows * kv_dim, 5.0);
     let (kt, vt, st) = (gpu.upload(&k), gpu.upload(&v), gpu.upload(&slots));
     let (kp, vp) = (gpu.upload(&k_pool), gpu.upload(&v_pool));
-    let mut enc = gpu.encoder();
-    encode(gpu, &mut enc, &kt, &vt, &st, t, kv_dim, &kp, &vp);
-    gpu.submit(enc);
+    let mut rec = gpu.recorder();
+    encode(gpu, &mut rec, &kt, &vt, &st, t, kv_dim, &kp, &vp);
+    rec.submit();
     let (mut want_k, mut want_v) = (k_pool, v_pool);
     reference::kv_write(&k, &v, &slots, kv_dim, &mut want_k, &mut want_v);
     check_bitwise("k_pool", &read_f32(gpu, &kp), &want_k)?;

@@ -24,9 +24,9 @@ fn exact() -> Outcome {
 /// The whole logits buffer after masking `pairs` (flattened (row, token)) in `rows` rows.
 fn run(gpu: &Gpu, logits: &[f32], vocab: usize, rows: usize, pairs: &[u32]) -> Vec<f32> {
     let (l, p) = (gpu.upload(logits), gpu.upload(pairs));
-    let mut enc = gpu.encoder();
-    encode(gpu, &mut enc, &l, vocab, rows, &p, pairs.len() / 2);
-    gpu.submit(enc);
+    let mut rec = gpu.recorder();
+    encode(gpu, &mut rec, &l, vocab, rows, &p, pairs.len() / 2);
+    rec.submit();
     read_f32(gpu, &l)
 }
 
@@ -93,12 +93,12 @@ fn draw(
         RowStats::zeros(gpu, rows),
         gpu.zeros(m),
     );
-    let mut enc = gpu.encoder();
-    softmax::encode(gpu, &mut enc, &l, rows, vocab, &stats, Extra::Nothing);
-    encode(gpu, &mut enc, &l, vocab, rows, &pairs, masked.len() / 2);
-    sample::encode_truncate(gpu, &mut enc, &l, vocab, rows, &p, &cut);
-    sample::encode(gpu, &mut enc, &l, vocab, &p, &cut, &k, m, &tokens);
-    gpu.submit(enc);
+    let mut rec = gpu.recorder();
+    softmax::encode(gpu, &mut rec, &l, rows, vocab, &stats, Extra::Nothing);
+    encode(gpu, &mut rec, &l, vocab, rows, &pairs, masked.len() / 2);
+    sample::encode_truncate(gpu, &mut rec, &l, vocab, rows, &p, &cut);
+    sample::encode(gpu, &mut rec, &l, vocab, &p, &cut, &k, m, &tokens);
+    rec.submit();
     read_u32(gpu, &tokens)
 }
 
@@ -252,9 +252,9 @@ pub fn cases() -> Vec<Case> {
         check(gpu, &logits, 257, 3, &[])?;
         // n = 0 with pairs present: they are not read.
         let (l, p) = (gpu.upload(&logits), gpu.upload(&[0u32, 0, 1, 1]));
-        let mut enc = gpu.encoder();
-        encode(gpu, &mut enc, &l, 257, 3, &p, 0);
-        gpu.submit(enc);
+        let mut rec = gpu.recorder();
+        encode(gpu, &mut rec, &l, 257, 3, &p, 0);
+        rec.submit();
         check_bitwise("logits after n = 0", &read_f32(gpu, &l), &logits)?;
         Ok(exact())
     }));

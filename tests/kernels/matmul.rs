@@ -78,9 +78,9 @@ impl Problem {
         .unwrap();
         let x = gpu.upload(&self.x);
         let y = gpu.zeros(self.m * n);
-        let mut enc = gpu.encoder();
-        encode_path(gpu, &mut enc, path, loads, &x, self.m, &weight, &y);
-        gpu.submit(enc);
+        let mut rec = gpu.recorder();
+        encode_path(gpu, &mut rec, path, loads, &x, self.m, &weight, &y);
+        rec.submit();
         read_f32(gpu, &y)
     }
 }

@@ -30,9 +30,9 @@ const SHAPES: &[(usize, usize)] = &[
 
 fn run(gpu: &Gpu, x: &[f32], weight: &[f32], m: usize, d: usize) -> Vec<f32> {
     let (xt, wt, out) = (gpu.upload(x), gpu.upload(weight), gpu.zeros(m * d));
-    let mut enc = gpu.encoder();
-    encode(gpu, &mut enc, &xt, &wt, EPS, &out, m, d);
-    gpu.submit(enc);
+    let mut rec = gpu.recorder();
+    encode(gpu, &mut rec, &xt, &wt, EPS, &out, m, d);
+    rec.submit();
     read_f32(gpu, &out)
 }
 

@@ -46,10 +46,10 @@ fn problem(m: usize, n_heads: usize, head_dim: usize, max_pos: u32, seed: u64) -
 
 fn run(gpu: &Gpu, layout: RopeLayout, table: &RopeTable, p: &Problem, n_heads: usize) -> Vec<f32> {
     let (x, positions) = (gpu.upload(&p.x), gpu.upload(&p.positions));
-    let mut enc = gpu.encoder();
+    let mut rec = gpu.recorder();
     encode(
         gpu,
-        &mut enc,
+        &mut rec,
         layout,
         &x,
         &positions,
@@ -57,7 +57,7 @@ fn run(gpu: &Gpu, layout: RopeLayout, table: &RopeTable, p: &Problem, n_heads: u
         p.positions.len(),
         n_heads,
     );
-    gpu.submit(enc);
+    rec.submit();
     read_f32(gpu, &x)
 }
 

@@ -57,14 +57,14 @@ fn run(gpu: &Gpu, logits: &[f32], vocab: usize, params: &[RowParams], keys: &[Sa
     let (l, p, k) = (gpu.upload(logits), gpu.upload(params), gpu.upload(keys));
     let (cut, stats) = (gpu.zeros(2 * rows), RowStats::zeros(gpu, rows));
     let (tokens, logprobs, sampling) = (gpu.zeros(m), gpu.zeros(m), gpu.zeros(m));
-    let mut enc = gpu.encoder();
-    softmax::encode(gpu, &mut enc, &l, rows, vocab, &stats, Extra::Nothing);
-    encode_truncate(gpu, &mut enc, &l, vocab, rows, &p, &cut);
-    encode(gpu, &mut enc, &l, vocab, &p, &cut, &k, m, &tokens);
+    let mut rec = gpu.recorder();
+    softmax::encode(gpu, &mut rec, &l, rows, vocab, &stats, Extra::Nothing);
+    encode_truncate(gpu, &mut rec, &l, vocab, rows, &p, &cut);
+    encode(gpu, &mut rec, &l, vocab, &p, &cut, &k, m, &tokens);
     encode_draw_logprobs(
-        gpu, &mut enc, &l, vocab, &stats, &p, &cut, &k, &tokens, m, &logprobs, &sampling,
+        gpu, &mut rec, &l, vocab, &stats, &p, &cut, &k, &tokens, m, &logprobs, &sampling,
     );
-    gpu.submit(enc);
+    rec.submit();
     Drawn {
         cut: read_f32(gpu, &cut),
         tokens: read_u32(gpu, &tokens),
@@ -151,21 +151,21 @@ fn logprobs_case(gpu: &Gpu, rows: usize, vocab: usize, m: usize) -> Result<Outco
         .copied()
         .collect();
     let (pl, targets, target_lp) = (gpu.upload(&per_draw), gpu.upload(&got.tokens), gpu.zeros(m));
-    let mut enc = gpu.encoder();
+    let mut rec = gpu.recorder();
     let extra = Extra::TargetLogprobs {
         targets: &targets,
         logprobs: &target_lp,
     };
     softmax::encode(
         gpu,
-        &mut enc,
+        &mut rec,
         &pl,
         m,
         vocab,
         &RowStats::zeros(gpu, m),
         extra,
     );
-    gpu.submit(enc);
+    rec.submit();
     check_bitwise(
         "draw log-probs vs softmax target log-probs",
         &got.logprobs,
@@ -285,9 +285,9 @@ fn truncation_rows(
 fn cut_of(gpu: &Gpu, logits: &[f32], vocab: usize, params: &[RowParams]) -> Vec<f32> {
     let rows = params.len();
     let (l, p, cut) = (gpu.upload(logits), gpu.upload(params), gpu.zeros(2 * rows));
-    let mut enc = gpu.encoder();
-    encode_truncate(gpu, &mut enc, &l, vocab, rows, &p, &cut);
-    gpu.submit(enc);
+    let mut rec = gpu.recorder();
+    encode_truncate(gpu, &mut rec, &l, vocab, rows, &p, &cut);
+    rec.submit();
     read_f32(gpu, &cut)
 }
 

@@ -48,10 +48,10 @@ fn run(gpu: &Gpu, logits: &[f32], vocab: usize, targets: &[u32]) -> Results {
     let stats: [RowStats; 3] = std::array::from_fn(|_| RowStats::zeros(gpu, m));
     let full = gpu.zeros(m * vocab);
     let logprobs = gpu.zeros(m);
-    let mut enc = gpu.encoder();
+    let mut rec = gpu.recorder();
     encode(
         gpu,
-        &mut enc,
+        &mut rec,
         &logits_t,
         m,
         vocab,
@@ -60,7 +60,7 @@ fn run(gpu: &Gpu, logits: &[f32], vocab: usize, targets: &[u32]) -> Results {
     );
     encode(
         gpu,
-        &mut enc,
+        &mut rec,
         &logits_t,
         m,
         vocab,
@@ -71,8 +71,8 @@ fn run(gpu: &Gpu, logits: &[f32], vocab: usize, targets: &[u32]) -> Results {
         targets: &targets_t,
         logprobs: &logprobs,
     };
-    encode(gpu, &mut enc, &logits_t, m, vocab, &stats[2], extra);
-    gpu.submit(enc);
+    encode(gpu, &mut rec, &logits_t, m, vocab, &stats[2], extra);
+    rec.submit();
     let lse = |s: &RowStats| {
         read_f32(gpu, &s.stats)
             .chunks(2)

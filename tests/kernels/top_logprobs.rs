@@ -31,12 +31,12 @@ fn run(gpu: &Gpu, logits: &[f32], vocab: usize, counts: &[u32], n_max: usize) ->
     let (l, c) = (gpu.upload(logits), gpu.upload(counts));
     let stats = RowStats::zeros(gpu, rows);
     let (ids, logprobs) = (gpu.zeros(rows * n_max), gpu.zeros(rows * n_max));
-    let mut enc = gpu.encoder();
-    softmax::encode(gpu, &mut enc, &l, rows, vocab, &stats, Extra::Nothing);
+    let mut rec = gpu.recorder();
+    softmax::encode(gpu, &mut rec, &l, rows, vocab, &stats, Extra::Nothing);
     encode(
-        gpu, &mut enc, &l, vocab, &stats, &c, rows, n_max, &ids, &logprobs,
+        gpu, &mut rec, &l, vocab, &stats, &c, rows, n_max, &ids, &logprobs,
     );
-    gpu.submit(enc);
+    rec.submit();
     Top {
         ids: read_u32(gpu, &ids),
         logprobs: read_f32(gpu, &logprobs),
@@ -54,7 +54,7 @@ fn softmax_logprobs(
 ) -> Vec<f32> {
     let rows = ids.len() / n_max.max(1);
     let l = gpu.upload(logits);
-    let mut enc = gpu.encoder();
+    let mut rec = gpu.recorder();
     let columns: Vec<_> = (0..n_max)
         .map(|j| {
             let targets: Vec<u32> = (0..rows).map(|r| ids[r * n_max + j]).collect();
@@ -65,7 +65,7 @@ fn softmax_logprobs(
             };
             softmax::encode(
                 gpu,
-                &mut enc,
+                &mut rec,
                 &l,
                 rows,
                 vocab,
@@ -75,7 +75,7 @@ fn softmax_logprobs(
             out
         })
         .collect();
-    gpu.submit(enc);
+    rec.submit();
     let columns: Vec<Vec<f32>> = columns.iter().map(|t| read_f32(gpu, t)).collect();
     (0..rows * n_max)
         .map(|e| columns[e % n_max][e / n_max])

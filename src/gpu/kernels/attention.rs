@@ -27,7 +27,7 @@
 //! gives). The caller (the runner, from a `StepPlan`) keeps them right.
 
 use crate::gpu::pipelines::{Access, KernelSpec};
-use crate::gpu::{Gpu, Tensor};
+use crate::gpu::{Gpu, Recorder, Tensor};
 
 const SOURCE: &str = include_str!("../../../shaders/attention.wgsl");
 /// Largest `head_dim` the kernel handles: one vec4 of output per invocation (`4 * WG`).
@@ -195,7 +195,7 @@ pub fn spec(heads: usize, head_dim: usize, q_loads: QLoads) -> KernelSpec {
 #[allow(clippy::too_many_arguments)]
 pub fn encode(
     gpu: &Gpu,
-    encoder: &mut wgpu::CommandEncoder,
+    rec: &mut Recorder,
     shape: &AttentionShape,
     q: &Tensor,
     k_pool: &Tensor,
@@ -207,7 +207,7 @@ pub fn encode(
     let q_loads = QLoads::best(gpu, shape);
     encode_with(
         gpu,
-        encoder,
+        rec,
         shape,
         q_loads,
         [q, k_pool, v_pool, block_tables, rows, out],
@@ -218,7 +218,7 @@ pub fn encode(
 /// order of `encode`'s arguments. Panics if `q_loads` does not fit `shape`.
 pub fn encode_with(
     gpu: &Gpu,
-    encoder: &mut wgpu::CommandEncoder,
+    rec: &mut Recorder,
     shape: &AttentionShape,
     q_loads: QLoads,
     [q, k_pool, v_pool, block_tables, rows, out]: [&Tensor; 6],
@@ -306,8 +306,7 @@ pub fn encode_with(
     };
     let heads = heads_per_workgroup(shape.group());
     let kernel = gpu.pipeline(&spec(heads, shape.head_dim, q_loads));
-    gpu.dispatch(
-        encoder,
+    rec.dispatch(
         &kernel,
         bytemuck::bytes_of(&params),
         &buffers.map(|(_, t)| &t.buffer),

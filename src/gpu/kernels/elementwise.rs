@@ -10,7 +10,7 @@
 
 use crate::gpu::grid::grid;
 use crate::gpu::pipelines::{Access, KernelSpec};
-use crate::gpu::{Gpu, Tensor};
+use crate::gpu::{Gpu, Recorder, Tensor};
 
 pub(crate) const SOURCE: &str = include_str!("../../../shaders/elementwise.wgsl");
 /// Invocations per workgroup (`WG` in the shader).
@@ -67,7 +67,7 @@ pub fn spec(kernel: Elementwise) -> KernelSpec {
 
 fn dispatch(
     gpu: &Gpu,
-    encoder: &mut wgpu::CommandEncoder,
+    rec: &mut Recorder,
     kernel: Elementwise,
     n: usize,
     cols: usize,
@@ -79,8 +79,7 @@ fn dispatch(
         cols: cols as u32,
         _pad: [0; 2],
     };
-    gpu.dispatch(
-        encoder,
+    rec.dispatch(
         &gpu.pipeline(&spec(kernel)),
         bytemuck::bytes_of(&params),
         buffers,
@@ -91,7 +90,7 @@ fn dispatch(
 /// Records `out[i] = silu(gate[i]) * up[i]` for `i < n` (`out` must be its own buffer).
 pub fn encode_silu_gate(
     gpu: &Gpu,
-    encoder: &mut wgpu::CommandEncoder,
+    rec: &mut Recorder,
     gate: &Tensor,
     up: &Tensor,
     out: &Tensor,
@@ -114,7 +113,7 @@ pub fn encode_silu_gate(
     );
     dispatch(
         gpu,
-        encoder,
+        rec,
         Elementwise::SiluGate,
         n,
         0,
@@ -123,13 +122,7 @@ pub fn encode_silu_gate(
 }
 
 /// Records `a[i] += b[i]` for `i < n`, in place (`b` must be another buffer).
-pub fn encode_residual_add(
-    gpu: &Gpu,
-    encoder: &mut wgpu::CommandEncoder,
-    a: &Tensor,
-    b: &Tensor,
-    n: usize,
-) {
+pub fn encode_residual_add(gpu: &Gpu, rec: &mut Recorder, a: &Tensor, b: &Tensor, n: usize) {
     assert!(
         a.len >= n,
         "residual_add: a holds {} values, needs {n}",
@@ -142,7 +135,7 @@ pub fn encode_residual_add(
     );
     dispatch(
         gpu,
-        encoder,
+        rec,
         Elementwise::ResidualAdd,
         n,
         0,
@@ -153,7 +146,7 @@ pub fn encode_residual_add(
 /// Records `x[r, c] += bias[c]` for `m` rows of `cols` values, in place.
 pub fn encode_add_bias(
     gpu: &Gpu,
-    encoder: &mut wgpu::CommandEncoder,
+    rec: &mut Recorder,
     x: &Tensor,
     bias: &Tensor,
     m: usize,
@@ -172,7 +165,7 @@ pub fn encode_add_bias(
     );
     dispatch(
         gpu,
-        encoder,
+        rec,
         Elementwise::AddBias,
         m * cols,
         cols,
@@ -185,7 +178,7 @@ pub fn encode_add_bias(
 /// zeros. `dst` must be its own buffer.
 pub fn encode_gather_rows(
     gpu: &Gpu,
-    encoder: &mut wgpu::CommandEncoder,
+    rec: &mut Recorder,
     src: &Tensor,
     rows: &Tensor,
     m: usize,
@@ -215,7 +208,7 @@ pub fn encode_gather_rows(
     );
     dispatch(
         gpu,
-        encoder,
+        rec,
         Elementwise::GatherRows,
         m * width,
         width,

@@ -9,7 +9,7 @@
 use crate::gpu::grid::grid;
 use crate::gpu::pipelines::{Access, KernelSpec};
 use crate::gpu::shaders::with_weights;
-use crate::gpu::{Gpu, GpuWeight, Tensor};
+use crate::gpu::{Gpu, GpuWeight, Recorder, Tensor};
 use crate::model::format::WeightFormat;
 
 pub(crate) const SOURCE: &str = include_str!("../../../shaders/embedding.wgsl");
@@ -40,7 +40,7 @@ pub fn spec(format: WeightFormat) -> KernelSpec {
 /// Records `out[m, table.cols] = table[ids[m]]` (ids `>= table.rows` give zeros).
 pub fn encode(
     gpu: &Gpu,
-    encoder: &mut wgpu::CommandEncoder,
+    rec: &mut Recorder,
     table: &GpuWeight,
     ids: &Tensor,
     m: usize,
@@ -74,8 +74,7 @@ pub fn encode(
             zero_invalid: (i == 0) as u32,
             _pad: 0,
         };
-        gpu.dispatch(
-            encoder,
+        rec.dispatch(
             &kernel,
             bytemuck::bytes_of(&params),
             &[&ids.buffer, &part.buffer, &out.buffer],

@@ -14,7 +14,7 @@
 
 use crate::gpu::grid::grid;
 use crate::gpu::pipelines::{Access, KernelSpec};
-use crate::gpu::{Gpu, Tensor};
+use crate::gpu::{Gpu, Recorder, Tensor};
 
 pub(crate) const SOURCE: &str = include_str!("../../../shaders/kv_write.wgsl");
 /// Invocations per workgroup (`WG` in the shader).
@@ -43,7 +43,7 @@ pub fn spec() -> KernelSpec {
 #[allow(clippy::too_many_arguments)]
 pub fn encode(
     gpu: &Gpu,
-    encoder: &mut wgpu::CommandEncoder,
+    rec: &mut Recorder,
     k: &Tensor,
     v: &Tensor,
     slots: &Tensor,
@@ -108,8 +108,7 @@ pub fn encode(
         kv_dim: kv_dim as u32,
         _pad: [0; 2],
     };
-    gpu.dispatch(
-        encoder,
+    rec.dispatch(
         &gpu.pipeline(&spec()),
         bytemuck::bytes_of(&params),
         &buffers.map(|(_, t)| &t.buffer),

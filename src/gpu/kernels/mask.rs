@@ -13,7 +13,7 @@
 
 use crate::gpu::grid::grid;
 use crate::gpu::pipelines::{Access, KernelSpec};
-use crate::gpu::{Gpu, Tensor};
+use crate::gpu::{Gpu, Recorder, Tensor};
 
 pub(crate) const SOURCE: &str = include_str!("../../../shaders/mask_tokens.wgsl");
 /// Pairs per workgroup (`WG` in the shader).
@@ -49,7 +49,7 @@ pub fn spec() -> KernelSpec {
 /// are skipped.
 pub fn encode(
     gpu: &Gpu,
-    encoder: &mut wgpu::CommandEncoder,
+    rec: &mut Recorder,
     logits: &Tensor,
     vocab: usize,
     rows: usize,
@@ -74,8 +74,7 @@ pub fn encode(
         vocab: vocab as u32,
         _pad: 0,
     };
-    gpu.dispatch(
-        encoder,
+    rec.dispatch(
         &gpu.pipeline(&spec()),
         bytemuck::bytes_of(&params),
         &[&pairs.buffer, &logits.buffer],

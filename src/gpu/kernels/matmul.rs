@@ -13,7 +13,7 @@ use super::matmul_tile::{MIN_SHUFFLE_SUBGROUP, entry_point};
 use crate::gpu::context::Capabilities;
 use crate::gpu::pipelines::{Access, KernelSpec};
 use crate::gpu::shaders::with_weights;
-use crate::gpu::{Gpu, GpuWeight, Tensor};
+use crate::gpu::{Gpu, GpuWeight, Recorder, Tensor};
 use crate::model::format::WeightFormat;
 
 const SOURCE: &str = include_str!("../../../shaders/matmul.wgsl");
@@ -155,18 +155,11 @@ pub fn spec(format: WeightFormat, path: MatmulPath, loads: XLoads, x: XReader) -
 }
 
 /// Records `y[m, n] = x[m, k] · W[n, k]ᵀ` with the path chosen for `m`.
-pub fn encode(
-    gpu: &Gpu,
-    encoder: &mut wgpu::CommandEncoder,
-    x: &Tensor,
-    m: usize,
-    weight: &GpuWeight,
-    y: &Tensor,
-) {
+pub fn encode(gpu: &Gpu, rec: &mut Recorder, x: &Tensor, m: usize, weight: &GpuWeight, y: &Tensor) {
     let loads = XLoads::best(&gpu.caps);
     encode_path(
         gpu,
-        encoder,
+        rec,
         MatmulPath::for_shape(m, weight.rows),
         loads,
         x,
@@ -181,7 +174,7 @@ pub fn encode(
 #[allow(clippy::too_many_arguments)]
 pub fn encode_path(
     gpu: &Gpu,
-    encoder: &mut wgpu::CommandEncoder,
+    rec: &mut Recorder,
     path: MatmulPath,
     loads: XLoads,
     x: &Tensor,
@@ -220,8 +213,7 @@ pub fn encode_path(
             _pad: [0; 2],
         };
         let (tm, tn) = path.tile();
-        gpu.dispatch(
-            encoder,
+        rec.dispatch(
             &kernel,
             bytemuck::bytes_of(&params),
             &[&x.buffer, &part.buffer, &y.buffer],

@@ -6,7 +6,7 @@
 
 use crate::gpu::grid::grid;
 use crate::gpu::pipelines::{Access, KernelSpec};
-use crate::gpu::{Gpu, Tensor};
+use crate::gpu::{Gpu, Recorder, Tensor};
 
 pub(crate) const SOURCE: &str = include_str!("../../../shaders/rmsnorm.wgsl");
 
@@ -32,7 +32,7 @@ pub fn spec() -> KernelSpec {
 #[allow(clippy::too_many_arguments)]
 pub fn encode(
     gpu: &Gpu,
-    encoder: &mut wgpu::CommandEncoder,
+    rec: &mut Recorder,
     x: &Tensor,
     weight: &Tensor,
     eps: f32,
@@ -62,8 +62,7 @@ pub fn encode(
         eps,
         _pad: 0,
     };
-    gpu.dispatch(
-        encoder,
+    rec.dispatch(
         &gpu.pipeline(&spec()),
         bytemuck::bytes_of(&params),
         &[&x.buffer, &weight.buffer, &out.buffer],

@@ -9,7 +9,7 @@
 
 use crate::gpu::grid::grid;
 use crate::gpu::pipelines::{Access, KernelSpec};
-use crate::gpu::{Gpu, Tensor};
+use crate::gpu::{Gpu, Recorder, Tensor};
 
 const KERNEL: &str = include_str!("../../../shaders/rope.wgsl");
 
@@ -120,7 +120,7 @@ pub fn spec(layout: RopeLayout) -> KernelSpec {
 #[allow(clippy::too_many_arguments)]
 pub fn encode(
     gpu: &Gpu,
-    encoder: &mut wgpu::CommandEncoder,
+    rec: &mut Recorder,
     layout: RopeLayout,
     x: &Tensor,
     positions: &Tensor,
@@ -150,8 +150,7 @@ pub fn encode(
         head_dim: head_dim as u32,
         max_positions: table.max_positions as u32,
     };
-    gpu.dispatch(
-        encoder,
+    rec.dispatch(
         &gpu.pipeline(&spec(layout)),
         bytemuck::bytes_of(&params),
         &[&x.buffer, &positions.buffer, &table.values.buffer],

@@ -50,7 +50,7 @@
 use crate::gpu::grid::grid;
 use crate::gpu::kernels::softmax::RowStats;
 use crate::gpu::pipelines::{Access, KernelSpec};
-use crate::gpu::{Gpu, Tensor};
+use crate::gpu::{Gpu, Recorder, Tensor};
 
 const KERNEL: &str = include_str!("../../../shaders/sample.wgsl");
 /// Draws per workgroup of `draw_logprobs` (`LOGPROB_WG` in the shader).
@@ -262,7 +262,7 @@ fn check_draws(what: &str, keys: &Tensor, tokens: &Tensor, m: usize) {
 #[allow(clippy::too_many_arguments)]
 pub fn encode_truncate(
     gpu: &Gpu,
-    encoder: &mut wgpu::CommandEncoder,
+    rec: &mut Recorder,
     logits: &Tensor,
     vocab: usize,
     rows: usize,
@@ -290,8 +290,7 @@ pub fn encode_truncate(
         rows: rows as u32,
         _pad: 0,
     };
-    gpu.dispatch(
-        encoder,
+    rec.dispatch(
         &gpu.pipeline(&spec(SampleKernel::Truncate)),
         bytemuck::bytes_of(&p),
         &[&logits.buffer, &params.buffer, &cut.buffer],
@@ -306,7 +305,7 @@ pub fn encode_truncate(
 #[allow(clippy::too_many_arguments)]
 pub fn encode(
     gpu: &Gpu,
-    encoder: &mut wgpu::CommandEncoder,
+    rec: &mut Recorder,
     logits: &Tensor,
     vocab: usize,
     params: &Tensor,
@@ -323,8 +322,7 @@ pub fn encode(
         rows: rows as u32,
         _pad: 0,
     };
-    gpu.dispatch(
-        encoder,
+    rec.dispatch(
         &gpu.pipeline(&spec(SampleKernel::Sample)),
         bytemuck::bytes_of(&p),
         &[
@@ -347,7 +345,7 @@ pub fn encode(
 #[allow(clippy::too_many_arguments)]
 pub fn encode_draw_logprobs(
     gpu: &Gpu,
-    encoder: &mut wgpu::CommandEncoder,
+    rec: &mut Recorder,
     logits: &Tensor,
     vocab: usize,
     stats: &RowStats,
@@ -384,8 +382,7 @@ pub fn encode_draw_logprobs(
         rows: u32::try_from(rows).unwrap_or(u32::MAX),
         _pad: 0,
     };
-    gpu.dispatch(
-        encoder,
+    rec.dispatch(
         &gpu.pipeline(&spec(SampleKernel::DrawLogprobs)),
         bytemuck::bytes_of(&p),
         &[

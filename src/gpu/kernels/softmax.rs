@@ -11,7 +11,7 @@
 
 use crate::gpu::grid::grid;
 use crate::gpu::pipelines::{Access, KernelSpec};
-use crate::gpu::{Gpu, Tensor};
+use crate::gpu::{Gpu, Recorder, Tensor};
 
 const KERNEL: &str = include_str!("../../../shaders/softmax.wgsl");
 
@@ -86,7 +86,7 @@ pub fn spec(extra: &Extra) -> KernelSpec {
 /// Records the row statistics of `logits [m, vocab]` into `out`, and `extra`.
 pub fn encode(
     gpu: &Gpu,
-    encoder: &mut wgpu::CommandEncoder,
+    rec: &mut Recorder,
     logits: &Tensor,
     m: usize,
     vocab: usize,
@@ -134,8 +134,7 @@ pub fn encode(
         vocab: vocab as u32,
         _pad: [0; 2],
     };
-    gpu.dispatch(
-        encoder,
+    rec.dispatch(
         &gpu.pipeline(&spec(&extra)),
         bytemuck::bytes_of(&params),
         &buffers,

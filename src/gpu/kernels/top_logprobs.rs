@@ -20,7 +20,7 @@
 use crate::gpu::grid::grid;
 use crate::gpu::kernels::softmax::RowStats;
 use crate::gpu::pipelines::{Access, KernelSpec};
-use crate::gpu::{Gpu, Tensor};
+use crate::gpu::{Gpu, Recorder, Tensor};
 
 const KERNEL: &str = include_str!("../../../shaders/top_logprobs.wgsl");
 
@@ -66,7 +66,7 @@ pub fn spec() -> KernelSpec {
 #[allow(clippy::too_many_arguments)]
 pub fn encode(
     gpu: &Gpu,
-    encoder: &mut wgpu::CommandEncoder,
+    rec: &mut Recorder,
     logits: &Tensor,
     vocab: usize,
     stats: &RowStats,
@@ -111,8 +111,7 @@ pub fn encode(
         n_max: n_max as u32,
         _pad: 0,
     };
-    gpu.dispatch(
-        encoder,
+    rec.dispatch(
         &gpu.pipeline(&spec()),
         bytemuck::bytes_of(&params),
         &[
