@@ -54,9 +54,13 @@ use std::time::{Duration, Instant, SystemTime};
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion, SamplingMode, Throughput};
 use sprout::gpu::grid::grid;
-use sprout::gpu::kernels::attention::{self, AttentionShape};
-use sprout::gpu::kernels::matmul::{MatmulPath, XLoads, encode_path};
+use sprout::gpu::kernels::attention::{
+    self, AttentionBuffers, AttentionPlan, AttentionShape, AttentionSplit, AttentionVariant,
+    scratch_per_slot,
+};
+use sprout::gpu::kernels::matmul::{self, Matmul, MatmulShape, Output};
 use sprout::gpu::pipelines::{Access, KernelSpec};
+use sprout::gpu::tuning::{MatmulKey, MatmulSite};
 use sprout::gpu::{BackendChoice, Gpu, GpuWeight, Recorder, Tensor};
 use sprout::model::format::{WeightFormat, quantize};
 
@@ -336,18 +340,52 @@ fn matmul(c: &mut Criterion, gpu: &Gpu, entries: &mut Vec<Entry>) {
             for m in ROWS {
                 let traffic = bytes.len() as u64 + 4 * (m * k + m * n) as u64;
                 let flops = 2 * (m * k * n) as u64;
-                let path = MatmulPath::for_shape(m, n);
-                let loads = XLoads::best(&gpu.caps);
-                bench.run(
-                    &mut group,
-                    (format.name().into(), format!("{k}x{n}/m{m}")),
-                    (traffic, flops),
-                    &|enc| encode_path(gpu, enc, path, loads, &x, m, &weight, &y),
-                );
+                let key = MatmulKey {
+                    site: MatmulSite::Down,
+                    format,
+                    n,
+                    k,
+                };
+                for shape in bench_shapes(gpu, key, m) {
+                    let op = Matmul {
+                        x: &x,
+                        m,
+                        weight: &weight,
+                        norm: None,
+                        gather: None,
+                        output: Output::Store(&y),
+                    };
+                    bench.run(
+                        &mut group,
+                        (
+                            format.name().into(),
+                            format!("{k}x{n}/m{m}/{}", shape.key()),
+                        ),
+                        (traffic, flops),
+                        &|rec| matmul::encode(gpu, rec, &op, shape),
+                    );
+                }
             }
         }
     }
     group.finish();
+}
+
+/// The shapes a matmul is measured with: the adapter's default for `m` rows (tuned if a
+/// tune file is in force), and with `SPROUT_BENCH_SHAPES=all` both kinds' defaults.
+fn bench_shapes(gpu: &Gpu, key: MatmulKey, m: usize) -> Vec<MatmulShape> {
+    let mut shapes = vec![gpu.matmul_shape(key, m)];
+    if std::env::var("SPROUT_BENCH_SHAPES").is_ok_and(|v| v == "all") {
+        for other in [
+            MatmulShape::for_cpu(&gpu.caps, m, key.n),
+            MatmulShape::for_gpu(m, key.n, key.k),
+        ] {
+            if !shapes.contains(&other) {
+                shapes.push(other);
+            }
+        }
+    }
+    shapes
 }
 
 /// The inputs of one paged attention dispatch.
@@ -357,7 +395,10 @@ struct AttentionInputs {
     k_pool: Tensor,
     v_pool: Tensor,
     tables: Tensor,
-    rows: Tensor,
+    /// Per query row: (table offset, position, 0, 0).
+    rowinfo: Tensor,
+    /// Each query row's key count.
+    keys: Vec<u32>,
     out: Tensor,
     bytes: u64,
     flops: u64,
@@ -388,7 +429,7 @@ fn attention_inputs(gpu: &Gpu, seqs: usize, keys: usize, rows_per_seq: usize) ->
     let mut attended = 0;
     for s in 0..seqs {
         for pos in keys - rows_per_seq..keys {
-            rows.extend([(s * per_seq) as u32, pos as u32]);
+            rows.extend([(s * per_seq) as u32, pos as u32, 0, 0]);
             attended += pos + 1;
         }
     }
@@ -402,7 +443,8 @@ fn attention_inputs(gpu: &Gpu, seqs: usize, keys: usize, rows_per_seq: usize) ->
         k_pool: gpu.upload(&pattern(pool_len, 7)),
         v_pool: gpu.upload(&pattern(pool_len, 11)),
         tables: gpu.upload(&ids),
-        rows: gpu.upload(&rows),
+        keys: rows.chunks(4).map(|r| r[1] + 1).collect(),
+        rowinfo: gpu.upload(&rows),
         out: gpu.zeros(t * q_row),
         bytes: bytes as u64,
         flops: (4 * attended * N_HEADS * HEAD_DIM) as u64,
@@ -421,18 +463,51 @@ fn attention(c: &mut Criterion, gpu: &Gpu, entries: &mut Vec<Entry>) {
     };
     for (name, seqs, keys, rows_per_seq) in [("decode", 32, 256, 1), ("prefill", 1, 128, 128)] {
         let a = attention_inputs(gpu, seqs, keys, rows_per_seq);
-        // Query rows x keys per sequence.
-        let parameter = format!("{}x{keys}", a.shape.t);
-        bench.run(
-            &mut group,
-            (name.into(), parameter),
-            (a.bytes, a.flops),
-            &|enc| {
-                attention::encode(
-                    gpu, enc, &a.shape, &a.q, &a.k_pool, &a.v_pool, &a.tables, &a.rows, &a.out,
-                )
-            },
-        );
+        let mut variants = vec![gpu.attention_variant(HEAD_DIM, N_HEADS / N_KV_HEADS)];
+        if std::env::var("SPROUT_BENCH_SHAPES").is_ok_and(|v| v == "all") {
+            for v in [
+                AttentionVariant::default_for(true),
+                AttentionVariant::default_for(false),
+            ] {
+                if !variants.contains(&v) {
+                    variants.push(v);
+                }
+            }
+        }
+        for variant in variants {
+            let mut plan = AttentionPlan::default();
+            let split = variant.split == AttentionSplit::DecodePages && rows_per_seq == 1;
+            plan.build(a.keys.iter().map(|&k| (k, split)));
+            let items = gpu.upload(&plan.items);
+            let combine = gpu.upload(&plan.combine);
+            let slots = plan.slots as usize;
+            let scratch = gpu.zeros(slots.max(1) * scratch_per_slot(&a.shape));
+            let q_loads = variant.q_loads_for(&a.shape);
+            // Query rows x keys per sequence, and the variant.
+            let parameter = format!("{}x{keys}/{:?}-{:?}", a.shape.t, variant.split, q_loads);
+            let b = AttentionBuffers {
+                q: &a.q,
+                k_pool: &a.k_pool,
+                v_pool: &a.v_pool,
+                block_tables: &a.tables,
+                rowinfo: &a.rowinfo,
+                items: &items,
+                out: &a.out,
+                scratch: &scratch,
+            };
+            let (n_items, n_rows) = (plan.items.len(), plan.combine.len());
+            bench.run(
+                &mut group,
+                (name.into(), parameter),
+                (a.bytes, a.flops),
+                &|rec| {
+                    attention::encode(gpu, rec, &a.shape, q_loads, &b, n_items, slots);
+                    attention::encode_combine(
+                        gpu, rec, &a.shape, &scratch, &combine, n_rows, &a.out,
+                    );
+                },
+            );
+        }
     }
     group.finish();
 }

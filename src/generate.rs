@@ -9,10 +9,11 @@ use serde::Serialize;
 
 use crate::engine::{Engine, EngineConfig, KvSize};
 use crate::error::SproutError;
+use crate::gpu::kernels::attention::AttentionPlan;
 use crate::gpu::kernels::softmax::{self, Extra, RowStats};
 use crate::gpu::{Recorder, Tensor};
 use crate::kv::DEFAULT_BLOCK_SIZE;
-use crate::model::decoder::{BatchView, Decoder, ForwardBuffers};
+use crate::model::decoder::{AttentionWork, BatchView, Decoder, ForwardBuffers};
 use crate::model::paged_kv::PagedKv;
 use crate::sched::{Request, SamplingParams};
 
@@ -106,21 +107,28 @@ fn forward_all(
     let blocks = t.div_ceil(bs);
     let kv = PagedKv::new(gpu, &decoder.config, blocks, bs)?;
     let table: Vec<u32> = (0..blocks as u32).collect();
-    let positions: Vec<u32> = (0..t as u32).collect();
-    let rows: Vec<[u32; 2]> = positions.iter().map(|&p| [0, p]).collect();
-    let (ids, slots) = (gpu.upload(ids), gpu.upload(&positions));
-    let (rows, table) = (gpu.upload(&rows), gpu.upload(&table));
-    let positions = gpu.upload(&positions);
+    // Identity block table: position p lives in pool row p.
+    let rowinfo: Vec<[u32; 4]> = (0..t as u32).map(|p| [0, p, p, 0]).collect();
+    let mut plan = AttentionPlan::default();
+    plan.build((1..=t as u32).map(|keys| (keys, false)));
+    let rows: Vec<u32> = (0..t as u32).collect();
+    let (ids, rowinfo) = (gpu.upload(ids), gpu.upload(&rowinfo));
+    let (table, items) = (gpu.upload(&table), gpu.upload(&plan.items));
+    let (combine, rows) = (gpu.upload(&[0u32; 4]), gpu.upload(&rows));
     let batch = BatchView {
         t,
         ids: &ids,
-        positions: &positions,
-        // Identity block table: position p lives in pool row p.
-        slots: &slots,
-        rows: &rows,
+        rowinfo: &rowinfo,
         block_tables: &table,
+        attention: AttentionWork {
+            items: &items,
+            n_items: plan.items.len(),
+            combine: &combine,
+            n_combine: 0,
+            slots: 0,
+        },
         r: t,
-        logit_rows: &slots,
+        logit_rows: &rows,
     };
     let buffers = ForwardBuffers::new(decoder, t, t);
     decoder.encode_forward(rec, &batch, &kv, &buffers)?;

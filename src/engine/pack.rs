@@ -1,18 +1,20 @@
 //! Packing a [`StepPlan`] into the flat arrays the forward pass reads: plain data, tested
 //! on the CPU.
 
+use crate::gpu::kernels::attention::{AttentionPlan, AttentionSplit};
 use crate::sched::StepPlan;
 
 /// One step's inputs, row by row in chunk order.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PackedBatch {
     pub ids: Vec<u32>,
-    pub positions: Vec<u32>,
-    /// The pool row each token's K and V go to: `block * block_size + position % block_size`.
-    pub slots: Vec<u32>,
-    /// Per row: (offset of its sequence's table in `block_tables`, its position).
-    pub rows: Vec<[u32; 2]>,
+    /// Per row: (offset of its sequence's table in `block_tables`, its position, the pool
+    /// row its K and V go to: `block * block_size + position % block_size`, 0).
+    pub rowinfo: Vec<[u32; 4]>,
     pub block_tables: Vec<u32>,
+    /// Which workgroups compute which rows' attention: decode rows split across pages when
+    /// `split` asks for it, other rows whole.
+    pub attention: AttentionPlan,
     /// The rows whose logits are computed: the last row of each chunk that draws, and
     /// every row that scores a target, in batch order.
     pub logit_rows: Vec<u32>,
@@ -30,11 +32,9 @@ pub struct PackedBatch {
 
 impl PackedBatch {
     /// Packs `plan`, reusing this batch's allocations.
-    pub fn pack(&mut self, plan: &StepPlan, block_size: usize) {
+    pub fn pack(&mut self, plan: &StepPlan, block_size: usize, split: AttentionSplit) {
         self.ids.clear();
-        self.positions.clear();
-        self.slots.clear();
-        self.rows.clear();
+        self.rowinfo.clear();
         self.block_tables.clear();
         self.logit_rows.clear();
         self.draw_rows.clear();
@@ -56,13 +56,16 @@ impl PackedBatch {
             for (i, &id) in chunk.tokens.iter().enumerate() {
                 let pos = chunk.start + i;
                 let block = chunk.block_table[pos / block_size] as usize;
+                let slot = (block * block_size + pos % block_size) as u32;
                 self.ids.push(id);
-                self.positions.push(pos as u32);
-                self.slots
-                    .push((block * block_size + pos % block_size) as u32);
-                self.rows.push([offset, pos as u32]);
+                self.rowinfo.push([offset, pos as u32, slot, 0]);
             }
         }
+        let split_decodes = split == AttentionSplit::DecodePages;
+        self.attention.build(plan.chunks.iter().flat_map(|chunk| {
+            let decode = split_decodes && chunk.tokens.len() == 1;
+            (0..chunk.tokens.len()).map(move |i| ((chunk.start + i + 1) as u32, decode))
+        }));
         // Where each chunk's first row sits in the batch.
         let mut first_row = Vec::with_capacity(plan.chunks.len());
         let mut at = 0u32;
@@ -173,13 +176,25 @@ mod tests {
             ],
         };
         let mut b = PackedBatch::default();
-        b.pack(&plan, 4);
+        b.pack(&plan, 4, AttentionSplit::DecodePages);
         assert_eq!(b.ids, [10, 11, 12, 20, 21, 30]);
-        assert_eq!(b.positions, [3, 4, 5, 0, 1, 9]);
-        // Position 3 is block 7 slot 3; 4 and 5 are block 2 slots 0 and 1; 9 is block 6 slot 1.
-        assert_eq!(b.slots, [31, 8, 9, 20, 21, 25]);
+        // (table offset, position, slot): position 3 is block 7 slot 3; 4 and 5 are block 2
+        // slots 0 and 1; 9 is block 6 slot 1.
+        assert_eq!(
+            b.rowinfo,
+            [
+                [0, 3, 31, 0],
+                [0, 4, 8, 0],
+                [0, 5, 9, 0],
+                [2, 0, 20, 0],
+                [2, 1, 21, 0],
+                [3, 9, 25, 0]
+            ]
+        );
         assert_eq!(b.block_tables, [7, 2, 5, 1, 4, 6]);
-        assert_eq!(b.rows, [[0, 3], [0, 4], [0, 5], [2, 0], [2, 1], [3, 9]]);
+        // Every row fits one page: one whole item each, split or not.
+        assert_eq!(b.attention.items.len(), 6);
+        assert!(b.attention.combine.is_empty());
         // Chunk 0's last row draws and scores (one logits row); chunk 1's first row scores.
         assert_eq!(b.logit_rows, [2, 3, 5]);
         assert_eq!(b.draw_rows, [0, 0, 2]);
@@ -188,5 +203,36 @@ mod tests {
         // count of alternatives; the scoring row asks for none.
         assert_eq!(b.masked, [[0, 2], [0, 9]]);
         assert_eq!(b.top_counts, [3, 0, 5]);
+    }
+
+    #[test]
+    fn only_decode_rows_are_split_across_pages() {
+        let chunk = |seq, start, tokens: Vec<u32>| Chunk {
+            seq: SeqId(seq),
+            start,
+            block_table: (0..(start + tokens.len()).div_ceil(16) as u32).collect(),
+            tokens,
+            is_prefill: false,
+        };
+        let plan = StepPlan {
+            copies: vec![],
+            // A decode at position 199 (200 keys, 4 pages) and a two-row chunk there.
+            chunks: vec![chunk(0, 199, vec![5]), chunk(1, 199, vec![6, 7])],
+            draws: vec![draw(0, 0)],
+            targets: vec![],
+        };
+        let mut b = PackedBatch::default();
+        b.pack(&plan, 16, AttentionSplit::DecodePages);
+        let split_items = b.attention.items.iter().filter(|i| i[0] == 0).count();
+        assert_eq!(split_items, 4);
+        assert_eq!(b.attention.combine, [[0, 0, 4, 0]]);
+        // The chunk's rows (200 and 201 keys) are whole.
+        assert_eq!(
+            b.attention.items[4..],
+            [[1, 0, 4, u32::MAX], [2, 0, 4, u32::MAX]]
+        );
+        b.pack(&plan, 16, AttentionSplit::Whole);
+        assert_eq!(b.attention.items.len(), 3);
+        assert!(b.attention.combine.is_empty());
     }
 }

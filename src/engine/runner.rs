@@ -15,7 +15,7 @@ use crate::gpu::kernels::sample::{self, RowParams, SampleKey};
 use crate::gpu::kernels::softmax::{self, Extra, RowStats};
 use crate::gpu::kernels::{mask, top_logprobs};
 use crate::gpu::{Gpu, Tensor};
-use crate::model::decoder::{BatchView, Decoder, ForwardBuffers};
+use crate::model::decoder::{AttentionWork, BatchView, Decoder, ForwardBuffers};
 use crate::model::paged_kv::PagedKv;
 use crate::sched::{DrawResult, StepPlan, TopLogprob};
 
@@ -65,10 +65,10 @@ pub struct StepRunner {
     buffers: ForwardBuffers,
     packed: PackedBatch,
     ids: Growable,
-    positions: Growable,
-    slots: Growable,
-    rows: Growable,
+    rowinfo: Growable,
     block_tables: Growable,
+    attention_items: Growable,
+    attention_combine: Growable,
     logit_rows: Growable,
     keys: Growable,
     row_params: Growable,
@@ -94,10 +94,10 @@ impl StepRunner {
             buffers: ForwardBuffers::new(decoder, max_t, max_r),
             packed: PackedBatch::default(),
             ids: Growable::new(gpu, max_t),
-            positions: Growable::new(gpu, max_t),
-            slots: Growable::new(gpu, max_t),
-            rows: Growable::new(gpu, 2 * max_t),
+            rowinfo: Growable::new(gpu, 4 * max_t),
             block_tables: Growable::new(gpu, 4 * max_t),
+            attention_items: Growable::new(gpu, 4 * max_t),
+            attention_combine: Growable::new(gpu, 4 * max_r),
             logit_rows: Growable::new(gpu, max_r),
             keys: Growable::new(gpu, max_r * size_of::<SampleKey>() / 4),
             row_params: Growable::new(gpu, max_r * size_of::<RowParams>() / 4),
@@ -136,17 +136,20 @@ impl StepRunner {
                 c.end() - 1
             )));
         }
-        self.packed.pack(plan, self.kv.block_size);
+        let c = &decoder.config;
+        let shape = decoder.attention_shape(1, self.kv.block_size);
+        let split = gpu.attention_variant(c.head_dim, shape.group()).split;
+        self.packed.pack(plan, self.kv.block_size, split);
         let p = &self.packed;
         let (t, r) = (p.ids.len(), p.logit_rows.len());
         let (d, n_targets) = (plan.draws.len(), plan.targets.len());
         // Draws first, then targets: a target is scored like a draw whose token is given.
         let m = d + n_targets;
         self.ids.write(gpu, &p.ids);
-        self.positions.write(gpu, &p.positions);
-        self.slots.write(gpu, &p.slots);
-        self.rows.write(gpu, &p.rows);
+        self.rowinfo.write(gpu, &p.rowinfo);
         self.block_tables.write(gpu, &p.block_tables);
+        self.attention_items.write(gpu, &p.attention.items);
+        self.attention_combine.write(gpu, &p.attention.combine);
         self.logit_rows.write(gpu, &p.logit_rows);
         let mut keys: Vec<SampleKey> = plan
             .draws
@@ -215,10 +218,15 @@ impl StepRunner {
         let batch = BatchView {
             t,
             ids: &self.ids.tensor,
-            positions: &self.positions.tensor,
-            slots: &self.slots.tensor,
-            rows: &self.rows.tensor,
+            rowinfo: &self.rowinfo.tensor,
             block_tables: &self.block_tables.tensor,
+            attention: AttentionWork {
+                items: &self.attention_items.tensor,
+                n_items: p.attention.items.len(),
+                combine: &self.attention_combine.tensor,
+                n_combine: p.attention.combine.len(),
+                slots: p.attention.slots as usize,
+            },
             r,
             logit_rows: &self.logit_rows.tensor,
         };

@@ -6,12 +6,15 @@
 //! shader-f16 and subgroups when the adapter has them. Kernels that can use those features
 //! ask `Capabilities`; every kernel also has a path that needs neither.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 use super::adapter::{AdapterSummary, BackendChoice, select_adapter};
 use super::bindings::Bindings;
+use super::kernels::attention::AttentionVariant;
+use super::kernels::matmul::MatmulShape;
 use super::pipelines::{KernelSpec, PipelineCache};
 use super::profile::{KernelProfile, ProfileMethod};
+use super::tuning::{KernelChoices, MatmulKey};
 use crate::error::SproutError;
 
 /// What the opened device supports, as sprout's kernels need to know it.
@@ -28,6 +31,7 @@ pub struct Capabilities {
     pub max_binding: u64,
     pub max_buffer: u64,
     pub max_workgroups_per_dim: u32,
+    pub max_workgroup_invocations: u32,
 }
 
 pub struct Gpu {
@@ -37,8 +41,10 @@ pub struct Gpu {
     pub caps: Capabilities,
     pipelines: PipelineCache,
     pub(crate) bindings: Bindings,
-    /// Set while profiling: every dispatch then runs alone and is timed.
+    /// Set while profiling: every dispatch is timed.
     profile: Mutex<Option<KernelProfile>>,
+    /// Which kernel variants serve which dispatches (`gpu::tuning`).
+    choices: RwLock<KernelChoices>,
     /// The first error the device reported on its own (a shader the driver rejected, an
     /// invalid command), until a read-back hands it to its caller.
     device_error: Arc<Mutex<Option<String>>>,
@@ -88,6 +94,7 @@ impl Gpu {
             max_binding: limits.max_storage_buffer_binding_size,
             max_buffer: limits.max_buffer_size,
             max_workgroups_per_dim: limits.max_compute_workgroups_per_dimension,
+            max_workgroup_invocations: limits.max_compute_invocations_per_workgroup,
         };
         // wgpu's default handler panics, and on the web a panic in its callback would leave
         // the page waiting forever: keep the first error for the next read-back instead.
@@ -98,16 +105,51 @@ impl Gpu {
             slot.get_or_insert_with(|| e.to_string());
         }));
         let bindings = Bindings::new(&device, limits.min_uniform_buffer_offset_alignment);
+        let summary = AdapterSummary::of(adapter);
+        let choices = RwLock::new(KernelChoices::defaults(cpu_shaped_kernels(&summary)));
         Ok(Arc::new(Gpu {
             device,
             queue,
-            adapter: AdapterSummary::of(adapter),
+            adapter: summary,
+            choices,
             caps,
             pipelines: PipelineCache::default(),
             bindings,
             profile: Mutex::new(None),
             device_error,
         }))
+    }
+
+    /// Replaces the kernel choices (with a tune file's, say).
+    pub fn set_choices(&self, choices: KernelChoices) {
+        *self.choices.write().unwrap_or_else(|p| p.into_inner()) = choices;
+    }
+
+    /// The tune file whose choices are in force, if any.
+    pub fn tuned_from(&self) -> Option<String> {
+        self.choices
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .source
+            .clone()
+    }
+
+    /// The matmul shape for `m` rows at `key`.
+    pub fn matmul_shape(&self, key: MatmulKey, m: usize) -> MatmulShape {
+        let choices = self.choices.read().unwrap_or_else(|p| p.into_inner());
+        choices.matmul_shape(&self.caps, key, m)
+    }
+
+    /// The matmul shape for `m` rows at `key` before tuning.
+    pub fn default_matmul_shape(&self, key: MatmulKey, m: usize) -> MatmulShape {
+        let choices = self.choices.read().unwrap_or_else(|p| p.into_inner());
+        choices.default_shape(&self.caps, key, m)
+    }
+
+    /// The attention variant for heads of `head_dim`, `group` query heads per kv head.
+    pub fn attention_variant(&self, head_dim: usize, group: usize) -> AttentionVariant {
+        let choices = self.choices.read().unwrap_or_else(|p| p.into_inner());
+        choices.attention(head_dim, group)
     }
 
     /// The first error the device has reported since the last call, if any.
@@ -168,5 +210,16 @@ impl Gpu {
 
     pub fn submit(&self, encoder: wgpu::CommandEncoder) -> wgpu::SubmissionIndex {
         self.queue.submit([encoder.finish()])
+    }
+}
+
+/// Whether an adapter's default kernels are the CPU-shaped ones: on CPU adapters, unless
+/// `SPROUT_KERNELS=gpu` asks for the GPU shapes (or `cpu` for the CPU shapes elsewhere),
+/// which tests and comparisons use. Either way the results are bitwise the same.
+fn cpu_shaped_kernels(adapter: &AdapterSummary) -> bool {
+    match std::env::var("SPROUT_KERNELS").as_deref() {
+        Ok("gpu") => false,
+        Ok("cpu") => true,
+        _ => adapter.is_cpu(),
     }
 }

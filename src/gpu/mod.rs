@@ -15,6 +15,7 @@ pub mod pipelines;
 pub mod profile;
 pub mod recorder;
 pub mod shaders;
+pub mod tuning;
 pub mod weights;
 
 pub use adapter::{AdapterSummary, BackendChoice, list_adapters, select_adapter};

@@ -1,45 +1,81 @@
 //! The decoder forward pass on the GPU: a Llama-family transformer (Llama, SmolLM,
-//! Mistral, Qwen2) recorded into one command encoder per step.
+//! Mistral, Qwen2) recorded into one compute pass per step.
 //!
 //! The batch is varlen: prefill chunks and single-token decodes of many sequences share
 //! one pass, each row at its own position, its K and V in the paged pool
 //! ([`PagedKv`]) where its block table says. Every kernel computes a row the same way
-//! whatever else is in the batch, so a sequence's logits are bitwise independent of it.
+//! whatever else is in the batch, and whichever kernel variant the adapter's choices pick
+//! (`gpu::tuning`), so a sequence's logits are bitwise independent of both.
 //!
-//! Per layer: RMSNorm, q/k/v projections (+ bias for Qwen2), RoPE on q and k, the new k/v
-//! rows written to their pool slots, causal GQA paged attention, the output projection and
-//! a residual add; then RMSNorm, gate and up projections, SiLU-gate, the down projection
-//! and a residual add. A final RMSNorm and the output projection (the embedding when tied)
-//! give logits.
+//! Five dispatches per layer (six where attention is split across workgroups):
+//! 1. RMSNorm, the q|k|v projection (+ bias for Qwen2), RoPE on q and k, and the new k and
+//!    v rows written to their pool slots: one fused matmul;
+//! 2. causal GQA paged attention (and, when split, the fold of its pages);
+//! 3. the output projection with the residual add;
+//! 4. RMSNorm, the gate and up projections and SiLU-gate: one fused matmul;
+//! 5. the down projection with the residual add.
 //!
-//! Weights stay in their stored formats; only norm and bias vectors are f32.
+//! Then the final RMSNorm of the rows whose logits are wanted and the output projection
+//! (the embedding when tied), one fused matmul.
+//!
+//! Weights stay in their stored formats, laid out at load for the fused kernels
+//! (`model::fused_weights`): q, k and v stacked, with q and k rows in RoPE's adjacent-pair
+//! order; gate and up interleaved. Norm and bias vectors are f32.
 
 use std::sync::Arc;
 
 use crate::error::SproutError;
-use crate::gpu::kernels::attention::{self, AttentionShape};
-use crate::gpu::kernels::elementwise::{
-    encode_add_bias, encode_gather_rows, encode_residual_add, encode_silu_gate,
+use crate::gpu::kernels::attention::{
+    self, AttentionBuffers, AttentionShape, MAX_SLOTS_PER_ROW, scratch_per_slot,
 };
-use crate::gpu::kernels::rope::{self, RopeTable};
-use crate::gpu::kernels::{embedding, kv_write, matmul, rmsnorm};
+use crate::gpu::kernels::embedding;
+use crate::gpu::kernels::matmul::{self, Matmul, NormArgs, Output, QkvArgs};
+use crate::gpu::kernels::rope::{RopeLayout, RopeTable};
+use crate::gpu::tuning::{MatmulKey, MatmulSite};
 use crate::gpu::{Gpu, GpuWeight, Recorder, Tensor};
 use crate::model::config::ModelConfig;
+use crate::model::fused_weights::{
+    half_split_to_adjacent, interleave_rows, permute_head_rows, permute_head_values, stack_rows,
+};
 use crate::model::paged_kv::PagedKv;
 use crate::model::source::{TensorData, WeightSource};
 
 struct Layer {
-    attn_norm: Tensor,
-    q: GpuWeight,
-    k: GpuWeight,
-    v: GpuWeight,
-    /// Qwen2's q, k and v biases.
-    qkv_bias: Option<[Tensor; 3]>,
+    /// f32: the attention norm's weights, the q|k|v biases (Qwen2), the MLP norm's weights.
+    vectors: Tensor,
+    /// q, k and v stacked by rows, q and k in RoPE's adjacent-pair order.
+    qkv: GpuWeight,
     o: GpuWeight,
-    mlp_norm: Tensor,
-    gate: GpuWeight,
-    up: GpuWeight,
+    /// gate and up rows alternating: row 2j is gate j, row 2j + 1 is up j.
+    gate_up: GpuWeight,
     down: GpuWeight,
+}
+
+/// Where a layer's vectors start in its `vectors` buffer.
+#[derive(Clone, Copy)]
+struct VectorOffsets {
+    attn_norm: usize,
+    /// `None` without biases.
+    qkv_bias: Option<usize>,
+    mlp_norm: usize,
+}
+
+impl VectorOffsets {
+    fn of(c: &ModelConfig) -> VectorOffsets {
+        let bias_len = c.q_dim() + 2 * c.kv_dim();
+        match c.has_qkv_bias() {
+            true => VectorOffsets {
+                attn_norm: 0,
+                qkv_bias: Some(c.hidden_size),
+                mlp_norm: c.hidden_size + bias_len,
+            },
+            false => VectorOffsets {
+                attn_norm: 0,
+                qkv_bias: None,
+                mlp_norm: c.hidden_size,
+            },
+        }
+    }
 }
 
 /// A model's weights on the GPU and the forward pass over them.
@@ -48,10 +84,23 @@ pub struct Decoder {
     pub config: ModelConfig,
     embed: GpuWeight,
     layers: Vec<Layer>,
+    offsets: VectorOffsets,
     final_norm: Tensor,
     /// `None` when the output projection is the embedding (tied).
     lm_head: Option<GpuWeight>,
     rope: RopeTable,
+}
+
+/// The attention work of one step: the plan's work items and split rows on the GPU.
+pub struct AttentionWork<'a> {
+    /// `[n_items, 4]` u32 (`AttentionPlan::items`).
+    pub items: &'a Tensor,
+    pub n_items: usize,
+    /// `[n_combine, 4]` u32 (`AttentionPlan::combine`).
+    pub combine: &'a Tensor,
+    pub n_combine: usize,
+    /// Scratch slots the items use.
+    pub slots: usize,
 }
 
 /// One step's batch on the GPU: `t` token rows from any number of sequences, each row at
@@ -61,37 +110,30 @@ pub struct BatchView<'a> {
     pub t: usize,
     /// `[t]` u32 token ids.
     pub ids: &'a Tensor,
-    /// `[t]` u32 absolute positions.
-    pub positions: &'a Tensor,
-    /// `[t]` u32: the pool row each token's K and V are written to.
-    pub slots: &'a Tensor,
-    /// `[t, 2]` u32: (offset of the row's block table in `block_tables`, its position).
-    pub rows: &'a Tensor,
+    /// `[t, 4]` u32: (offset of the row's block table in `block_tables`, its absolute
+    /// position, the pool row its K and V are written to, 0).
+    pub rowinfo: &'a Tensor,
     /// Every sequence's block table, concatenated.
     pub block_tables: &'a Tensor,
+    pub attention: AttentionWork<'a>,
     pub r: usize,
     /// `[r]` u32: the rows whose logits the pass computes, in output order.
     pub logit_rows: &'a Tensor,
 }
 
 /// The buffers a forward pass writes, allocated once for up to `max_t` tokens and
-/// `max_r` logit rows and reused by every step, so the step loop allocates nothing.
+/// `max_r` logit rows (and split attention rows) and reused by every step, so the step
+/// loop allocates nothing.
 pub struct ForwardBuffers {
     pub max_t: usize,
     pub max_r: usize,
+    /// The residual stream `[max_t, hidden]`.
     h: Tensor,
-    xn: Tensor,
     q: Tensor,
-    k: Tensor,
-    v: Tensor,
     attn: Tensor,
-    proj: Tensor,
-    gate: Tensor,
-    up: Tensor,
     act: Tensor,
-    /// `[max_r, hidden]`: the rows of `h` that logits are wanted for.
-    picked: Tensor,
-    normed: Tensor,
+    /// Split attention rows' states: `MAX_SLOTS_PER_ROW` per row for `max_r` rows.
+    scratch: Tensor,
     /// `[max_r, vocab]`; a pass writes its first `r` rows.
     pub logits: Tensor,
 }
@@ -103,25 +145,23 @@ impl ForwardBuffers {
             max_t,
             max_r,
             h: gpu.zeros(max_t * c.hidden_size),
-            xn: gpu.zeros(max_t * c.hidden_size),
             q: gpu.zeros(max_t * c.q_dim()),
-            k: gpu.zeros(max_t * c.kv_dim()),
-            v: gpu.zeros(max_t * c.kv_dim()),
             attn: gpu.zeros(max_t * c.q_dim()),
-            proj: gpu.zeros(max_t * c.hidden_size),
-            gate: gpu.zeros(max_t * c.intermediate_size),
-            up: gpu.zeros(max_t * c.intermediate_size),
             act: gpu.zeros(max_t * c.intermediate_size),
-            picked: gpu.zeros(max_r * c.hidden_size),
-            normed: gpu.zeros(max_r * c.hidden_size),
+            scratch: gpu.zeros(Self::max_slots(max_r) * decoder.scratch_per_slot()),
             logits: gpu.zeros(max_r * c.vocab_size),
         }
+    }
+
+    /// The most scratch slots a step may use (`max_r` split rows).
+    pub fn max_slots(max_r: usize) -> usize {
+        max_r * MAX_SLOTS_PER_ROW as usize
     }
 }
 
 impl Decoder {
-    /// Uploads every tensor of `source`, one at a time (never two copies on the CPU).
-    /// `progress(done, total)` is called after each tensor.
+    /// Uploads every tensor of `source`, one layer at a time (never the whole model on the
+    /// CPU). `progress(done, total)` is called after each tensor.
     pub fn load(
         gpu: Arc<Gpu>,
         source: &mut dyn WeightSource,
@@ -138,50 +178,66 @@ impl Decoder {
             done: 0,
             total,
         };
-        let (hidden, inter, q_dim, kv_dim) = (
+        let (hidden, inter, q_dim, kv_dim, hd) = (
             config.hidden_size,
             config.intermediate_size,
             config.q_dim(),
             config.kv_dim(),
+            config.head_dim,
         );
         let embed = l.matrix("embed", config.vocab_size, hidden)?;
         let lm_head = match config.tied_embeddings {
             true => None,
             false => Some(l.matrix("lm_head", config.vocab_size, hidden)?),
         };
+        // RoPE runs on adjacent pairs; half-split models get their q and k rows permuted.
+        let order = match config.rope_layout {
+            RopeLayout::Interleaved => None,
+            RopeLayout::HalfSplit => Some(half_split_to_adjacent(hd)),
+        };
         let mut layers = Vec::with_capacity(config.n_layers);
         for i in 0..config.n_layers {
             let name = |s: &str| format!("layers.{i}.{s}");
-            let qkv_bias = match config.has_qkv_bias() {
-                true => Some([
-                    l.vector(&name("q_bias"), q_dim)?,
-                    l.vector(&name("k_bias"), kv_dim)?,
-                    l.vector(&name("v_bias"), kv_dim)?,
-                ]),
-                false => None,
-            };
+            let mut vectors = l.vector(&name("attn_norm"), hidden)?;
+            if config.has_qkv_bias() {
+                let mut q_bias = l.vector(&name("q_bias"), q_dim)?;
+                let mut k_bias = l.vector(&name("k_bias"), kv_dim)?;
+                if let Some(order) = &order {
+                    permute_head_values(&mut q_bias, hd, order);
+                    permute_head_values(&mut k_bias, hd, order);
+                }
+                vectors.extend(q_bias);
+                vectors.extend(k_bias);
+                vectors.extend(l.vector(&name("v_bias"), kv_dim)?);
+            }
+            vectors.extend(l.vector(&name("mlp_norm"), hidden)?);
+            let mut q = l.read(&name("q"), q_dim, hidden)?;
+            let mut k = l.read(&name("k"), kv_dim, hidden)?;
+            if let Some(order) = &order {
+                permute_head_rows(&mut q, hd, order);
+                permute_head_rows(&mut k, hd, order);
+            }
+            let v = l.read(&name("v"), kv_dim, hidden)?;
+            let qkv = l.upload(stack_rows(&[&q, &k, &v])?)?;
+            drop((q, k, v));
+            let o = l.matrix(&name("o"), hidden, q_dim)?;
+            let gate = l.read(&name("gate"), inter, hidden)?;
+            let up = l.read(&name("up"), inter, hidden)?;
+            let gate_up = l.upload(interleave_rows(&gate, &up)?)?;
+            drop((gate, up));
             layers.push(Layer {
-                attn_norm: l.vector(&name("attn_norm"), hidden)?,
-                q: l.matrix(&name("q"), q_dim, hidden)?,
-                k: l.matrix(&name("k"), kv_dim, hidden)?,
-                v: l.matrix(&name("v"), kv_dim, hidden)?,
-                qkv_bias,
-                o: l.matrix(&name("o"), hidden, q_dim)?,
-                mlp_norm: l.vector(&name("mlp_norm"), hidden)?,
-                gate: l.matrix(&name("gate"), inter, hidden)?,
-                up: l.matrix(&name("up"), inter, hidden)?,
+                vectors: gpu.upload(&vectors),
+                qkv,
+                o,
+                gate_up,
                 down: l.matrix(&name("down"), hidden, inter)?,
             });
         }
-        let final_norm = l.vector("final_norm", hidden)?;
-        let rope = RopeTable::new(
-            &gpu,
-            config.head_dim,
-            config.rope_theta,
-            config.max_positions,
-        );
+        let final_norm = gpu.upload(&l.vector("final_norm", hidden)?);
+        let rope = RopeTable::new(&gpu, hd, config.rope_theta, config.max_positions);
         Ok(Decoder {
             gpu,
+            offsets: VectorOffsets::of(&config),
             config,
             embed,
             layers,
@@ -195,9 +251,48 @@ impl Decoder {
         self.lm_head.as_ref().unwrap_or(&self.embed)
     }
 
-    /// Records the forward pass of `batch` into `encoder`: every token's K and V are
-    /// written to its slot in `kv`, and the logits of `batch.logit_rows` to `a.logits`.
-    /// Positions must be below the model's context; the runner checks that.
+    /// The attention shape of a dispatch of `t` rows over blocks of `block_size`.
+    pub fn attention_shape(&self, t: usize, block_size: usize) -> AttentionShape {
+        let c = &self.config;
+        AttentionShape::new(t, c.n_heads, c.n_kv_heads, c.head_dim, block_size)
+    }
+
+    /// Values of attention scratch per split slot.
+    pub fn scratch_per_slot(&self) -> usize {
+        scratch_per_slot(&self.attention_shape(1, 1))
+    }
+
+    /// Records one fused matmul with the shape chosen for its site and row count.
+    fn matmul(&self, rec: &mut Recorder, site: MatmulSite, op: Matmul) {
+        let key = MatmulKey {
+            site,
+            format: op.weight.format,
+            n: op.weight.rows,
+            k: op.weight.cols,
+        };
+        let shape = self.gpu.matmul_shape(key, op.m);
+        matmul::encode(&self.gpu, rec, &op, shape);
+    }
+
+    /// The weights of each matmul site (the first layer's for the layer sites), with the
+    /// keys the choices use: what `sprout tune` measures.
+    pub fn matmul_sites(&self) -> Vec<(MatmulSite, &GpuWeight)> {
+        let mut out = Vec::new();
+        if let Some(l) = self.layers.first() {
+            out.extend([
+                (MatmulSite::Qkv, &l.qkv),
+                (MatmulSite::AttnOut, &l.o),
+                (MatmulSite::GateUp, &l.gate_up),
+                (MatmulSite::Down, &l.down),
+            ]);
+        }
+        out.push((MatmulSite::LmHead, self.lm_head()));
+        out
+    }
+
+    /// Records the forward pass of `batch`: every token's K and V are written to its slot
+    /// in `kv`, and the logits of `batch.logit_rows` to `a.logits`. Positions must be below
+    /// the model's context; the runner checks that.
     pub fn encode_forward(
         &self,
         rec: &mut Recorder,
@@ -206,73 +301,134 @@ impl Decoder {
         a: &ForwardBuffers,
     ) -> Result<(), SproutError> {
         let (c, t, r) = (&self.config, batch.t, batch.r);
-        if t == 0 || t > a.max_t || r > a.max_r {
+        let work = &batch.attention;
+        if t == 0 || t > a.max_t || r > a.max_r || work.slots > ForwardBuffers::max_slots(a.max_r) {
             return Err(SproutError::Shape(format!(
-                "a batch of {t} tokens and {r} logit rows does not fit buffers for 1 to {} \
-                 tokens and {} rows",
-                a.max_t, a.max_r
+                "a batch of {t} tokens, {r} logit rows and {} attention slots does not fit \
+                 buffers for 1 to {} tokens, {} rows and {} slots",
+                work.slots,
+                a.max_t,
+                a.max_r,
+                ForwardBuffers::max_slots(a.max_r)
             )));
         }
         let gpu = &*self.gpu;
-        let (hidden, q_dim, kv_dim, inter) =
-            (c.hidden_size, c.q_dim(), c.kv_dim(), c.intermediate_size);
         let eps = c.rms_norm_eps;
-        let shape = AttentionShape::new(t, c.n_heads, c.n_kv_heads, c.head_dim, kv.block_size);
+        let shape = self.attention_shape(t, kv.block_size);
+        let q_loads = gpu
+            .attention_variant(c.head_dim, shape.group())
+            .q_loads_for(&shape);
+        let offsets = self.offsets;
         embedding::encode(gpu, rec, &self.embed, batch.ids, t, &a.h);
         for (l, layer) in self.layers.iter().enumerate() {
-            rmsnorm::encode(gpu, rec, &a.h, &layer.attn_norm, eps, &a.xn, t, hidden);
-            matmul::encode(gpu, rec, &a.xn, t, &layer.q, &a.q);
-            matmul::encode(gpu, rec, &a.xn, t, &layer.k, &a.k);
-            matmul::encode(gpu, rec, &a.xn, t, &layer.v, &a.v);
-            if let Some([bq, bk, bv]) = &layer.qkv_bias {
-                encode_add_bias(gpu, rec, &a.q, bq, t, q_dim);
-                encode_add_bias(gpu, rec, &a.k, bk, t, kv_dim);
-                encode_add_bias(gpu, rec, &a.v, bv, t, kv_dim);
-            }
-            let positions = batch.positions;
-            let layout = c.rope_layout;
-            rope::encode(gpu, rec, layout, &a.q, positions, &self.rope, t, c.n_heads);
-            rope::encode(
-                gpu,
-                rec,
-                layout,
-                &a.k,
-                positions,
-                &self.rope,
-                t,
-                c.n_kv_heads,
-            );
             let (k_pool, v_pool) = (&kv.k[l], &kv.v[l]);
-            kv_write::encode(gpu, rec, &a.k, &a.v, batch.slots, t, kv_dim, k_pool, v_pool);
+            let norm = |offset| {
+                Some(NormArgs {
+                    vectors: &layer.vectors,
+                    offset,
+                    eps,
+                })
+            };
+            let qkv = QkvArgs {
+                bias_offset: offsets.qkv_bias,
+                q_dim: c.q_dim(),
+                kv_dim: c.kv_dim(),
+                head_dim: c.head_dim,
+                rope: &self.rope,
+                rowinfo: batch.rowinfo,
+                q: &a.q,
+                k_pool,
+                v_pool,
+            };
+            self.matmul(
+                rec,
+                MatmulSite::Qkv,
+                Matmul {
+                    x: &a.h,
+                    m: t,
+                    weight: &layer.qkv,
+                    norm: norm(offsets.attn_norm),
+                    gather: None,
+                    output: Output::Qkv(qkv),
+                },
+            );
+            let buffers = AttentionBuffers {
+                q: &a.q,
+                k_pool,
+                v_pool,
+                block_tables: batch.block_tables,
+                rowinfo: batch.rowinfo,
+                items: work.items,
+                out: &a.attn,
+                scratch: &a.scratch,
+            };
             attention::encode(
                 gpu,
                 rec,
                 &shape,
-                &a.q,
-                k_pool,
-                v_pool,
-                batch.block_tables,
-                batch.rows,
-                &a.attn,
+                q_loads,
+                &buffers,
+                work.n_items,
+                work.slots,
             );
-            matmul::encode(gpu, rec, &a.attn, t, &layer.o, &a.proj);
-            encode_residual_add(gpu, rec, &a.h, &a.proj, t * hidden);
-            rmsnorm::encode(gpu, rec, &a.h, &layer.mlp_norm, eps, &a.xn, t, hidden);
-            matmul::encode(gpu, rec, &a.xn, t, &layer.gate, &a.gate);
-            matmul::encode(gpu, rec, &a.xn, t, &layer.up, &a.up);
-            encode_silu_gate(gpu, rec, &a.gate, &a.up, &a.act, t * inter);
-            matmul::encode(gpu, rec, &a.act, t, &layer.down, &a.proj);
-            encode_residual_add(gpu, rec, &a.h, &a.proj, t * hidden);
+            if work.n_combine > 0 {
+                let (scratch, combine) = (&a.scratch, work.combine);
+                attention::encode_combine(
+                    gpu,
+                    rec,
+                    &shape,
+                    scratch,
+                    combine,
+                    work.n_combine,
+                    &a.attn,
+                );
+            }
+            let plain = |x, weight, output| Matmul {
+                x,
+                m: t,
+                weight,
+                norm: None,
+                gather: None,
+                output,
+            };
+            let o = plain(&a.attn, &layer.o, Output::Residual(&a.h));
+            self.matmul(rec, MatmulSite::AttnOut, o);
+            self.matmul(
+                rec,
+                MatmulSite::GateUp,
+                Matmul {
+                    x: &a.h,
+                    m: t,
+                    weight: &layer.gate_up,
+                    norm: norm(offsets.mlp_norm),
+                    gather: None,
+                    output: Output::SiluGate(&a.act),
+                },
+            );
+            let down = plain(&a.act, &layer.down, Output::Residual(&a.h));
+            self.matmul(rec, MatmulSite::Down, down);
         }
         if r == 0 {
             return Ok(());
         }
         // Only the rows that draw (or are scored) need the final norm and the vocabulary
         // projection, the largest matmul of the pass.
-        encode_gather_rows(gpu, rec, &a.h, batch.logit_rows, r, hidden, &a.picked);
-        let norm = &self.final_norm;
-        rmsnorm::encode(gpu, rec, &a.picked, norm, eps, &a.normed, r, hidden);
-        matmul::encode(gpu, rec, &a.normed, r, self.lm_head(), &a.logits);
+        self.matmul(
+            rec,
+            MatmulSite::LmHead,
+            Matmul {
+                x: &a.h,
+                m: r,
+                weight: self.lm_head(),
+                norm: Some(NormArgs {
+                    vectors: &self.final_norm,
+                    offset: 0,
+                    eps,
+                }),
+                gather: Some(batch.logit_rows),
+                output: Output::Store(&a.logits),
+            },
+        );
         Ok(())
     }
 
@@ -292,7 +448,7 @@ impl Decoder {
             add(head);
         }
         for l in &self.layers {
-            for w in [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down] {
+            for w in [&l.qkv, &l.o, &l.gate_up, &l.down] {
                 add(w);
             }
         }
@@ -348,15 +504,18 @@ impl Loader<'_> {
         Ok(t)
     }
 
+    fn upload(&self, t: TensorData) -> Result<GpuWeight, SproutError> {
+        GpuWeight::upload(self.gpu, t.format, &t.bytes, t.rows, t.cols)
+    }
+
     /// A weight matrix, kept in its stored format.
     fn matrix(&mut self, name: &str, rows: usize, cols: usize) -> Result<GpuWeight, SproutError> {
         let t = self.read(name, rows, cols)?;
-        GpuWeight::upload(self.gpu, t.format, &t.bytes, rows, cols)
+        self.upload(t)
     }
 
     /// A norm or bias vector, as f32.
-    fn vector(&mut self, name: &str, len: usize) -> Result<Tensor, SproutError> {
-        let t = self.read(name, 1, len)?;
-        Ok(self.gpu.upload(&t.to_f32()?))
+    fn vector(&mut self, name: &str, len: usize) -> Result<Vec<f32>, SproutError> {
+        self.read(name, 1, len)?.to_f32()
     }
 }

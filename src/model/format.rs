@@ -15,13 +15,13 @@
 //! quantization to make test weights the way ggml does).
 
 use half::{bf16, f16};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Values per quantization block in every GGUF block format used here.
 pub const QK: usize = 32;
 
 /// How a weight tensor's elements are stored.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum WeightFormat {
     F32,

@@ -7,6 +7,7 @@ pub mod decoder;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod default_model;
 pub mod format;
+pub mod fused_weights;
 pub mod gguf;
 pub mod gguf_metadata;
 pub mod gguf_model;

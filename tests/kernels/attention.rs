@@ -2,11 +2,15 @@
 //! in shuffled, non-contiguous blocks of the pool, against the f64 reference run on each
 //! sequence's contiguous keys; and batch invariance (a query row is bitwise the same in a
 //! mixed batch of prefill chunks and decodes, alone, in another chunk, at other physical
-//! blocks, and with another block size), with the query vectors loaded per key or held,
-//! which must agree bitwise.
+//! blocks, and with another block size), for every variant: rows whole or split across
+//! pages (flash-decoding, folded by the combine step), and query vectors loaded per key,
+//! held or staged in workgroup memory; all of which must agree bitwise.
 
 use sprout::gpu::Gpu;
-use sprout::gpu::kernels::attention::{AttentionShape, QLoads, encode_with};
+use sprout::gpu::kernels::attention::{
+    self, AttentionBuffers, AttentionPlan, AttentionShape, AttentionSplit, AttentionVariant,
+    scratch_per_slot,
+};
 use sprout::reference;
 
 use crate::common::{Case, Outcome, Rng, check_bitwise, check_close, read_f32};
@@ -141,11 +145,12 @@ fn page(heads: &Heads, seqs: &[Seq], seed: u64) -> Paged {
     }
 }
 
-/// The query rows of one dispatch, laid out in `seed`'s pages, on the GPU.
+/// The query rows of one dispatch, laid out in `seed`'s pages, on the GPU; with
+/// `DecodePages` every row of more than one page is split.
 fn run(
     gpu: &Gpu,
     heads: &Heads,
-    q_loads: QLoads,
+    variant: AttentionVariant,
     seqs: &[Seq],
     queries: &[Query],
     seed: u64,
@@ -157,25 +162,38 @@ fn run(
         .flat_map(|&(s, pos)| &seqs[s].q[pos * heads.q_row()..(pos + 1) * heads.q_row()])
         .copied()
         .collect();
-    let rows: Vec<u32> = queries
+    let rowinfo: Vec<[u32; 4]> = queries
         .iter()
-        .flat_map(|&(s, pos)| [paged.offsets[s] as u32, pos as u32])
+        .map(|&(s, pos)| [paged.offsets[s] as u32, pos as u32, 0, 0])
         .collect();
+    let mut plan = AttentionPlan::default();
+    let split = variant.split == AttentionSplit::DecodePages;
+    plan.build(queries.iter().map(|&(_, pos)| (pos as u32 + 1, split)));
     let (q, k_pool, v_pool) = (
         gpu.upload(&q),
         gpu.upload(&paged.k_pool),
         gpu.upload(&paged.v_pool),
     );
-    let (tables, rows) = (gpu.upload(&paged.tables), gpu.upload(&rows));
-    let out = gpu.zeros(shape.q_len());
+    let (tables, rowinfo) = (gpu.upload(&paged.tables), gpu.upload(&rowinfo));
+    let (items, combine) = (gpu.upload(&plan.items), gpu.upload(&plan.combine));
+    let slots = plan.slots as usize;
+    let scratch = gpu.upload(&vec![f32::NAN; slots.max(1) * scratch_per_slot(&shape)]);
+    let out = gpu.upload(&vec![f32::NAN; shape.q_len()]);
+    let b = AttentionBuffers {
+        q: &q,
+        k_pool: &k_pool,
+        v_pool: &v_pool,
+        block_tables: &tables,
+        rowinfo: &rowinfo,
+        items: &items,
+        out: &out,
+        scratch: &scratch,
+    };
     let mut rec = gpu.recorder();
-    encode_with(
-        gpu,
-        &mut rec,
-        &shape,
-        q_loads,
-        [&q, &k_pool, &v_pool, &tables, &rows, &out],
-    );
+    let q_loads = variant.q_loads;
+    attention::encode(gpu, &mut rec, &shape, q_loads, &b, plan.items.len(), slots);
+    let rows = plan.combine.len();
+    attention::encode_combine(gpu, &mut rec, &shape, &scratch, &combine, rows, &out);
     rec.submit();
     read_f32(gpu, &out)
 }
@@ -256,14 +274,14 @@ fn batch_queries(seqs: &[(usize, usize)]) -> Vec<Query> {
     out
 }
 
-fn accuracy_case(row: &ShapeRow, q_loads: QLoads, gpu: &Gpu) -> Result<Outcome, String> {
+fn accuracy_case(row: &ShapeRow, variant: AttentionVariant, gpu: &Gpu) -> Result<Outcome, String> {
     let &(n_heads, _, head_dim, block_size, _, spec) = row;
     let heads = Heads::of(row);
     let lens: Vec<usize> = spec.iter().map(|&(len, _)| len).collect();
     let seed = (n_heads * 1_000_000 + head_dim * 1000 + block_size * 10 + lens[0]) as u64;
     let seqs = sequences(&heads, &lens, seed);
     let queries = batch_queries(spec);
-    let got = run(gpu, &heads, q_loads, &seqs, &queries, seed + 1);
+    let got = run(gpu, &heads, variant, &seqs, &queries, seed + 1);
     check_close(&got, &expected(&heads, &seqs, &queries), TOLERANCE)
 }
 
@@ -331,9 +349,14 @@ const INVARIANCE: &[Invariance] = &[
     },
 ];
 
-/// The batch runs with `q_loads`, and the reruns alternate between both loads where the
-/// shape fits them, so that held and direct query loads must agree bitwise too.
-fn invariance_case(c: &'static Invariance, q_loads: QLoads, gpu: &Gpu) -> Result<Outcome, String> {
+/// The batch runs with `variant`, and the reruns take every variant in turn where the shape
+/// fits it, so that split and whole rows and every way of loading queries must agree
+/// bitwise too.
+fn invariance_case(
+    c: &'static Invariance,
+    variant: AttentionVariant,
+    gpu: &Gpu,
+) -> Result<Outcome, String> {
     let heads = Heads {
         n_heads: c.n_heads,
         n_kv_heads: c.n_kv_heads,
@@ -345,7 +368,7 @@ fn invariance_case(c: &'static Invariance, q_loads: QLoads, gpu: &Gpu) -> Result
     let seed = (c.n_heads * 1000 + c.head_dim) as u64;
     let seqs = sequences(&heads, &lens, seed);
     let queries = batch_queries(c.seqs);
-    let batch = run(gpu, &heads, q_loads, &seqs, &queries, seed + 1);
+    let batch = run(gpu, &heads, variant, &seqs, &queries, seed + 1);
     // The whole batch must be right, or bitwise agreement would prove nothing.
     let outcome = check_close(&batch, &expected(&heads, &seqs, &queries), TOLERANCE)?;
     let row = heads.q_row();
@@ -358,12 +381,13 @@ fn invariance_case(c: &'static Invariance, q_loads: QLoads, gpu: &Gpu) -> Result
             block_size,
             ..heads
         };
-        let loads = match QLoads::ALL[r % 2] {
-            other if other.fits(&heads.shape(1)) => other,
-            _ => q_loads,
+        let all = AttentionVariant::all();
+        let other = match all[r % all.len()] {
+            other if other.q_loads.fits(&heads.shape(1)) => other,
+            _ => variant,
         };
         // Other physical blocks (another seed), maybe another block size.
-        let y = run(gpu, &heads, loads, &seqs, &rerun, seed + 100 + r as u64);
+        let y = run(gpu, &heads, other, &seqs, &rerun, seed + 100 + r as u64);
         for (i, query) in rerun.iter().enumerate() {
             let at = queries
                 .iter()
@@ -372,7 +396,7 @@ fn invariance_case(c: &'static Invariance, q_loads: QLoads, gpu: &Gpu) -> Result
             check_bitwise(
                 &format!(
                     "sequence {} position {} in rerun {r} (t={}, block size {block_size}, \
-                     {loads:?} q) vs in the batch (t={}, {q_loads:?} q)",
+                     {other:?}) vs in the batch (t={}, {variant:?})",
                     query.0,
                     query.1,
                     rerun.len(),
@@ -388,32 +412,33 @@ fn invariance_case(c: &'static Invariance, q_loads: QLoads, gpu: &Gpu) -> Result
 
 pub fn cases() -> Vec<Case> {
     let mut cases = Vec::new();
-    for q_loads in QLoads::ALL {
+    for variant in AttentionVariant::all() {
+        let tag = format!("{:?}-{:?}", variant.split, variant.q_loads);
         for row in SHAPES {
             let (n_heads, n_kv_heads, head_dim, block_size, sharp, seqs) = *row;
-            if !q_loads.fits(&Heads::of(row).shape(1)) {
+            if !variant.q_loads.fits(&Heads::of(row).shape(1)) {
                 continue; // too many query values to hold: never run this way
             }
             let seqs: Vec<String> = seqs.iter().map(|(l, f)| format!("{f}..{l}")).collect();
             let name = format!(
-                "{q_loads:?}/h{n_heads}_kv{n_kv_heads}_d{head_dim}_bs{block_size}_scale{sharp}_rows{}",
+                "{tag}/h{n_heads}_kv{n_kv_heads}_d{head_dim}_bs{block_size}_scale{sharp}_rows{}",
                 seqs.join(",")
             );
             cases.push(Case::new("attention", name, move |gpu| {
-                accuracy_case(row, q_loads, gpu)
+                accuracy_case(row, variant, gpu)
             }));
         }
         for c in INVARIANCE {
             let shape = AttentionShape::new(1, c.n_heads, c.n_kv_heads, c.head_dim, 1);
-            if !q_loads.fits(&shape) {
+            if !variant.q_loads.fits(&shape) {
                 continue;
             }
             let name = format!(
-                "{q_loads:?}/batch-invariance/h{}_kv{}_d{}_bs{}",
+                "{tag}/batch-invariance/h{}_kv{}_d{}_bs{}",
                 c.n_heads, c.n_kv_heads, c.head_dim, c.block_size
             );
             cases.push(Case::new("attention", name, move |gpu| {
-                invariance_case(c, q_loads, gpu)
+                invariance_case(c, variant, gpu)
             }));
         }
     }

@@ -10,13 +10,10 @@ mod attention;
 #[path = "../common/chi_square.rs"]
 mod chi_square;
 mod common;
-mod elementwise;
 mod embedding;
-mod kv_write;
+mod fused;
 mod mask;
 mod matmul;
-mod rmsnorm;
-mod rope;
 mod sample;
 mod softmax;
 mod top_logprobs;
@@ -27,13 +24,10 @@ fn main() {
     let args = libtest_mimic::Arguments::from_args();
     let cases: Vec<Case> = [
         matmul::cases(),
+        fused::cases(),
         attention::cases(),
-        kv_write::cases(),
         embedding::cases(),
-        rmsnorm::cases(),
-        rope::cases(),
         sample::cases(),
-        elementwise::cases(),
         softmax::cases(),
         top_logprobs::cases(),
         mask::cases(),

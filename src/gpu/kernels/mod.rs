@@ -1,14 +1,11 @@
-//! One module per kernel family. Each records dispatches into a caller's command encoder
-//! (so a forward pass is one submit) and has a CPU reference in `crate::reference`.
+//! One module per kernel family. Each records dispatches into a step's `Recorder` (so a
+//! forward pass is one compute pass and one submit) and is checked against the CPU
+//! references in `crate::reference` (a fused kernel against the chain it replaces).
 
 pub mod attention;
-pub mod elementwise;
 pub mod embedding;
-pub mod kv_write;
 pub mod mask;
 pub mod matmul;
-pub mod matmul_tile;
-pub mod rmsnorm;
 pub mod rope;
 pub mod sample;
 pub mod softmax;
@@ -28,14 +25,7 @@ pub fn all_modules() -> Vec<(String, String)> {
             with_weights(embedding::SOURCE, format),
         ));
     }
-    for (name, source) in [
-        ("elementwise", elementwise::SOURCE),
-        ("kv_write", kv_write::SOURCE),
-        ("mask_tokens", mask::SOURCE),
-        ("rmsnorm", rmsnorm::SOURCE),
-    ] {
-        out.push((name.to_string(), source.to_string()));
-    }
+    out.push(("mask_tokens".to_string(), mask::SOURCE.to_string()));
     for (heads, head_dim) in [(1, 64), (3, 64), (8, 32)] {
         for q_loads in attention::QLoads::ALL {
             out.push((
@@ -44,7 +34,10 @@ pub fn all_modules() -> Vec<(String, String)> {
             ));
         }
     }
-    out.push(("rope".to_string(), rope::source()));
+    out.push((
+        "attention_combine".to_string(),
+        attention::combine_source().to_string(),
+    ));
     out.push(("sample".to_string(), sample::source()));
     out.push(("softmax".to_string(), softmax::source()));
     out.push(("top_logprobs".to_string(), top_logprobs::source()));

@@ -1,23 +1,13 @@
-//! Rotary position embedding (shaders/rope.wgsl), in place on `x[m, n_heads, head_dim]`
-//! with one position per row.
+//! Rotary position embedding: the pair layouts and the cos/sin table the fused q|k|v
+//! projection's epilogue reads (shaders/matmul/epilogue_qkv_rope.wgsl).
 //!
 //! Angles are `pos * freq[i]`, `freq[i] = theta^(-2i / head_dim)`. Their cos and sin are
 //! never computed on the GPU (WGSL's are accurate only near [-pi, pi]): a [`RopeTable`] is
-//! built once on the CPU in f64 and uploaded as f32. A position outside the table writes
+//! built once on the CPU in f64 and uploaded as f32. A position outside the table gives
 //! NaN (size the table to the longest context). No reductions: each value is independent
 //! of the batch.
 
-use crate::gpu::grid::grid;
-use crate::gpu::pipelines::{Access, KernelSpec};
-use crate::gpu::{Gpu, Recorder, Tensor};
-
-const KERNEL: &str = include_str!("../../../shaders/rope.wgsl");
-
-/// The kernel with the `quiet_nan` it needs.
-pub(crate) fn source() -> String {
-    format!("{KERNEL}\n{}", crate::gpu::shaders::NAN)
-}
-const WORKGROUP: usize = 256;
+use crate::gpu::{Gpu, Tensor};
 
 /// Which values of a head are rotated together.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,13 +20,6 @@ pub enum RopeLayout {
 
 impl RopeLayout {
     pub const ALL: [RopeLayout; 2] = [RopeLayout::Interleaved, RopeLayout::HalfSplit];
-
-    fn entry(self) -> &'static str {
-        match self {
-            RopeLayout::Interleaved => "rope_interleaved",
-            RopeLayout::HalfSplit => "rope_half",
-        }
-    }
 }
 
 /// `theta^(-2i / head_dim)` for each pair `i < head_dim / 2`, in f64.
@@ -95,65 +78,4 @@ impl RopeTable {
             max_positions,
         }
     }
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct Params {
-    m: u32,
-    n_heads: u32,
-    head_dim: u32,
-    max_positions: u32,
-}
-
-pub fn spec(layout: RopeLayout) -> KernelSpec {
-    KernelSpec {
-        key: format!("rope/{}", layout.entry()),
-        source: Box::new(source),
-        entry: layout.entry(),
-        storage: &[Access::ReadWrite, Access::Read, Access::Read],
-    }
-}
-
-/// Records the rotation of `x[m, n_heads, table.head_dim]` in place, row `r` at
-/// `positions[r]`.
-#[allow(clippy::too_many_arguments)]
-pub fn encode(
-    gpu: &Gpu,
-    rec: &mut Recorder,
-    layout: RopeLayout,
-    x: &Tensor,
-    positions: &Tensor,
-    table: &RopeTable,
-    m: usize,
-    n_heads: usize,
-) {
-    let head_dim = table.head_dim;
-    assert!(
-        x.len >= m * n_heads * head_dim,
-        "rope: x holds {} values, needs {m}x{n_heads}x{head_dim}",
-        x.len
-    );
-    assert!(
-        positions.len >= m,
-        "rope: positions holds {} values, needs {m}",
-        positions.len
-    );
-    let pairs = m * n_heads * head_dim / 2;
-    assert!(
-        u32::try_from(pairs).is_ok(),
-        "rope: {pairs} pairs exceed 2^32"
-    );
-    let params = Params {
-        m: m as u32,
-        n_heads: n_heads as u32,
-        head_dim: head_dim as u32,
-        max_positions: table.max_positions as u32,
-    };
-    rec.dispatch(
-        &gpu.pipeline(&spec(layout)),
-        bytemuck::bytes_of(&params),
-        &[&x.buffer, &positions.buffer, &table.values.buffer],
-        grid(gpu, pairs.div_ceil(WORKGROUP)),
-    );
 }

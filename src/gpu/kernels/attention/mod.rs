@@ -1,0 +1,484 @@
+//! Causal attention with grouped-query heads over the paged KV pool, for a varlen batch
+//! (shaders/attention.wgsl, shaders/attention_combine.wgsl).
+//!
+//! Computes `out[i, h] = Σ_j softmax_j(scale · q[i, h] · k[j, g]) · v[j, g]` with kv head
+//! `g = h / (n_heads / n_kv_heads)`, for `t` query rows that may come from any number of
+//! sequences (prefill chunks and single-token decodes together). Each query row carries,
+//! in `rowinfo [t, 4]` (u32), the offset of its sequence's block table in `block_tables`
+//! and its own absolute position `p` (then its pool slot, unused here); it attends keys
+//! `0 ..= p` of its sequence, key `j` living at pool row
+//! `block_tables[offset + j / block_size] * block_size + j % block_size`.
+//! `q` and `out` are `[t, n_heads, head_dim]`; `k_pool` and `v_pool` are
+//! `[num_blocks * block_size, n_kv_heads, head_dim]`, with every key a row attends already
+//! written (the batch's new keys and values included). `head_dim` is a multiple of 4 (the
+//! kernel reads vec4s) and at most `MAX_HEAD_DIM`; `scale` is positive.
+//!
+//! The rows are computed as the work items of an [`AttentionPlan`]: whole rows in one
+//! dispatch, or (flash-decoding, [`AttentionSplit::DecodePages`]) rows split into pages
+//! whose states a second dispatch, [`encode_combine`], folds.
+//!
+//! Invariant: a row's output is bitwise the same whichever other rows and sequences share
+//! the dispatch, whatever prefill chunking put it there, whichever physical blocks hold
+//! its keys, and whether it was split: keys are taken in fixed pages of 64 from key 0 and
+//! the pages folded in order, with operations that depend only on `head_dim` and the row's
+//! own key count `p + 1` (DESIGN.md, principle 1; the shader's header spells out the
+//! order). How many heads share a workgroup and how the query is loaded decide only which
+//! loads are shared, never the arithmetic.
+//!
+//! `rowinfo`, the work items and `block_tables` live on the GPU, so the host cannot check
+//! them: a wrong offset or block id reads the wrong keys (past the end of a buffer, whatever
+//! robust buffer access gives). The caller (the runner, from a `StepPlan`) keeps them right.
+
+mod plan;
+
+pub use plan::{AttentionPlan, AttentionSplit, MAX_SLOTS_PER_ROW, NO_SLOT, PAGE};
+
+use crate::gpu::pipelines::{Access, KernelSpec};
+use crate::gpu::{Gpu, Recorder, Tensor};
+
+const SOURCE: &str = include_str!("../../../../shaders/attention.wgsl");
+const COMBINE: &str = include_str!("../../../../shaders/attention_combine.wgsl");
+/// Largest `head_dim` the kernel handles: one vec4 of output per invocation (`4 * WG`).
+pub const MAX_HEAD_DIM: usize = 256;
+
+/// The sizes of one attention dispatch.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AttentionShape {
+    /// Query rows in this dispatch, from any number of sequences.
+    pub t: usize,
+    pub n_heads: usize,
+    /// Key/value heads; must divide `n_heads`.
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    /// Key rows per block of the KV pools.
+    pub block_size: usize,
+    /// Multiplies `q · k`; positive, normally `1 / sqrt(head_dim)`.
+    pub scale: f32,
+}
+
+impl AttentionShape {
+    /// The usual shape, with `scale = 1 / sqrt(head_dim)`.
+    pub fn new(
+        t: usize,
+        n_heads: usize,
+        n_kv_heads: usize,
+        head_dim: usize,
+        block_size: usize,
+    ) -> Self {
+        AttentionShape {
+            t,
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            block_size,
+            scale: 1.0 / (head_dim as f32).sqrt(),
+        }
+    }
+
+    /// Query heads per kv head.
+    pub fn group(&self) -> usize {
+        self.n_heads / self.n_kv_heads
+    }
+
+    /// Values in `q` and in `out`: `t * n_heads * head_dim`.
+    pub fn q_len(&self) -> usize {
+        self.t * self.n_heads * self.head_dim
+    }
+
+    /// Values in one key (or value) row of the pools: `n_kv_heads * head_dim`.
+    pub fn kv_dim(&self) -> usize {
+        self.n_kv_heads * self.head_dim
+    }
+
+    /// Panics, naming the problem, when the shape is not one the kernel supports.
+    pub fn validate(&self) {
+        assert!(self.n_heads > 0, "attention: n_heads is 0");
+        assert!(self.n_kv_heads > 0, "attention: n_kv_heads is 0");
+        assert!(
+            self.n_heads.is_multiple_of(self.n_kv_heads),
+            "attention: n_heads {} is not a multiple of n_kv_heads {}",
+            self.n_heads,
+            self.n_kv_heads
+        );
+        assert!(
+            (1..=MAX_HEAD_DIM).contains(&self.head_dim) && self.head_dim.is_multiple_of(4),
+            "attention: head_dim {} is not a multiple of 4 in 4..={MAX_HEAD_DIM}",
+            self.head_dim
+        );
+        assert!(self.block_size > 0, "attention: block_size is 0");
+        assert!(
+            self.scale.is_finite() && self.scale > 0.0,
+            "attention: scale {} is not finite and positive",
+            self.scale
+        );
+        assert!(
+            u32::try_from(self.q_len()).is_ok() && u32::try_from(self.block_size).is_ok(),
+            "attention: {self:?} indexes past u32"
+        );
+    }
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    t: u32,
+    n_heads: u32,
+    n_kv_heads: u32,
+    head_dim: u32,
+    group: u32,
+    block_size: u32,
+    scale: f32,
+    n_items: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct CombineParams {
+    n_heads: u32,
+    head_dim: u32,
+    n_rows: u32,
+    _pad: u32,
+}
+
+/// Most query heads one workgroup serves (they share each key and value row it loads).
+pub const MAX_HEADS_PER_WORKGROUP: usize = 8;
+/// Most vec4s of query a workgroup holds (`QLoads::Held`, `QLoads::Shared`): 64, i.e. 256
+/// floats, such as SmolLM2-135M's 3 heads of 64.
+pub const MAX_HELD_Q: usize = 64;
+
+/// The query heads one workgroup serves for a model with `group` query heads per kv head:
+/// the largest divisor of `group` up to `MAX_HEADS_PER_WORKGROUP`, so that they share a kv
+/// head.
+pub fn heads_per_workgroup(group: usize) -> usize {
+    (1..=group.min(MAX_HEADS_PER_WORKGROUP))
+        .rev()
+        .find(|h| group.is_multiple_of(*h))
+        .unwrap_or(1)
+}
+
+/// How the invocations get the query vectors they score keys against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QLoads {
+    /// Loaded for every key.
+    Direct,
+    /// Loaded once into a private array sized at compile time. On llvmpipe, where every
+    /// load is a per-lane gather, this took decode attention from 19.5 to 16.7 ms in the
+    /// kernel benchmark. A real GPU serves the repeated loads from its cache and would pay
+    /// for the registers instead, so only CPU adapters hold them.
+    Held,
+    /// Staged once per workgroup in workgroup memory, which every invocation then reads:
+    /// the GPU form of holding them.
+    Shared,
+}
+
+impl QLoads {
+    pub const ALL: [QLoads; 3] = [QLoads::Direct, QLoads::Held, QLoads::Shared];
+
+    /// Whether the kernel can hold the query vectors of `shape` (`MAX_HELD_Q`).
+    pub fn fits(self, shape: &AttentionShape) -> bool {
+        self == QLoads::Direct
+            || heads_per_workgroup(shape.group()) * shape.head_dim / 4 <= MAX_HELD_Q
+    }
+
+    fn mode(self) -> u32 {
+        match self {
+            QLoads::Direct => 0,
+            QLoads::Held => 1,
+            QLoads::Shared => 2,
+        }
+    }
+}
+
+/// How attention runs on an adapter: which rows are split, and how queries are loaded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct AttentionVariant {
+    pub split: AttentionSplit,
+    pub q_loads: QLoads,
+}
+
+impl AttentionVariant {
+    /// Before tuning: whole rows with held queries on CPU adapters; split decodes with
+    /// shared queries on GPUs.
+    pub fn default_for(is_cpu: bool) -> AttentionVariant {
+        if is_cpu {
+            AttentionVariant {
+                split: AttentionSplit::Whole,
+                q_loads: QLoads::Held,
+            }
+        } else {
+            AttentionVariant {
+                split: AttentionSplit::DecodePages,
+                q_loads: QLoads::Shared,
+            }
+        }
+    }
+
+    /// Every variant, for the tuner.
+    pub fn all() -> Vec<AttentionVariant> {
+        let mut out = Vec::new();
+        for split in [AttentionSplit::Whole, AttentionSplit::DecodePages] {
+            for q_loads in QLoads::ALL {
+                out.push(AttentionVariant { split, q_loads });
+            }
+        }
+        out
+    }
+
+    /// The query loads to use for `shape`: these, or direct ones when the query does not
+    /// fit the held array.
+    pub fn q_loads_for(&self, shape: &AttentionShape) -> QLoads {
+        if self.q_loads.fits(shape) {
+            self.q_loads
+        } else {
+            QLoads::Direct
+        }
+    }
+}
+
+/// The kernel with `heads` query heads per workgroup, and query vectors of `head_dim`
+/// values loaded as `q_loads` says.
+pub fn spec(heads: usize, head_dim: usize, q_loads: QLoads) -> KernelSpec {
+    use Access::{Read, ReadWrite};
+    KernelSpec {
+        key: format!("attention/paged/{heads}/{head_dim}/{q_loads:?}"),
+        source: Box::new(move || source(heads, head_dim, q_loads)),
+        entry: "attention",
+        storage: &[Read, Read, Read, Read, Read, Read, ReadWrite, ReadWrite],
+    }
+}
+
+/// The combine kernel.
+pub fn combine_spec() -> KernelSpec {
+    KernelSpec {
+        key: "attention/combine".into(),
+        source: Box::new(|| COMBINE.into()),
+        entry: "attention_combine",
+        storage: &[Access::Read, Access::Read, Access::ReadWrite],
+    }
+}
+
+/// The buffers of one attention dispatch.
+pub struct AttentionBuffers<'a> {
+    /// `[t, n_heads, head_dim]` f32.
+    pub q: &'a Tensor,
+    /// `[num_blocks * block_size, n_kv_heads, head_dim]` f32 each.
+    pub k_pool: &'a Tensor,
+    pub v_pool: &'a Tensor,
+    pub block_tables: &'a Tensor,
+    /// `[t, 4]` u32: (table offset, position, pool slot, 0).
+    pub rowinfo: &'a Tensor,
+    /// `[n_items, 4]` u32: the plan's work items.
+    pub items: &'a Tensor,
+    /// `[t, n_heads, head_dim]` f32.
+    pub out: &'a Tensor,
+    /// `[slots, n_heads, 4 + head_dim]` f32: the split rows' states.
+    pub scratch: &'a Tensor,
+}
+
+/// Values per scratch slot: per head a vec4 of (M, L, 0, 0) and the head's O.
+pub fn scratch_per_slot(shape: &AttentionShape) -> usize {
+    shape.n_heads * (4 + shape.head_dim)
+}
+
+/// Records the `n_items` work items of a plan (`b.items`) with `q_loads`. Panics if
+/// `q_loads` does not fit `shape` or a buffer is too small.
+pub fn encode(
+    gpu: &Gpu,
+    rec: &mut Recorder,
+    shape: &AttentionShape,
+    q_loads: QLoads,
+    b: &AttentionBuffers,
+    n_items: usize,
+    slots: usize,
+) {
+    shape.validate();
+    assert!(
+        q_loads.fits(shape),
+        "attention: {shape:?} has more than {MAX_HELD_Q} vec4s of query per workgroup to hold"
+    );
+    let q_len = shape.q_len();
+    let block_len = shape.block_size * shape.kv_dim();
+    assert!(
+        b.q.len >= q_len,
+        "attention: q holds {} values, {shape:?} needs {q_len}",
+        b.q.len
+    );
+    assert!(
+        b.out.len >= q_len,
+        "attention: out holds {} values, {shape:?} needs {q_len}",
+        b.out.len
+    );
+    assert!(
+        b.rowinfo.len >= 4 * shape.t,
+        "attention: rowinfo holds {} values, {} query rows need {}",
+        b.rowinfo.len,
+        shape.t,
+        4 * shape.t
+    );
+    assert!(
+        b.items.len >= 4 * n_items,
+        "attention: {n_items} work items need {} values, the buffer holds {}",
+        4 * n_items,
+        b.items.len
+    );
+    assert!(
+        b.scratch.len >= slots * scratch_per_slot(shape),
+        "attention: {slots} scratch slots need {} values, the buffer holds {}",
+        slots * scratch_per_slot(shape),
+        b.scratch.len
+    );
+    for (name, pool) in [("k_pool", b.k_pool), ("v_pool", b.v_pool)] {
+        assert!(
+            pool.len >= block_len && pool.len.is_multiple_of(block_len),
+            "attention: {name} holds {} values, not a whole number of blocks of {block_len} \
+             ({} rows of {})",
+            pool.len,
+            shape.block_size,
+            shape.kv_dim()
+        );
+        assert!(
+            u32::try_from(pool.len / 4).is_ok(),
+            "attention: {name} holds {} values, past u32 vec4 indexing",
+            pool.len
+        );
+    }
+    assert!(
+        b.k_pool.len == b.v_pool.len,
+        "attention: k_pool holds {} values but v_pool {}",
+        b.k_pool.len,
+        b.v_pool.len
+    );
+    let buffers = [
+        ("q", b.q),
+        ("k_pool", b.k_pool),
+        ("v_pool", b.v_pool),
+        ("block_tables", b.block_tables),
+        ("rowinfo", b.rowinfo),
+        ("items", b.items),
+        ("out", b.out),
+        ("scratch", b.scratch),
+    ];
+    for (name, t) in buffers {
+        assert!(
+            t.buffer.size() <= gpu.caps.max_binding,
+            "attention: {name} is {} bytes, past the adapter's {}-byte binding limit",
+            t.buffer.size(),
+            gpu.caps.max_binding
+        );
+    }
+    let max = gpu.caps.max_workgroups_per_dim as usize;
+    assert!(
+        n_items <= max && shape.n_heads <= max,
+        "attention: {n_items} work items x {} heads exceed the adapter's {max} workgroups per \
+         dimension",
+        shape.n_heads
+    );
+    if shape.t == 0 || n_items == 0 {
+        return;
+    }
+    let params = Params {
+        t: shape.t as u32,
+        n_heads: shape.n_heads as u32,
+        n_kv_heads: shape.n_kv_heads as u32,
+        head_dim: shape.head_dim as u32,
+        group: shape.group() as u32,
+        block_size: shape.block_size as u32,
+        scale: shape.scale,
+        n_items: n_items as u32,
+    };
+    let heads = heads_per_workgroup(shape.group());
+    let kernel = gpu.pipeline(&spec(heads, shape.head_dim, q_loads));
+    rec.dispatch(
+        &kernel,
+        bytemuck::bytes_of(&params),
+        &buffers.map(|(_, t)| &t.buffer),
+        [(shape.n_heads / heads) as u32, n_items as u32, 1],
+    );
+}
+
+/// Records folding the split rows' states (`n_rows` entries of `combine`, a plan's
+/// `combine` list) into their outputs.
+pub fn encode_combine(
+    gpu: &Gpu,
+    rec: &mut Recorder,
+    shape: &AttentionShape,
+    scratch: &Tensor,
+    combine: &Tensor,
+    n_rows: usize,
+    out: &Tensor,
+) {
+    assert!(
+        combine.len >= 4 * n_rows,
+        "attention combine: {n_rows} rows need {} values, the buffer holds {}",
+        4 * n_rows,
+        combine.len
+    );
+    assert!(
+        out.len >= shape.q_len(),
+        "attention combine: out is too small"
+    );
+    let max = gpu.caps.max_workgroups_per_dim as usize;
+    assert!(
+        n_rows <= max,
+        "attention combine: {n_rows} rows exceed {max} workgroups"
+    );
+    if n_rows == 0 {
+        return;
+    }
+    let params = CombineParams {
+        n_heads: shape.n_heads as u32,
+        head_dim: shape.head_dim as u32,
+        n_rows: n_rows as u32,
+        _pad: 0,
+    };
+    let kernel = gpu.pipeline(&combine_spec());
+    rec.dispatch(
+        &kernel,
+        bytemuck::bytes_of(&params),
+        &[&scratch.buffer, &combine.buffer, &out.buffer],
+        [n_rows as u32, 1, 1],
+    );
+}
+
+/// The module with `heads` query heads per workgroup (`HG` in the shader) and queries of
+/// `head_dim` values loaded as `q_loads` says.
+pub fn source(heads: usize, head_dim: usize, q_loads: QLoads) -> String {
+    // Without holding or staging, the arrays are never used: one vec4 per head keeps them
+    // small.
+    let hd4 = if q_loads == QLoads::Direct {
+        1
+    } else {
+        head_dim / 4
+    };
+    format!(
+        "const HG: u32 = {heads}u;\nconst Q_MODE: u32 = {}u;\nconst HD4: u32 = {hd4}u;\n{SOURCE}",
+        q_loads.mode()
+    )
+}
+
+/// The combine kernel's module.
+pub fn combine_source() -> &'static str {
+    COMBINE
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_workgroup_serves_heads_of_one_kv_head() {
+        for (group, heads) in [
+            (1, 1),
+            (3, 3),
+            (4, 4),
+            (7, 7),
+            (8, 8),
+            (12, 6),
+            (16, 8),
+            (11, 1),
+        ] {
+            assert_eq!(heads_per_workgroup(group), heads, "group {group}");
+        }
+    }
+}

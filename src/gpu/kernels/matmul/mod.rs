@@ -1,0 +1,467 @@
+//! `out = epilogue(prologue(x) · Wᵀ)` for a weight in any stored format (shaders/matmul/).
+//!
+//! `x` is `[m, k]` f32 and `W` is `[n, k]` (a linear layer's `[out, in]`). The kernel is
+//! composed of three independent choices:
+//! - a [`Prologue`]: how x is read (as it is, or RMS-normalised per row, optionally from a
+//!   gathered subset of rows);
+//! - an [`Epilogue`]: what happens to each output (stored, added to the residual stream,
+//!   SiLU-gated in pairs, or the q|k|v projection's bias, RoPE and KV-cache write);
+//! - a [`MatmulShape`]: which invocations compute what. `Tile` is shaped for CPU adapters
+//!   (each invocation walks all of k for a small tile); `MatVec` and `Gemm` for GPUs (k
+//!   split across a workgroup for few rows; a tiled GEMM through workgroup memory for many).
+//!
+//! Invariant: every shape, tile, x reader and x load runs the same arithmetic for an output
+//! (the canonical order in shaders/matmul/common.wgsl), so an output is bitwise the same
+//! whichever shape computed it and however many rows shared the dispatch. That is what
+//! lets the engine pick shapes per adapter and per batch size (`gpu::tuning`) without
+//! giving up batch invariance; the kernel suite checks it for every pair of shapes.
+
+mod shape;
+pub mod tile;
+
+pub use shape::MatmulShape;
+pub use tile::{MIN_SHUFFLE_SUBGROUP, XLoads};
+
+use crate::gpu::context::Capabilities;
+use crate::gpu::kernels::rope::RopeTable;
+use crate::gpu::pipelines::{Access, KernelSpec};
+use crate::gpu::shaders::{NAN, with_weights};
+use crate::gpu::{Gpu, GpuWeight, Recorder, Tensor};
+use crate::model::format::WeightFormat;
+
+const COMMON: &str = include_str!("../../../../shaders/matmul/common.wgsl");
+const PROLOGUE_PLAIN: &str = include_str!("../../../../shaders/matmul/prologue_plain.wgsl");
+const PROLOGUE_RMSNORM: &str = include_str!("../../../../shaders/matmul/prologue_rmsnorm.wgsl");
+const ROWS_IDENTITY: &str = include_str!("../../../../shaders/matmul/rows_identity.wgsl");
+const ROWS_GATHER: &str = include_str!("../../../../shaders/matmul/rows_gather.wgsl");
+const EPILOGUE_STORE: &str = include_str!("../../../../shaders/matmul/epilogue_store.wgsl");
+const EPILOGUE_RESIDUAL: &str = include_str!("../../../../shaders/matmul/epilogue_residual.wgsl");
+const EPILOGUE_SILU: &str = include_str!("../../../../shaders/matmul/epilogue_silu_gate.wgsl");
+const EPILOGUE_QKV: &str = include_str!("../../../../shaders/matmul/epilogue_qkv_rope.wgsl");
+pub(crate) const MATVEC: &str = include_str!("../../../../shaders/matmul/matvec.wgsl");
+pub(crate) const GEMM: &str = include_str!("../../../../shaders/matmul/gemm.wgsl");
+const X_VEC4: &str = include_str!("../../../../shaders/activations/vec4.wgsl");
+const X_SCALAR: &str = include_str!("../../../../shaders/activations/scalar.wgsl");
+
+/// How the kernel reads x.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Prologue {
+    /// `x[i, k]` as it is.
+    Plain,
+    /// RMSNorm of each row, times the norm's weights: `(x * inv_rms) * g`.
+    RmsNorm,
+    /// RMSNorm of the rows `rows_index[i]` of x (the rows whose logits are wanted).
+    RmsNormGathered,
+}
+
+/// What the kernel does with each output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Epilogue {
+    /// `y[i, n] = out`.
+    Store,
+    /// `y[i, n] += out` (the residual stream).
+    Residual,
+    /// Weight rows alternate gate and up: `y[i, j] = silu(out[2j]) * out[2j + 1]`.
+    SiluGate,
+    /// The fused q|k|v projection: bias (when `bias`), RoPE on adjacent pairs of q and k,
+    /// q to its buffer, k and v to their pool slots.
+    QkvRope { bias: bool },
+}
+
+/// How the kernel reads x: four values per load when every row starts 16-byte aligned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum XReader {
+    Vec4,
+    Scalar,
+}
+
+impl XReader {
+    pub const ALL: [XReader; 2] = [XReader::Vec4, XReader::Scalar];
+
+    pub fn for_cols(k: usize) -> Self {
+        if k.is_multiple_of(4) {
+            XReader::Vec4
+        } else {
+            XReader::Scalar
+        }
+    }
+
+    fn source(self) -> &'static str {
+        match self {
+            XReader::Vec4 => X_VEC4,
+            XReader::Scalar => X_SCALAR,
+        }
+    }
+}
+
+impl XLoads {
+    pub const ALL: [XLoads; 2] = [XLoads::Direct, XLoads::Shuffled];
+
+    /// Whether the adapter can run these loads.
+    pub fn runs_on(self, caps: &Capabilities) -> bool {
+        match self {
+            XLoads::Direct => true,
+            XLoads::Shuffled => caps.subgroups && caps.subgroup_min_size >= MIN_SHUFFLE_SUBGROUP,
+        }
+    }
+
+    /// The loads sprout uses on an adapter: shuffled where it can.
+    pub fn best(caps: &Capabilities) -> XLoads {
+        if XLoads::Shuffled.runs_on(caps) {
+            XLoads::Shuffled
+        } else {
+            XLoads::Direct
+        }
+    }
+}
+
+/// The RMSNorm prologue's inputs.
+pub struct NormArgs<'a> {
+    /// Holds the norm's weights (`k` values from `offset`), and the QKV epilogue's biases.
+    pub vectors: &'a Tensor,
+    pub offset: usize,
+    pub eps: f32,
+}
+
+/// What the QKV epilogue reads and writes.
+pub struct QkvArgs<'a> {
+    /// Where the q|k|v biases start in the prologue's `vectors`, if the model has them.
+    pub bias_offset: Option<usize>,
+    pub q_dim: usize,
+    pub kv_dim: usize,
+    pub head_dim: usize,
+    pub rope: &'a RopeTable,
+    /// `[m, 4]` u32 per row: (block-table offset, position, pool slot, 0).
+    pub rowinfo: &'a Tensor,
+    /// `[m, q_dim]`: the rotated queries.
+    pub q: &'a Tensor,
+    /// `[pool rows, kv_dim]` each: where the rotated keys and the values go.
+    pub k_pool: &'a Tensor,
+    pub v_pool: &'a Tensor,
+}
+
+/// The outputs and extra inputs of one fused matmul.
+pub enum Output<'a> {
+    Store(&'a Tensor),
+    Residual(&'a Tensor),
+    SiluGate(&'a Tensor),
+    Qkv(QkvArgs<'a>),
+}
+
+/// One fused matmul: `m` rows of `x` against `weight`, read through `norm` (RMSNorm) when
+/// given, optionally of the rows `gather` of x, with `output` saying the epilogue.
+pub struct Matmul<'a> {
+    pub x: &'a Tensor,
+    pub m: usize,
+    pub weight: &'a GpuWeight,
+    pub norm: Option<NormArgs<'a>>,
+    /// `[m]` u32: the rows of x to read (RMSNorm only).
+    pub gather: Option<&'a Tensor>,
+    pub output: Output<'a>,
+}
+
+impl Matmul<'_> {
+    pub fn prologue(&self) -> Prologue {
+        match (&self.norm, self.gather) {
+            (None, _) => Prologue::Plain,
+            (Some(_), None) => Prologue::RmsNorm,
+            (Some(_), Some(_)) => Prologue::RmsNormGathered,
+        }
+    }
+
+    pub fn epilogue(&self) -> Epilogue {
+        match &self.output {
+            Output::Store(_) => Epilogue::Store,
+            Output::Residual(_) => Epilogue::Residual,
+            Output::SiluGate(_) => Epilogue::SiluGate,
+            Output::Qkv(q) => Epilogue::QkvRope {
+                bias: q.bias_offset.is_some(),
+            },
+        }
+    }
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    m: u32,
+    k: u32,
+    rows: u32,
+    n_offset: u32,
+    n_total: u32,
+    row_bytes: u32,
+    eps: f32,
+    vec_offset: u32,
+    bias_offset: u32,
+    q_dim: u32,
+    kv_dim: u32,
+    head_dim: u32,
+    max_positions: u32,
+    y_cols: u32,
+    _pad: [u32; 2],
+}
+
+/// The storage bindings of a kernel: x and the weight, then the prologue's, then the
+/// epilogue's.
+fn storage(prologue: Prologue, epilogue: Epilogue) -> &'static [Access] {
+    use Access::{Read as R, ReadWrite as W};
+    match (prologue, epilogue) {
+        (Prologue::Plain, Epilogue::QkvRope { .. }) => {
+            panic!("the QKV epilogue needs the RMSNorm prologue")
+        }
+        (Prologue::Plain, _) => &[R, R, W],
+        (Prologue::RmsNorm, Epilogue::QkvRope { .. }) => &[R, R, R, R, R, W, W, W],
+        (Prologue::RmsNorm, _) => &[R, R, R, W],
+        (Prologue::RmsNormGathered, Epilogue::QkvRope { .. }) => {
+            panic!("the QKV epilogue reads every row")
+        }
+        (Prologue::RmsNormGathered, _) => &[R, R, R, R, W],
+    }
+}
+
+/// The kernel of `shape` for `format`, these fusions and x reader; `mr` is the rows of x
+/// per workgroup of the `MatVec` shape (ignored by the others).
+pub fn spec(
+    format: WeightFormat,
+    shape: MatmulShape,
+    mr: u32,
+    prologue: Prologue,
+    epilogue: Epilogue,
+    x: XReader,
+) -> KernelSpec {
+    let mr = if matches!(shape, MatmulShape::MatVec { .. }) {
+        mr
+    } else {
+        0
+    };
+    KernelSpec {
+        key: format!(
+            "matmul/{}/mr{mr}/{prologue:?}/{epilogue:?}/{}/{x:?}",
+            shape.key(),
+            format.name()
+        ),
+        source: Box::new(move || source(format, shape, mr, prologue, epilogue, x)),
+        entry: "matmul",
+        storage: storage(prologue, epilogue),
+    }
+}
+
+/// The WGSL module of `spec`'s kernel.
+pub fn source(
+    format: WeightFormat,
+    shape: MatmulShape,
+    mr: u32,
+    prologue: Prologue,
+    epilogue: Epilogue,
+    x: XReader,
+) -> String {
+    let mut parts: Vec<String> = vec![shape.constants(mr), COMMON.to_string()];
+    let mut binding = 3;
+    let mut next = |name: &str, text: &str| {
+        let out = text.replace(&format!("B_{name}"), &binding.to_string());
+        binding += 1;
+        out
+    };
+    match prologue {
+        Prologue::Plain => parts.extend([PROLOGUE_PLAIN.into(), ROWS_IDENTITY.into()]),
+        Prologue::RmsNorm => {
+            parts.extend([next("VECTORS", PROLOGUE_RMSNORM), ROWS_IDENTITY.into()])
+        }
+        Prologue::RmsNormGathered => {
+            parts.push(next("VECTORS", PROLOGUE_RMSNORM));
+            parts.push(next("GATHER", ROWS_GATHER));
+        }
+    }
+    match epilogue {
+        Epilogue::Store => parts.push(next("OUT", EPILOGUE_STORE)),
+        Epilogue::Residual => parts.push(next("OUT", EPILOGUE_RESIDUAL)),
+        Epilogue::SiluGate => parts.push(next("OUT", EPILOGUE_SILU)),
+        Epilogue::QkvRope { bias } => {
+            let mut text = format!("const HAS_BIAS: bool = {bias};\n{EPILOGUE_QKV}\n{NAN}");
+            for name in ["TABLE", "ROWINFO", "Q", "K", "V"] {
+                text = next(name, &text);
+            }
+            parts.push(text);
+        }
+    }
+    parts.push(shape.body());
+    parts.push(x.source().to_string());
+    with_weights(&parts.join("\n"), format)
+}
+
+/// Records the fused matmul `op` with `shape`. Panics (naming the problem) when the
+/// buffers are too small for the shapes or the adapter cannot run the shape.
+pub fn encode(gpu: &Gpu, rec: &mut Recorder, op: &Matmul, shape: MatmulShape) {
+    let (m, k, weight) = (op.m, op.weight.cols, op.weight);
+    let (prologue, epilogue) = (op.prologue(), op.epilogue());
+    let rows_of_x = if op.gather.is_some() { 1 } else { m };
+    assert!(
+        op.x.len >= rows_of_x * k,
+        "matmul: x holds {} values, needs {rows_of_x}x{k}",
+        op.x.len
+    );
+    assert!(
+        shape.runs_on(&gpu.caps),
+        "matmul: {shape:?} cannot run on this adapter"
+    );
+    if let Some(rows) = op.gather {
+        assert!(
+            rows.len >= m,
+            "matmul: {} row indices for {m} rows",
+            rows.len
+        );
+    }
+    let n = weight.rows;
+    let pairs = matches!(epilogue, Epilogue::SiluGate | Epilogue::QkvRope { .. });
+    assert!(
+        !pairs || n.is_multiple_of(2),
+        "matmul: a pairwise epilogue needs an even number of weight rows, not {n}"
+    );
+    let mut p = Params {
+        m: m as u32,
+        k: k as u32,
+        rows: 0,
+        n_offset: 0,
+        n_total: n as u32,
+        row_bytes: weight.row_bytes as u32,
+        eps: 0.0,
+        vec_offset: 0,
+        bias_offset: 0,
+        q_dim: 0,
+        kv_dim: 0,
+        head_dim: 0,
+        max_positions: 0,
+        y_cols: (n / 2) as u32,
+        _pad: [0; 2],
+    };
+    let mut extra: Vec<&wgpu::Buffer> = Vec::with_capacity(6);
+    if let Some(norm) = &op.norm {
+        assert!(
+            norm.vectors.len >= norm.offset + k,
+            "matmul: the norm's {k} weights from {} are past its buffer of {}",
+            norm.offset,
+            norm.vectors.len
+        );
+        p.eps = norm.eps;
+        p.vec_offset = norm.offset as u32;
+        extra.push(&norm.vectors.buffer);
+        if let Some(rows) = op.gather {
+            extra.push(&rows.buffer);
+        }
+    }
+    match &op.output {
+        Output::Store(y) | Output::Residual(y) => {
+            assert!(
+                y.len >= m * n,
+                "matmul: y holds {} values, needs {m}x{n}",
+                y.len
+            );
+            extra.push(&y.buffer);
+        }
+        Output::SiluGate(y) => {
+            assert!(
+                y.len >= m * n / 2,
+                "matmul: y holds {} values, needs {m}x{}",
+                y.len,
+                n / 2
+            );
+            extra.push(&y.buffer);
+        }
+        Output::Qkv(q) => {
+            assert_eq!(n, q.q_dim + 2 * q.kv_dim, "matmul: q|k|v rows");
+            assert!(
+                q.head_dim.is_multiple_of(2) && q.head_dim == q.rope.head_dim,
+                "matmul: head_dim {} against a RoPE table for {}",
+                q.head_dim,
+                q.rope.head_dim
+            );
+            assert!(q.rowinfo.len >= 4 * m, "matmul: rowinfo for {m} rows");
+            assert!(q.q.len >= m * q.q_dim, "matmul: q holds {} values", q.q.len);
+            if let Some(at) = q.bias_offset {
+                let norm = op
+                    .norm
+                    .as_ref()
+                    .expect("QKV reads its biases from the norm's buffer");
+                assert!(
+                    norm.vectors.len >= at + n,
+                    "matmul: the biases are past their buffer"
+                );
+                p.bias_offset = at as u32;
+            }
+            p.q_dim = q.q_dim as u32;
+            p.kv_dim = q.kv_dim as u32;
+            p.head_dim = q.head_dim as u32;
+            p.max_positions = q.rope.max_positions as u32;
+            extra.extend([
+                &q.rope.values.buffer,
+                &q.rowinfo.buffer,
+                &q.q.buffer,
+                &q.k_pool.buffer,
+                &q.v_pool.buffer,
+            ]);
+        }
+    }
+    if m == 0 {
+        return;
+    }
+    let mr = shape.rows_per_workgroup(m);
+    let kernel = gpu.pipeline(&spec(
+        weight.format,
+        shape,
+        mr,
+        prologue,
+        epilogue,
+        XReader::for_cols(k),
+    ));
+    for part in &weight.parts {
+        assert!(
+            !pairs || part.first_row.is_multiple_of(2),
+            "matmul: weight parts must start on even rows for a pairwise epilogue"
+        );
+        p.rows = part.rows as u32;
+        p.n_offset = part.first_row as u32;
+        let mut buffers: Vec<&wgpu::Buffer> = Vec::with_capacity(8);
+        buffers.extend([&op.x.buffer, &part.buffer]);
+        buffers.extend(extra.iter().copied());
+        rec.dispatch(
+            &kernel,
+            bytemuck::bytes_of(&p),
+            &buffers,
+            shape.workgroups(m, part.rows, mr),
+        );
+    }
+}
+
+/// Every WGSL module this kernel family builds without optional features (validated by
+/// the shader test): every shape, format, x reader and fusion the engine uses.
+pub fn modules() -> Vec<(String, String)> {
+    modules_where(|s| !s.needs_subgroups())
+}
+
+/// The modules that need subgroups (validated with subgroup capabilities).
+pub fn subgroup_modules() -> Vec<(String, String)> {
+    modules_where(MatmulShape::needs_subgroups)
+}
+
+fn modules_where(keep: impl Fn(&MatmulShape) -> bool) -> Vec<(String, String)> {
+    let fusions = [
+        (Prologue::Plain, Epilogue::Store),
+        (Prologue::Plain, Epilogue::Residual),
+        (Prologue::RmsNorm, Epilogue::SiluGate),
+        (Prologue::RmsNorm, Epilogue::QkvRope { bias: false }),
+        (Prologue::RmsNorm, Epilogue::QkvRope { bias: true }),
+        (Prologue::RmsNormGathered, Epilogue::Store),
+    ];
+    let mut out = Vec::new();
+    for shape in MatmulShape::candidates_all().into_iter().filter(keep) {
+        for format in WeightFormat::ALL {
+            for x in XReader::ALL {
+                for (prologue, epilogue) in fusions {
+                    let s = spec(format, shape, 2, prologue, epilogue, x);
+                    out.push((s.key.clone(), (s.source)()));
+                }
+            }
+        }
+    }
+    out
+}

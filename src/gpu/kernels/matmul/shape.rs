@@ -1,0 +1,236 @@
+//! The shapes of the matmul kernel: which invocation computes which part of the product.
+//!
+//! Every shape runs the canonical order of `shaders/matmul/common.wgsl`, so the choice
+//! between them is a matter of speed only: the defaults here are by adapter kind, and
+//! `sprout tune` measures them on the adapter (`gpu::tuning`).
+
+use serde::{Deserialize, Serialize};
+
+use super::tile::{WORKGROUP as TILE_WORKGROUP, XLoads, entry_point};
+use super::{GEMM, MATVEC};
+use crate::gpu::context::Capabilities;
+
+/// Most rows of x one `MatVec` workgroup serves (more rows take more workgroups).
+pub const MATVEC_MAX_ROWS: u32 = 8;
+/// `f32`s of workgroup memory the `MatVec` shape stages its parts in (8 KiB).
+const MATVEC_SCRATCH: u32 = 2048;
+/// Weight rows from which one row of x takes the 1 x 4 tile on CPU adapters: a vocabulary
+/// projection (49152 rows for SmolLM2) still has 192 workgroups. For SmolLM2-135M's q8_0
+/// vocabulary projection on llvmpipe the wider tile took 11.8-12.6 ms against the 1 x 2
+/// tile's 14.4-16.6 ms (four runs of each interleaved in one process, twice).
+pub const WIDE_MATVEC_MIN_ROWS: usize = 16384;
+
+/// Which invocations compute which outputs, and how k is split.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "shape", rename_all = "snake_case")]
+pub enum MatmulShape {
+    /// CPU-shaped: each invocation computes `rows` rows of x by `cols` weight rows (`cols`
+    /// even), walking all of k; 64 invocations a workgroup.
+    Tile { rows: u32, cols: u32, loads: XLoads },
+    /// GPU-shaped, for few rows: a workgroup of `wg` invocations owns `nr` weight rows (even)
+    /// and up to 8 rows of x; its invocations split the (weight row, block) pairs, then fold
+    /// the parts in block order.
+    MatVec { wg: u32, nr: u32 },
+    /// GPU-shaped, for many rows: a 16 x 16 workgroup computes (16 * tm) rows of x by 64
+    /// weight rows, staging both in workgroup memory 16 values of k at a time.
+    Gemm { tm: u32 },
+}
+
+impl MatmulShape {
+    /// A short name for pipeline keys and reports.
+    pub fn key(&self) -> String {
+        match self {
+            MatmulShape::Tile { rows, cols, loads } => format!("tile{rows}x{cols}-{loads:?}"),
+            MatmulShape::MatVec { wg, nr } => format!("matvec-wg{wg}-nr{nr}"),
+            MatmulShape::Gemm { tm } => format!("gemm-tm{tm}"),
+        }
+    }
+
+    pub fn needs_subgroups(&self) -> bool {
+        matches!(
+            self,
+            MatmulShape::Tile {
+                loads: XLoads::Shuffled,
+                ..
+            }
+        )
+    }
+
+    /// Whether the adapter can run this shape.
+    pub fn runs_on(&self, caps: &Capabilities) -> bool {
+        match self {
+            MatmulShape::Tile { loads, .. } => loads.runs_on(caps),
+            MatmulShape::MatVec { wg, .. } => *wg <= caps.max_workgroup_invocations,
+            MatmulShape::Gemm { .. } => 256 <= caps.max_workgroup_invocations,
+        }
+    }
+
+    /// Rows of x one workgroup serves for a dispatch of `m` rows (for `MatVec`, the
+    /// smallest power of two up to 8 that holds them).
+    pub fn rows_per_workgroup(&self, m: usize) -> u32 {
+        match self {
+            MatmulShape::Tile { rows, .. } => *rows,
+            MatmulShape::MatVec { .. } => {
+                (m.max(1) as u32).next_power_of_two().min(MATVEC_MAX_ROWS)
+            }
+            MatmulShape::Gemm { tm } => 16 * tm,
+        }
+    }
+
+    /// The dispatch for `m` rows of x against `rows` weight rows.
+    pub fn workgroups(&self, m: usize, rows: usize, mr: u32) -> [u32; 3] {
+        let (m, rows) = (m as u32, rows as u32);
+        match self {
+            MatmulShape::Tile { rows: tr, cols, .. } => {
+                [rows.div_ceil(TILE_WORKGROUP * cols), m.div_ceil(*tr), 1]
+            }
+            MatmulShape::MatVec { nr, .. } => [rows.div_ceil(*nr), m.div_ceil(mr), 1],
+            MatmulShape::Gemm { tm } => [rows.div_ceil(64), m.div_ceil(16 * tm), 1],
+        }
+    }
+
+    /// The WGSL constants the shape's body needs (`mr`: rows per `MatVec` workgroup).
+    pub(super) fn constants(&self, mr: u32) -> String {
+        match self {
+            MatmulShape::Tile { .. } => String::new(),
+            MatmulShape::MatVec { wg, nr } => format!(
+                "const WG: u32 = {wg}u;\nconst MR: u32 = {mr}u;\nconst NR: u32 = {nr}u;\n\
+                 const PRO_ROWS: u32 = {mr}u;\nconst SCRATCH: u32 = {MATVEC_SCRATCH}u;\n"
+            ),
+            MatmulShape::Gemm { tm } => {
+                let bm = 16 * tm;
+                format!(
+                    "const WG: u32 = 256u;\nconst TM: u32 = {tm}u;\nconst BM: u32 = {bm}u;\n\
+                     const PRO_ROWS: u32 = {bm}u;\nconst SCRATCH: u32 = {}u;\n",
+                    16 * bm + 16 * 64
+                )
+            }
+        }
+    }
+
+    /// The shape's entry point and helpers.
+    pub(super) fn body(&self) -> String {
+        match self {
+            MatmulShape::Tile { rows, cols, loads } => entry_point(*rows, *cols, *loads),
+            MatmulShape::MatVec { .. } => MATVEC.to_string(),
+            MatmulShape::Gemm { .. } => GEMM.to_string(),
+        }
+    }
+
+    /// The shape a CPU adapter uses for `m` rows of x against `n` weight rows: today's
+    /// tiles. A rollout's tail runs batches of two rows for many steps, where a 4-row tile
+    /// computes twice the work and took 1.4x as long as a 2-row one on llvmpipe; a 3-row
+    /// tile was no faster than the 4-row one for 3, 5 or 6 rows.
+    pub fn for_cpu(caps: &Capabilities, m: usize, n: usize) -> MatmulShape {
+        let loads = XLoads::best(caps);
+        let (rows, cols) = match m {
+            0 | 1 if n >= WIDE_MATVEC_MIN_ROWS => (1, 4),
+            0 | 1 => (1, 2),
+            2 => (2, 4),
+            _ => (4, 4),
+        };
+        MatmulShape::Tile { rows, cols, loads }
+    }
+
+    /// The shape a GPU uses for `m` rows of x against `n` weight rows of `k` values before
+    /// it is tuned: `MatVec` up to 8 rows, with about one (weight row, block) item per
+    /// invocation; `Gemm` beyond.
+    pub fn for_gpu(m: usize, _n: usize, k: usize) -> MatmulShape {
+        if m <= MATVEC_MAX_ROWS as usize {
+            let wg = 128;
+            MatmulShape::MatVec {
+                wg,
+                nr: matvec_rows(wg, k),
+            }
+        } else if m < 128 {
+            MatmulShape::Gemm { tm: 4 }
+        } else {
+            MatmulShape::Gemm { tm: 8 }
+        }
+    }
+
+    /// The shapes `sprout tune` times for `m` rows of `k` values on an adapter.
+    pub fn candidates(caps: &Capabilities, m: usize, n: usize, k: usize) -> Vec<MatmulShape> {
+        let mut out = vec![MatmulShape::for_cpu(caps, m, n)];
+        for (rows, cols) in [(1, 2), (1, 4), (2, 4), (4, 4)] {
+            let tile = MatmulShape::Tile {
+                rows,
+                cols,
+                loads: XLoads::best(caps),
+            };
+            if !out.contains(&tile) && rows as usize <= m.max(1) {
+                out.push(tile);
+            }
+        }
+        for wg in [64, 128, 256] {
+            let base = matvec_rows(wg, k);
+            for nr in [base / 2, base, base * 2] {
+                let shape = MatmulShape::MatVec { wg, nr };
+                if nr >= 2 && nr % 2 == 0 && nr / 2 * MATVEC_MAX_ROWS <= wg && !out.contains(&shape)
+                {
+                    out.push(shape);
+                }
+            }
+        }
+        if m > 4 {
+            out.push(MatmulShape::Gemm { tm: 4 });
+        }
+        if m > 32 {
+            out.push(MatmulShape::Gemm { tm: 8 });
+        }
+        out.retain(|s| s.runs_on(caps));
+        out
+    }
+
+    /// One of each kind of shape and tile, for validating every module.
+    pub fn candidates_all() -> Vec<MatmulShape> {
+        let mut out = Vec::new();
+        for loads in XLoads::ALL {
+            for (rows, cols) in [(1, 2), (1, 4), (2, 4), (4, 4)] {
+                out.push(MatmulShape::Tile { rows, cols, loads });
+            }
+        }
+        out.extend([
+            MatmulShape::MatVec { wg: 64, nr: 2 },
+            MatmulShape::MatVec { wg: 256, nr: 32 },
+            MatmulShape::Gemm { tm: 4 },
+            MatmulShape::Gemm { tm: 8 },
+        ]);
+        out
+    }
+}
+
+/// Weight rows per `MatVec` workgroup of `wg` invocations for rows of `k` values: about
+/// one (weight row, block) item per invocation, even, from 2 to `2 * wg / 8` (the fold needs
+/// one invocation per pair and row of x).
+pub fn matvec_rows(wg: u32, k: usize) -> u32 {
+    let blocks = (k as u32).div_ceil(32).max(1);
+    let nr = wg.div_ceil(blocks).next_multiple_of(2);
+    nr.clamp(2, 2 * wg / MATVEC_MAX_ROWS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matvec_rows_are_even_and_fold_within_the_workgroup() {
+        for wg in [64, 128, 256] {
+            for k in [7, 64, 576, 1536, 8192] {
+                let nr = matvec_rows(wg, k);
+                assert!(nr >= 2 && nr.is_multiple_of(2), "{wg} {k}: {nr}");
+                assert!(nr / 2 * MATVEC_MAX_ROWS <= wg, "{wg} {k}: {nr}");
+            }
+        }
+        assert_eq!(matvec_rows(128, 576), 8);
+    }
+
+    #[test]
+    fn matvec_serves_up_to_eight_rows_per_workgroup() {
+        let shape = MatmulShape::MatVec { wg: 128, nr: 8 };
+        for (m, mr) in [(1, 1), (2, 2), (3, 4), (5, 8), (8, 8), (9, 8), (64, 8)] {
+            assert_eq!(shape.rows_per_workgroup(m), mr, "{m}");
+        }
+        assert_eq!(shape.workgroups(9, 576, 8), [72, 2, 1]);
+    }
+}

@@ -1,0 +1,410 @@
+//! The fused matmuls the decoder runs, each against the CPU references of the chain of
+//! kernels it replaces, on every shape (GPU-shaped ones forced), with every shape bitwise
+//! equal to the others:
+//! - RMSNorm, gate and up (rows interleaved), SiLU-gate: rmsnorm -> matmul x2 -> silu_gate;
+//! - the residual add: residual_add(h, matmul);
+//! - RMSNorm, q|k|v (+ bias), RoPE on q and k, the KV-cache write:
+//!   rmsnorm -> matmul x3 -> add_bias -> rope -> kv_write;
+//! - RMSNorm of gathered rows and the vocabulary projection: gather_rows -> rmsnorm -> matmul.
+
+use sprout::gpu::kernels::matmul::{self, Matmul, MatmulShape, NormArgs, Output, QkvArgs};
+use sprout::gpu::kernels::rope::{RopeLayout, RopeTable};
+use sprout::gpu::{Gpu, Tensor};
+use sprout::model::format::WeightFormat;
+use sprout::model::fused_weights::{interleave_rows, stack_rows};
+use sprout::model::source::TensorData;
+use sprout::reference;
+
+use crate::common::{Case, Outcome, Rng, check_bitwise, check_close, read_f32};
+use crate::matmul::{Problem, all_shapes, for_shape, shapes_on};
+
+/// The norm rounds its output to f32 before the products (the reference keeps f64 until
+/// then), RoPE's table is f64 rounded to f32: relative errors near 1e-7, an NMSE near 1e-13.
+const TOLERANCE: f64 = 1e-9;
+const EPS: f32 = 1e-5;
+/// Values before the norm's weights in the vectors buffer: the kernels must honour offsets.
+const LEAD: usize = 3;
+
+/// Which fused matmul a case checks.
+#[derive(Clone, Copy, Debug)]
+enum Fusion {
+    SiluGate,
+    Residual,
+    Qkv { bias: bool },
+    Gathered,
+}
+
+/// The inputs of one fused case: `m` rows of `k` values (scaled by `x_scale`), a norm's
+/// weights, and weights in `format`.
+struct Inputs {
+    format: WeightFormat,
+    m: usize,
+    k: usize,
+    x: Vec<f32>,
+    norm: Vec<f32>,
+    seed: u64,
+}
+
+impl Inputs {
+    fn new(format: WeightFormat, m: usize, k: usize, x_scale: f32, seed: u64) -> Inputs {
+        let mut rng = Rng::new(seed);
+        let x = rng.vec(m * k, x_scale);
+        let norm = (0..k).map(|_| 1.0 + rng.uniform(0.5)).collect();
+        Inputs {
+            format,
+            m,
+            k,
+            x,
+            norm,
+            seed,
+        }
+    }
+
+    /// A weight of `n` rows in the case's format (and its dequantized values).
+    fn weight(&self, n: usize, salt: u64) -> Problem {
+        Problem::new(self.format, 1, self.k, n, self.seed * 31 + salt)
+    }
+
+    /// The norm's weights at `LEAD`, then `extra`, as the vectors buffer.
+    fn vectors(&self, extra: &[f32]) -> Vec<f32> {
+        let mut v = vec![9.0; LEAD];
+        v.extend(&self.norm);
+        v.extend(extra);
+        v
+    }
+
+    fn normed(&self) -> Vec<f32> {
+        reference::rmsnorm::rmsnorm(&self.x, &self.norm, EPS, self.k)
+    }
+}
+
+fn tensor(p: &Problem) -> TensorData {
+    TensorData {
+        format: p.format,
+        rows: p.n,
+        cols: p.k,
+        bytes: p.bytes.clone(),
+    }
+}
+
+fn norm_args(vectors: &Tensor) -> Option<NormArgs<'_>> {
+    Some(NormArgs {
+        vectors,
+        offset: LEAD,
+        eps: EPS,
+    })
+}
+
+/// What one run produced, as one flat vector (outputs concatenated), and the reference.
+fn run(gpu: &Gpu, fusion: Fusion, i: &Inputs, shape: MatmulShape) -> (Vec<f32>, Vec<f32>) {
+    match fusion {
+        Fusion::SiluGate => silu_gate(gpu, i, shape),
+        Fusion::Residual => residual(gpu, i, shape),
+        Fusion::Qkv { bias } => qkv(gpu, i, shape, bias),
+        Fusion::Gathered => gathered(gpu, i, shape),
+    }
+}
+
+fn silu_gate(gpu: &Gpu, i: &Inputs, shape: MatmulShape) -> (Vec<f32>, Vec<f32>) {
+    let inter = 34;
+    let (gate, up) = (i.weight(inter, 1), i.weight(inter, 2));
+    let joined = interleave_rows(&tensor(&gate), &tensor(&up)).unwrap();
+    let w =
+        sprout::gpu::GpuWeight::upload(gpu, joined.format, &joined.bytes, 2 * inter, i.k).unwrap();
+    let (x, vectors) = (gpu.upload(&i.x), gpu.upload(&i.vectors(&[])));
+    let y = gpu.upload(&vec![f32::NAN; i.m * inter]);
+    let mut rec = gpu.recorder();
+    let op = Matmul {
+        x: &x,
+        m: i.m,
+        weight: &w,
+        norm: norm_args(&vectors),
+        gather: None,
+        output: Output::SiluGate(&y),
+    };
+    matmul::encode(gpu, &mut rec, &op, shape);
+    rec.submit();
+    let xn = i.normed();
+    let g = reference::matmul::matmul(&xn, &gate.w, i.m, i.k, inter);
+    let u = reference::matmul::matmul(&xn, &up.w, i.m, i.k, inter);
+    (read_f32(gpu, &y), reference::elementwise::silu_gate(&g, &u))
+}
+
+fn residual(gpu: &Gpu, i: &Inputs, shape: MatmulShape) -> (Vec<f32>, Vec<f32>) {
+    let n = 70;
+    let p = i.weight(n, 3);
+    let h0 = Rng::new(i.seed + 5).vec(i.m * n, 2.0);
+    let (x, w, h) = (gpu.upload(&i.x), p.upload(gpu, None), gpu.upload(&h0));
+    let mut rec = gpu.recorder();
+    let op = Matmul {
+        x: &x,
+        m: i.m,
+        weight: &w,
+        norm: None,
+        gather: None,
+        output: Output::Residual(&h),
+    };
+    matmul::encode(gpu, &mut rec, &op, shape);
+    rec.submit();
+    let y = reference::matmul::matmul(&i.x, &p.w, i.m, i.k, n);
+    (
+        read_f32(gpu, &h),
+        reference::elementwise::residual_add(&h0, &y),
+    )
+}
+
+/// Heads of the q|k|v case: 3 query heads over 1 kv head of 16, a table of 50 positions.
+const HEADS: usize = 3;
+const KV_HEADS: usize = 1;
+const HEAD_DIM: usize = 16;
+const THETA: f64 = 10000.0;
+const TABLE: usize = 50;
+const POOL_ROWS: usize = 40;
+
+fn qkv(gpu: &Gpu, i: &Inputs, shape: MatmulShape, bias: bool) -> (Vec<f32>, Vec<f32>) {
+    let (q_dim, kv_dim) = (HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM);
+    let (wq, wk, wv) = (i.weight(q_dim, 4), i.weight(kv_dim, 5), i.weight(kv_dim, 6));
+    let joined = stack_rows(&[&tensor(&wq), &tensor(&wk), &tensor(&wv)]).unwrap();
+    let n = q_dim + 2 * kv_dim;
+    let w = sprout::gpu::GpuWeight::upload(gpu, joined.format, &joined.bytes, n, i.k).unwrap();
+    let mut rng = Rng::new(i.seed + 9);
+    let biases = if bias { rng.vec(n, 0.3) } else { vec![] };
+    // Positions: 0, the table's last, then random; distinct random slots in the pool.
+    let positions: Vec<u32> = (0..i.m)
+        .map(|r| match r {
+            0 => 0,
+            1 => TABLE as u32 - 1,
+            _ => rng.below(TABLE as u32),
+        })
+        .collect();
+    let mut slots: Vec<u32> = (0..POOL_ROWS as u32).collect();
+    for j in (1..slots.len()).rev() {
+        slots.swap(j, rng.below(j as u32 + 1) as usize);
+    }
+    slots.truncate(i.m);
+    let rowinfo: Vec<[u32; 4]> = (0..i.m).map(|r| [0, positions[r], slots[r], 0]).collect();
+    let sentinel = vec![7.0f32; POOL_ROWS * kv_dim];
+    let (x, vectors) = (gpu.upload(&i.x), gpu.upload(&i.vectors(&biases)));
+    let (rows, q) = (
+        gpu.upload(&rowinfo),
+        gpu.upload(&vec![f32::NAN; i.m * q_dim]),
+    );
+    let (k_pool, v_pool) = (gpu.upload(&sentinel), gpu.upload(&sentinel));
+    let table = RopeTable::new(gpu, HEAD_DIM, THETA, TABLE);
+    let mut rec = gpu.recorder();
+    let op = Matmul {
+        x: &x,
+        m: i.m,
+        weight: &w,
+        norm: norm_args(&vectors),
+        gather: None,
+        output: Output::Qkv(QkvArgs {
+            bias_offset: bias.then_some(LEAD + i.k),
+            q_dim,
+            kv_dim,
+            head_dim: HEAD_DIM,
+            rope: &table,
+            rowinfo: &rows,
+            q: &q,
+            k_pool: &k_pool,
+            v_pool: &v_pool,
+        }),
+    };
+    matmul::encode(gpu, &mut rec, &op, shape);
+    rec.submit();
+    let got = [
+        read_f32(gpu, &q),
+        read_f32(gpu, &k_pool),
+        read_f32(gpu, &v_pool),
+    ]
+    .concat();
+
+    let xn = i.normed();
+    let proj = |w: &Problem, n: usize, at: usize| {
+        let y = reference::matmul::matmul(&xn, &w.w, i.m, i.k, n);
+        match bias {
+            true => reference::elementwise::add_bias(&y, &biases[at..at + n]),
+            false => y,
+        }
+    };
+    let (qo, ko, vo) = (
+        proj(&wq, q_dim, 0),
+        proj(&wk, kv_dim, q_dim),
+        proj(&wv, kv_dim, q_dim + kv_dim),
+    );
+    let rope = |y: &[f32], heads| {
+        let layout = RopeLayout::Interleaved;
+        reference::rope::rope(y, &positions, heads, HEAD_DIM, THETA, layout)
+    };
+    let (qr, kr) = (rope(&qo, HEADS), rope(&ko, KV_HEADS));
+    let (mut k_ref, mut v_ref) = (sentinel.clone(), sentinel);
+    reference::kv_write::kv_write(&kr, &vo, &slots, kv_dim, &mut k_ref, &mut v_ref);
+    (got, [qr, k_ref, v_ref].concat())
+}
+
+fn gathered(gpu: &Gpu, i: &Inputs, shape: MatmulShape) -> (Vec<f32>, Vec<f32>) {
+    let n = 66;
+    let p = i.weight(n, 7);
+    // Rows of x picked out of order, one twice.
+    let picks: Vec<u32> = (0..i.m as u32).rev().chain([0]).collect();
+    let (x, w, vectors) = (
+        gpu.upload(&i.x),
+        p.upload(gpu, None),
+        gpu.upload(&i.vectors(&[])),
+    );
+    let (rows, y) = (
+        gpu.upload(&picks),
+        gpu.upload(&vec![f32::NAN; picks.len() * n]),
+    );
+    let mut rec = gpu.recorder();
+    let op = Matmul {
+        x: &x,
+        m: picks.len(),
+        weight: &w,
+        norm: norm_args(&vectors),
+        gather: Some(&rows),
+        output: Output::Store(&y),
+    };
+    matmul::encode(gpu, &mut rec, &op, shape);
+    rec.submit();
+    let picked = reference::elementwise::gather_rows(&i.x, &picks, i.k);
+    let xn = reference::rmsnorm::rmsnorm(&picked, &i.norm, EPS, i.k);
+    (
+        read_f32(gpu, &y),
+        reference::matmul::matmul(&xn, &p.w, picks.len(), i.k, n),
+    )
+}
+
+/// (m, k): one row, a decode batch, more rows than a matrix-vector workgroup serves, a
+/// prefill chunk; k of one and several blocks.
+const ROWS: &[(usize, usize)] = &[(1, 64), (5, 96), (9, 32), (33, 64)];
+/// For the float formats: k not a multiple of 32, or of 4.
+const ODD_K: &[(usize, usize)] = &[(3, 37), (6, 46)];
+
+pub fn cases() -> Vec<Case> {
+    let fusions = [
+        Fusion::SiluGate,
+        Fusion::Residual,
+        Fusion::Qkv { bias: false },
+        Fusion::Qkv { bias: true },
+        Fusion::Gathered,
+    ];
+    let mut cases = Vec::new();
+    for format in WeightFormat::ALL {
+        let mut rows = ROWS.to_vec();
+        if !format.is_quantized() {
+            rows.extend_from_slice(ODD_K);
+        }
+        for fusion in fusions {
+            for shape in all_shapes() {
+                for &(m, k) in &rows {
+                    let name = format!("{fusion:?}/{format}/{}/m{m}_k{k}", shape.key());
+                    let case = Case::new("fused", name, move |gpu| {
+                        let i = Inputs::new(format, m, k, 1.0, (m * 100 + k) as u64);
+                        let (got, want) = run(gpu, fusion, &i, shape);
+                        check_close(&got, &want, TOLERANCE)
+                    });
+                    cases.push(for_shape(case, shape));
+                }
+            }
+            // Every shape the adapter runs gives bitwise the same outputs.
+            let name = format!("{fusion:?}/{format}/shapes-agree");
+            cases.push(Case::new("fused", name, move |gpu| {
+                let i = Inputs::new(format, 11, 64, 1.0, 77);
+                let shapes = shapes_on(gpu);
+                let (first, want) = run(gpu, fusion, &i, shapes[0]);
+                let outcome = check_close(&first, &want, TOLERANCE)?;
+                for &shape in &shapes[1..] {
+                    let (got, _) = run(gpu, fusion, &i, shape);
+                    check_bitwise(
+                        &format!("{fusion:?} on {} vs {}", shape.key(), shapes[0].key()),
+                        &got,
+                        &first,
+                    )?;
+                }
+                Ok(outcome)
+            }));
+        }
+    }
+    // Gate values far from 0: silu must give x or -0, never inf or NaN.
+    cases.push(Case::new("fused", "SiluGate/extremes", |gpu| {
+        let i = Inputs::new(WeightFormat::F32, 4, 64, 1.0, 3);
+        let loud = Inputs {
+            norm: i.norm.iter().map(|v| v * 400.0).collect(),
+            ..i
+        };
+        let mut outcome = Outcome {
+            nmse: 0.0,
+            tolerance: TOLERANCE,
+        };
+        for shape in shapes_on(gpu) {
+            let (got, want) = silu_gate(gpu, &loud, shape);
+            outcome = check_close(&got, &want, TOLERANCE)?;
+        }
+        Ok(outcome)
+    }));
+    // A position past the RoPE table writes NaN to q and k (never a wrong rotation), and
+    // v as it is.
+    cases.push(Case::new("fused", "Qkv/position-past-table", |gpu| {
+        past_table(gpu)
+    }));
+    cases
+}
+
+fn past_table(gpu: &Gpu) -> Result<Outcome, String> {
+    let (q_dim, kv_dim) = (HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM);
+    let i = Inputs::new(WeightFormat::F16, 1, 32, 1.0, 5);
+    let n = q_dim + 2 * kv_dim;
+    let p = i.weight(n, 8);
+    let (x, w, vectors) = (
+        gpu.upload(&i.x),
+        p.upload(gpu, None),
+        gpu.upload(&i.vectors(&[])),
+    );
+    let rows = gpu.upload(&[[0u32, TABLE as u32, 2, 0]]);
+    let q = gpu.zeros(q_dim);
+    let (k_pool, v_pool) = (gpu.zeros(4 * kv_dim), gpu.zeros(4 * kv_dim));
+    let table = RopeTable::new(gpu, HEAD_DIM, THETA, TABLE);
+    for shape in shapes_on(gpu) {
+        let mut rec = gpu.recorder();
+        let op = Matmul {
+            x: &x,
+            m: 1,
+            weight: &w,
+            norm: norm_args(&vectors),
+            gather: None,
+            output: Output::Qkv(QkvArgs {
+                bias_offset: None,
+                q_dim,
+                kv_dim,
+                head_dim: HEAD_DIM,
+                rope: &table,
+                rowinfo: &rows,
+                q: &q,
+                k_pool: &k_pool,
+                v_pool: &v_pool,
+            }),
+        };
+        matmul::encode(gpu, &mut rec, &op, shape);
+        rec.submit();
+        let (qv, kv, vv) = (
+            read_f32(gpu, &q),
+            read_f32(gpu, &k_pool),
+            read_f32(gpu, &v_pool),
+        );
+        let key = shape.key();
+        if !qv.iter().all(|v| v.is_nan()) {
+            return Err(format!("{key}: q past the table is not NaN"));
+        }
+        if !kv[2 * kv_dim..3 * kv_dim].iter().all(|v| v.is_nan()) {
+            return Err(format!("{key}: k past the table is not NaN"));
+        }
+        if !vv[2 * kv_dim..3 * kv_dim].iter().all(|v| v.is_finite()) {
+            return Err(format!("{key}: v was not written as it is"));
+        }
+    }
+    Ok(Outcome {
+        nmse: 0.0,
+        tolerance: TOLERANCE,
+    })
+}
