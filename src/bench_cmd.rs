@@ -14,6 +14,9 @@
 //! Samples with a target length are ended by the bench when they reach it (end of
 //! sequence is ignored), so the modes' token counts match exactly.
 //!
+//! With `--load-format dummy` the weights are random (see `sprout::model::dummy`) and the
+//! prompts random token ids, so a machine without a model file can still be measured.
+//!
 //! With `--rounds R` the whole list of modes runs R times, one round after another, so that
 //! a burst of other work on a shared machine lands on every mode alike; each mode reports
 //! its median round (see `median_round`), and every round's tokens/s.
@@ -34,7 +37,7 @@ use sprout::model::decoder::Decoder;
 use sprout::sched::{FinishReason, Request, RequestId, SamplingParams};
 
 use crate::bench_workload::{Lengths, SampleSpec, Workload};
-use crate::cli_args::{EngineArgs, ModelArg};
+use crate::cli_args::{EngineArgs, LoadArgs, ModelArg};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -60,7 +63,9 @@ impl Mode {
 pub struct BenchArgs {
     #[command(flatten)]
     model: ModelArg,
-    /// Prompts (P), cut from a built-in text.
+    #[command(flatten)]
+    load: LoadArgs,
+    /// Prompts (P), cut from a built-in text (random token ids with dummy weights).
     #[arg(long, default_value_t = 4)]
     prompts: usize,
     /// Samples per prompt (G).
@@ -87,7 +92,7 @@ pub struct BenchArgs {
     /// Samples per batch in the static mode (default: G).
     #[arg(long)]
     batch: Option<usize>,
-    /// Sampling seed (temperature 1, no truncation).
+    /// Sampling seed (temperature 1, no truncation); also draws dummy weights and prompts.
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Print the results as JSON to stdout.
@@ -142,12 +147,21 @@ pub fn run(backend: BackendChoice, args: BenchArgs) -> Result<()> {
         bail!("--modes needs at least one of sequential, static, continuous, sprout");
     }
     let config = args.engine.config()?;
-    let opened = sprout::model::open::open(args.model.model.as_deref())?;
+    let opened = args.load.open(&args.model, args.seed)?;
     let mut source = opened.source;
-    let tokenizer = opened.tokenizer;
+    let text_ids = match &opened.tokenizer {
+        Some(tokenizer) => tokenizer.encode(crate::bench_workload::text())?,
+        // No vocabulary (dummy weights): as many random ids as the prompts need.
+        None => {
+            let c = source.config();
+            let len = Workload::text_len(args.prompts, args.prompt_tokens);
+            let mut avoid = c.eos_token_ids.clone();
+            avoid.extend(c.bos_token_id);
+            crate::bench_workload::random_text_ids(len, c.vocab_size, &avoid, args.seed)?
+        }
+    };
     let gpu = pollster::block_on(Gpu::open(backend))?;
     let decoder = crate::generate_cmd::load(&gpu, source.as_mut())?;
-    let text_ids = tokenizer.encode(crate::bench_workload::text())?;
     let workload = Workload::new(
         &text_ids,
         args.prompts,

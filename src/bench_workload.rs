@@ -1,14 +1,19 @@
 //! The rollout workload `sprout bench` runs in every mode: P prompts of about L tokens cut
 //! from a built-in text, each sampled G times, with an output length per sample.
 //!
+//! Without a tokenizer (dummy weights) the text is random token ids instead, long enough
+//! that no prompt wraps around, avoiding the ids that begin or end a sequence.
+//!
 //! Lengths are decided up front so that every mode generates exactly the same tokens'
 //! worth of work: `fixed` gives every sample N tokens; `heavy-tail` gives the P x G samples
 //! the quantiles of a Pareto distribution (tail index 1, scale N/16) capped at N, shuffled,
 //! so they span 16x when there are 16 or more samples (a few hit the cap, many are short,
 //! as in real RL rollouts); `natural` has no target: a sample ends at end of sequence or N.
 
+use anyhow::{Result, bail};
 use clap::ValueEnum;
 use serde::Serialize;
+use sprout::model::dummy::SplitMix64;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -76,7 +81,7 @@ impl Workload {
         assert!(!text_ids.is_empty(), "the built-in text has no tokens");
         let prompts: Vec<Vec<u32>> = (0..prompts)
             .map(|p| {
-                let start = p * 97;
+                let start = p * PROMPT_STRIDE;
                 (0..prompt_tokens)
                     .map(|i| text_ids[(start + i) % text_ids.len()])
                     .collect()
@@ -90,6 +95,12 @@ impl Workload {
             lengths,
             targets,
         }
+    }
+
+    /// The text ids that `new` cuts `prompts` prompts of `prompt_tokens` from without
+    /// wrapping around.
+    pub fn text_len(prompts: usize, prompt_tokens: usize) -> usize {
+        prompts.saturating_sub(1) * PROMPT_STRIDE + prompt_tokens
     }
 
     /// Every sample, prompt by prompt.
@@ -111,9 +122,32 @@ impl Workload {
     }
 }
 
+/// Prompt p starts at text id p * PROMPT_STRIDE.
+const PROMPT_STRIDE: usize = 97;
+
 /// The built-in text that prompts are cut from.
 pub fn text() -> &'static str {
     TEXT
+}
+
+/// `len` token ids standing in for the text when there is no tokenizer: uniform over the
+/// vocabulary of `vocab_size` except `avoid` (bos and eos), the same for a `seed`.
+pub fn random_text_ids(
+    len: usize,
+    vocab_size: usize,
+    avoid: &[u32],
+    seed: u64,
+) -> Result<Vec<u32>> {
+    let allowed: Vec<u32> = (0..vocab_size as u32)
+        .filter(|id| !avoid.contains(id))
+        .collect();
+    if allowed.is_empty() {
+        bail!("the vocabulary of {vocab_size} has no ids besides bos and eos for prompts");
+    }
+    let mut rng = SplitMix64::new(seed ^ 0x70_726f_6d70_7473); // "prompts"
+    Ok((0..len)
+        .map(|_| allowed[rng.below(allowed.len() as u64) as usize])
+        .collect())
 }
 
 fn targets(prompts: usize, g: usize, n: usize, lengths: Lengths) -> Vec<Vec<Option<usize>>> {
@@ -169,6 +203,28 @@ mod tests {
         // Deterministic.
         let again = Workload::new(&ids, 4, 64, 8, 128, Lengths::HeavyTail);
         assert_eq!(w, again);
+    }
+
+    #[test]
+    fn random_prompts_avoid_bos_and_eos_and_repeat_for_a_seed() {
+        let len = Workload::text_len(3, 64);
+        let ids = random_text_ids(len, 40, &[1, 2], 5).unwrap();
+        assert_eq!(ids.len(), 2 * 97 + 64);
+        assert!(ids.iter().all(|&id| id < 40 && id != 1 && id != 2));
+        assert!(
+            (0..40)
+                .filter(|i| ![1, 2].contains(i))
+                .all(|i| ids.contains(&i))
+        );
+        assert_eq!(ids, random_text_ids(len, 40, &[1, 2], 5).unwrap());
+        assert_ne!(ids, random_text_ids(len, 40, &[1, 2], 6).unwrap());
+        let w = Workload::new(&ids, 3, 64, 2, 8, Lengths::Fixed);
+        assert_eq!(
+            w.prompts[2],
+            ids[2 * 97..].to_vec(),
+            "no prompt wraps around"
+        );
+        assert!(random_text_ids(4, 2, &[0, 1], 0).is_err());
     }
 
     #[test]

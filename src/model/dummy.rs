@@ -1,0 +1,437 @@
+//! Random weights drawn from a model config (vLLM's `--load-format dummy`): a
+//! [`WeightSource`] for measuring sprout on a machine that has no model file.
+//!
+//! Every canonical tensor has its config's shape. Matrices are stored in the chosen
+//! [`WeightFormat`] (quantized as ggml does, from f32 values uniform in ±1/sqrt(cols), so
+//! that activations keep their scale through every layer); norm vectors are f32 near 1.0
+//! and biases small f32 values. A tensor's values depend only on (seed, its name, its
+//! shape), drawn from a splitmix64 stream, so a (config, format, seed) gives the same bytes
+//! on every machine and in any reading order. `read` makes one tensor at a time, a chunk
+//! of rows at a time: the whole model is never in memory.
+//!
+//! The quantized formats store rows in blocks of 32 values, so every matrix's `cols`
+//! (hidden size, q dim, intermediate size) must be a multiple of 32;
+//! [`DummyWeights::new`] names the first tensor that is not.
+//!
+//! [`builtin_config`] gives the configs of a few published models by name (their real
+//! shapes; RoPE half-split, as a Hugging Face directory stores them) and two tiny ones for
+//! tests and smoke runs. A Hugging Face `config.json` is read in native code
+//! (`model::open::dummy_config`).
+
+use crate::error::SproutError;
+use crate::gpu::kernels::rope::RopeLayout;
+use crate::model::config::{Architecture, ModelConfig};
+use crate::model::format::{WeightFormat, quantize};
+use crate::model::names::{self, LayerTensor, TensorName};
+use crate::model::source::{TensorData, WeightSource};
+
+/// The names [`builtin_config`] knows.
+pub const BUILTIN_CONFIGS: [&str; 5] = [
+    "smollm2-135m",
+    "smollm2-360m",
+    "qwen2-0.5b",
+    "tiny-llama",
+    "tiny-qwen2",
+];
+
+/// The config dummy weights are drawn for when none is named.
+pub const DEFAULT_DUMMY_MODEL: &str = "smollm2-135m";
+
+/// The config of a built-in model by name (see [`BUILTIN_CONFIGS`]):
+/// - `smollm2-135m`, `smollm2-360m`: SmolLM2-135M/360M-Instruct (Llama, tied embeddings).
+/// - `qwen2-0.5b`: Qwen2-0.5B (q, k and v biases, tied embeddings).
+/// - `tiny-llama`, `tiny-qwen2`: 2 layers, hidden 64, vocabulary 512 (fast anywhere).
+pub fn builtin_config(name: &str) -> Result<ModelConfig, SproutError> {
+    let llama = |hidden, inter, layers, heads, kv_heads, vocab, positions| ModelConfig {
+        architecture: Architecture::Llama,
+        vocab_size: vocab,
+        hidden_size: hidden,
+        intermediate_size: inter,
+        n_layers: layers,
+        n_heads: heads,
+        n_kv_heads: kv_heads,
+        head_dim: hidden / heads,
+        rms_norm_eps: 1e-5,
+        rope_theta: 100000.0,
+        rope_layout: RopeLayout::HalfSplit,
+        max_positions: positions,
+        tied_embeddings: true,
+        bos_token_id: Some(1),
+        eos_token_ids: vec![2],
+    };
+    let qwen2 = |hidden, inter, layers, heads, kv_heads, vocab, positions, eos| ModelConfig {
+        architecture: Architecture::Qwen2,
+        rms_norm_eps: 1e-6,
+        rope_theta: 1_000_000.0,
+        bos_token_id: Some(eos),
+        eos_token_ids: vec![eos],
+        ..llama(hidden, inter, layers, heads, kv_heads, vocab, positions)
+    };
+    Ok(match name {
+        "smollm2-135m" => llama(576, 1536, 30, 9, 3, 49152, 8192),
+        "smollm2-360m" => llama(960, 2560, 32, 15, 5, 49152, 8192),
+        "qwen2-0.5b" => qwen2(896, 4864, 24, 14, 2, 151936, 131072, 151643),
+        "tiny-llama" => llama(64, 160, 2, 4, 2, 512, 512),
+        "tiny-qwen2" => ModelConfig {
+            tied_embeddings: false,
+            ..qwen2(64, 128, 2, 4, 1, 512, 512, 511)
+        },
+        other => {
+            return Err(SproutError::Model(format!(
+                "`{other}` is not a built-in model config (built-in: {})",
+                BUILTIN_CONFIGS.join(", ")
+            )));
+        }
+    })
+}
+
+/// Random weights for a config, in one storage format.
+pub struct DummyWeights {
+    config: ModelConfig,
+    format: WeightFormat,
+    seed: u64,
+}
+
+impl DummyWeights {
+    /// Weights for `config` with every matrix stored in `format`, drawn from `seed`; an
+    /// error naming the tensor when `format` cannot store one of its matrices' rows.
+    pub fn new(config: ModelConfig, format: WeightFormat, seed: u64) -> Result<Self, SproutError> {
+        for name in TensorName::all(&config) {
+            let (rows, cols) = name.shape(&config);
+            if !is_vector(name) && format.row_bytes(cols).is_err() {
+                return Err(SproutError::Model(format!(
+                    "dummy weights: tensor {name} is {rows} x {cols}, but {format} stores \
+                     each row in blocks of {} values and {cols} is not a multiple of {}; \
+                     choose f32, f16 or bf16 for this model",
+                    format.block_len(),
+                    format.block_len()
+                )));
+            }
+        }
+        Ok(DummyWeights {
+            config,
+            format,
+            seed,
+        })
+    }
+
+    /// The storage format of the matrices.
+    pub fn format(&self) -> WeightFormat {
+        self.format
+    }
+
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+}
+
+/// Norms and biases: one row, kept in f32 (as the kernels take them).
+fn is_vector(name: TensorName) -> bool {
+    match name {
+        TensorName::Embed | TensorName::LmHead => false,
+        TensorName::FinalNorm => true,
+        TensorName::Layer(_, t) => {
+            matches!(t, LayerTensor::AttnNorm | LayerTensor::MlpNorm) || t.is_bias()
+        }
+    }
+}
+
+/// Values per chunk of rows that `read` draws and quantizes at once.
+const CHUNK_VALUES: usize = 1 << 16;
+
+impl WeightSource for DummyWeights {
+    fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    fn read(&mut self, name: &str) -> Result<TensorData, SproutError> {
+        let tensor = TensorName::parse(name)
+            .filter(|n| n.exists_in(&self.config))
+            .ok_or_else(|| names::missing(name, "the dummy model"))?;
+        let (rows, cols) = tensor.shape(&self.config);
+        let mut rng = SplitMix64::for_tensor(self.seed, name, rows, cols);
+        if is_vector(tensor) {
+            let (center, spread) = match tensor {
+                TensorName::Layer(_, t) if t.is_bias() => (0.0, 0.02),
+                _ => (1.0, 0.05),
+            };
+            let mut values = vec![0.0f32; cols];
+            rng.fill(&mut values, center, spread);
+            return Ok(TensorData {
+                format: WeightFormat::F32,
+                rows,
+                cols,
+                bytes: quantize(WeightFormat::F32, &values, cols)?,
+            });
+        }
+        let format = self.format;
+        let row_bytes = format.row_bytes(cols)?;
+        let mut bytes = Vec::with_capacity(rows * row_bytes);
+        let chunk_rows = (CHUNK_VALUES / cols.max(1)).max(1);
+        let mut values = vec![0.0f32; chunk_rows * cols];
+        let scale = 1.0 / (cols.max(1) as f32).sqrt();
+        let mut row = 0;
+        while row < rows {
+            let n = chunk_rows.min(rows - row);
+            let chunk = &mut values[..n * cols];
+            rng.fill(chunk, 0.0, scale);
+            bytes.extend_from_slice(&quantize(format, chunk, cols)?);
+            row += n;
+        }
+        Ok(TensorData {
+            format,
+            rows,
+            cols,
+            bytes,
+        })
+    }
+
+    fn has(&self, name: &str) -> bool {
+        TensorName::parse(name).is_some_and(|n| n.exists_in(&self.config))
+    }
+}
+
+/// splitmix64 (Steele, Lea and Flood): a small generator whose output is the same on
+/// every platform.
+pub struct SplitMix64(u64);
+
+impl SplitMix64 {
+    pub fn new(seed: u64) -> Self {
+        SplitMix64(seed)
+    }
+
+    /// The stream of one tensor: keyed by the seed, the name (FNV-1a) and the shape.
+    fn for_tensor(seed: u64, name: &str, rows: usize, cols: usize) -> Self {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in name.bytes() {
+            h = (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        let mut g = SplitMix64(seed ^ h);
+        let key = g.next_u64() ^ (rows as u64).rotate_left(32) ^ cols as u64;
+        SplitMix64(key)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// A number uniform in `0..n` (n > 0; the bias of a 64-bit modulus is negligible here).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+
+    /// Fills `out` with values uniform in `center ± spread`, two per draw (24 bits each).
+    fn fill(&mut self, out: &mut [f32], center: f32, spread: f32) {
+        const UNIT: f32 = 1.0 / (1u32 << 23) as f32;
+        let to_value = |bits: u64| center + spread * (((bits & 0xff_ffff) as f32) * UNIT - 1.0);
+        let mut pairs = out.chunks_exact_mut(2);
+        for pair in &mut pairs {
+            let x = self.next_u64();
+            pair[0] = to_value(x >> 8);
+            pair[1] = to_value(x >> 40);
+        }
+        if let [last] = pairs.into_remainder() {
+            *last = to_value(self.next_u64() >> 8);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_tensor_has_its_shape_and_format() {
+        for model in ["tiny-llama", "tiny-qwen2"] {
+            let config = builtin_config(model).unwrap();
+            for format in WeightFormat::ALL {
+                let mut w = DummyWeights::new(config.clone(), format, 7).unwrap();
+                let all = TensorName::all(&config);
+                assert_eq!(
+                    all.len(),
+                    2 + config.n_layers * if config.has_qkv_bias() { 12 } else { 9 }
+                        + usize::from(!config.tied_embeddings)
+                );
+                for name in all {
+                    let key = name.to_string();
+                    assert!(w.has(&key), "{model} {key}");
+                    let t = w.read(&key).unwrap();
+                    assert_eq!((t.rows, t.cols), name.shape(&config), "{model} {key}");
+                    let want = if is_vector(name) {
+                        WeightFormat::F32
+                    } else {
+                        format
+                    };
+                    assert_eq!(t.format, want, "{model} {key}");
+                    assert_eq!(t.bytes.len(), t.rows * want.row_bytes(t.cols).unwrap());
+                    let values = t.to_f32().unwrap();
+                    let bound = match name {
+                        _ if is_vector(name) => 1.06,
+                        // Rounding to the format can push a value a little past ±1/sqrt(cols).
+                        _ => 1.1 / (t.cols as f32).sqrt(),
+                    };
+                    assert!(
+                        values.iter().all(|v| v.is_finite() && v.abs() <= bound),
+                        "{model} {key} {format}"
+                    );
+                    let mean = values.iter().sum::<f32>() / values.len() as f32;
+                    match name {
+                        TensorName::FinalNorm
+                        | TensorName::Layer(_, LayerTensor::AttnNorm | LayerTensor::MlpNorm) => {
+                            assert!((mean - 1.0).abs() < 0.02, "{key}: {mean}")
+                        }
+                        _ => assert!(mean.abs() < 0.02, "{key}: {mean}"),
+                    }
+                }
+                let absent = if config.tied_embeddings {
+                    "lm_head"
+                } else {
+                    "layers.9.q"
+                };
+                assert!(
+                    !w.has(absent) && w.read(absent).is_err(),
+                    "{model} {absent}"
+                );
+                let err = w.read("bogus").err().unwrap().to_string();
+                assert!(err.contains("bogus"), "{err}");
+            }
+        }
+        let llama = builtin_config("tiny-llama").unwrap();
+        let w = DummyWeights::new(llama, WeightFormat::Q4_1, 0).unwrap();
+        assert!(!w.has("layers.0.q_bias"));
+    }
+
+    #[test]
+    fn the_same_seed_gives_the_same_bytes_in_any_order() {
+        let config = builtin_config("tiny-qwen2").unwrap();
+        let names: Vec<String> = TensorName::all(&config)
+            .iter()
+            .map(|n| n.to_string())
+            .collect();
+        for format in WeightFormat::ALL {
+            let mut a = DummyWeights::new(config.clone(), format, 3).unwrap();
+            let mut b = DummyWeights::new(config.clone(), format, 3).unwrap();
+            let mut c = DummyWeights::new(config.clone(), format, 4).unwrap();
+            let forward: Vec<Vec<u8>> = names.iter().map(|n| a.read(n).unwrap().bytes).collect();
+            let mut backward: Vec<Vec<u8>> = names
+                .iter()
+                .rev()
+                .map(|n| b.read(n).unwrap().bytes)
+                .collect();
+            backward.reverse();
+            assert_eq!(forward, backward, "{format}");
+            for (n, bytes) in names.iter().zip(&forward) {
+                assert_ne!(
+                    &c.read(n).unwrap().bytes,
+                    bytes,
+                    "{format} {n}: another seed"
+                );
+            }
+            // Tensors of one shape still differ from each other.
+            assert_ne!(
+                a.read("layers.0.k").unwrap().bytes,
+                a.read("layers.0.v").unwrap().bytes
+            );
+        }
+    }
+
+    #[test]
+    fn quantized_formats_need_rows_of_whole_blocks() {
+        let config = ModelConfig {
+            intermediate_size: 100,
+            ..builtin_config("tiny-llama").unwrap()
+        };
+        for format in [WeightFormat::Q8_0, WeightFormat::Q4_0, WeightFormat::Q4_1] {
+            let err = DummyWeights::new(config.clone(), format, 0)
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(
+                err.contains("layers.0.down")
+                    && err.contains(format.name())
+                    && err.contains("100")
+                    && err.contains("32"),
+                "{err}"
+            );
+        }
+        for format in [WeightFormat::F32, WeightFormat::F16, WeightFormat::Bf16] {
+            DummyWeights::new(config.clone(), format, 0).unwrap();
+        }
+    }
+
+    #[test]
+    fn built_in_configs_have_the_published_shapes() {
+        let s = builtin_config("smollm2-135m").unwrap();
+        assert_eq!(
+            (
+                s.hidden_size,
+                s.intermediate_size,
+                s.n_layers,
+                s.n_heads,
+                s.n_kv_heads,
+                s.head_dim,
+                s.vocab_size
+            ),
+            (576, 1536, 30, 9, 3, 64, 49152)
+        );
+        assert_eq!(
+            (s.rms_norm_eps, s.rope_theta, s.max_positions),
+            (1e-5, 100000.0, 8192)
+        );
+        assert!(s.tied_embeddings && s.architecture == Architecture::Llama);
+        assert_eq!(
+            (s.bos_token_id, s.eos_token_ids.as_slice(), s.rope_layout),
+            (Some(1), &[2][..], RopeLayout::HalfSplit)
+        );
+        let m = builtin_config("smollm2-360m").unwrap();
+        assert_eq!(
+            (
+                m.hidden_size,
+                m.intermediate_size,
+                m.n_layers,
+                m.n_heads,
+                m.n_kv_heads,
+                m.head_dim
+            ),
+            (960, 2560, 32, 15, 5, 64)
+        );
+        let q = builtin_config("qwen2-0.5b").unwrap();
+        assert_eq!(
+            (
+                q.hidden_size,
+                q.intermediate_size,
+                q.n_layers,
+                q.n_heads,
+                q.n_kv_heads,
+                q.head_dim,
+                q.vocab_size
+            ),
+            (896, 4864, 24, 14, 2, 64, 151936)
+        );
+        assert!(q.has_qkv_bias() && q.tied_embeddings);
+        for name in BUILTIN_CONFIGS {
+            let c = builtin_config(name).unwrap();
+            assert_eq!(c.hidden_size, c.n_heads * c.head_dim, "{name}");
+            assert!(
+                c.eos_token_ids.iter().all(|&e| (e as usize) < c.vocab_size),
+                "{name}"
+            );
+            for format in WeightFormat::ALL {
+                DummyWeights::new(c.clone(), format, 0).unwrap();
+            }
+        }
+    }
+
+    #[test]
+    fn an_unknown_name_lists_the_built_in_ones() {
+        let err = builtin_config("gpt-5").unwrap_err().to_string();
+        assert!(err.contains("gpt-5"), "{err}");
+        for name in BUILTIN_CONFIGS {
+            assert!(err.contains(name), "{err}");
+        }
+    }
+}
