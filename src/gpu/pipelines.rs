@@ -114,7 +114,14 @@ fn build(device: &wgpu::Device, spec: &KernelSpec, id: usize) -> Kernel {
         layout: Some(&pipeline_layout),
         module: &module,
         entry_point: Some(spec.entry),
-        compilation_options: Default::default(),
+        // Every kernel writes its workgroup memory before reading it, so the zeroing WebGPU
+        // does by default is pure cost: a barrier and a store loop at the start of every
+        // workgroup, and on GL a constant array of the workgroup memory's size in the
+        // translated shader, which took llvmpipe's GL compiler about 20 s per kernel.
+        compilation_options: wgpu::PipelineCompilationOptions {
+            zero_initialize_workgroup_memory: false,
+            ..Default::default()
+        },
         cache: None,
     });
     Kernel {
