@@ -463,7 +463,8 @@ fn attention(c: &mut Criterion, gpu: &Gpu, entries: &mut Vec<Entry>) {
     };
     for (name, seqs, keys, rows_per_seq) in [("decode", 32, 256, 1), ("prefill", 1, 128, 128)] {
         let a = attention_inputs(gpu, seqs, keys, rows_per_seq);
-        let mut variants = vec![gpu.attention_variant(HEAD_DIM, N_HEADS / N_KV_HEADS)];
+        let rows = seqs * rows_per_seq;
+        let mut variants = vec![gpu.attention_variant(HEAD_DIM, N_HEADS / N_KV_HEADS, rows)];
         if std::env::var("SPROUT_BENCH_SHAPES").is_ok_and(|v| v == "all") {
             for v in [
                 AttentionVariant::default_for(true),

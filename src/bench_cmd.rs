@@ -31,8 +31,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use serde_json::json;
 use sprout::engine::{Engine, EngineConfig, StepTimings};
+use sprout::gpu::BackendChoice;
 use sprout::gpu::profile::KernelProfile;
-use sprout::gpu::{BackendChoice, Gpu};
 use sprout::model::decoder::Decoder;
 use sprout::sched::{FinishReason, Request, RequestId, SamplingParams};
 
@@ -126,6 +126,9 @@ pub struct ModeResult {
     pub steps: usize,
     pub preemptions: usize,
     pub wall_s: f64,
+    /// Kernel dispatches per step, averaged over the steps that only decode (no prompt
+    /// computed): the fixed cost a step pays on a GPU.
+    pub dispatches_per_step: Option<f64>,
     /// Where the steps' time went, summed over steps.
     pub time: StepTimings,
     /// Time per kernel, with `--profile`.
@@ -160,7 +163,7 @@ pub fn run(backend: BackendChoice, args: BenchArgs) -> Result<()> {
             crate::bench_workload::random_text_ids(len, c.vocab_size, &avoid, args.seed)?
         }
     };
-    let gpu = pollster::block_on(Gpu::open(backend))?;
+    let gpu = crate::device::open(backend)?;
     let decoder = crate::generate_cmd::load(&gpu, source.as_mut())?;
     let workload = Workload::new(
         &text_ids,
@@ -243,11 +246,14 @@ pub fn run(backend: BackendChoice, args: BenchArgs) -> Result<()> {
                 "backend": gpu.adapter.backend,
                 "name": gpu.adapter.name,
                 "driver": gpu.adapter.driver,
+                "driver_info": gpu.adapter.driver_info,
             },
+            "tuning": gpu.tuned_from(),
             "modes": modes,
         });
         println!("{}", serde_json::to_string(&out)?);
     } else {
+        println!("{}", crate::device::describe_choices(&gpu));
         print_table(&results);
         for (mode, r) in &results {
             if let Some(profile) = &r.kernels {
@@ -369,6 +375,7 @@ fn run_mode(
     };
     let started = Instant::now();
     let mut time = StepTimings::default();
+    let (mut decode_steps, mut decode_dispatches) = (0usize, 0usize);
     for wave in all.chunks(chunk) {
         // Per request: its samples' targets and tokens so far.
         let mut live: HashMap<u32, (RequestId, &[SampleSpec], Vec<usize>)> = HashMap::new();
@@ -379,6 +386,10 @@ fn run_mode(
         while engine.has_work() {
             let step = pollster::block_on(engine.step())?;
             time += step.timings;
+            if step.decode_only && step.tokens > 0 {
+                decode_steps += 1;
+                decode_dispatches += step.dispatches;
+            }
             bar.inc(step.drawn.len() as u64);
             let done: Vec<(u32, u32)> = step
                 .finished
@@ -412,6 +423,8 @@ fn run_mode(
         steps: s.steps,
         preemptions: s.preemptions,
         wall_s,
+        dispatches_per_step: (decode_steps > 0)
+            .then(|| decode_dispatches as f64 / decode_steps as f64),
         time,
         kernels: None,
     })
@@ -431,15 +444,15 @@ fn print_table(results: &[(Mode, ModeResult)]) {
         }
     }
     println!(
-        "{:<10} {:>9} {:>9} {:>7} {:>8} {:>6} {:>6} {:>8}   step time: schedule/encode/gpu/update",
-        "mode", "tokens", "tokens/s", "x seq", "prefill", "peak", "steps", "wall s"
+        "{:<10} {:>9} {:>9} {:>7} {:>8} {:>6} {:>6} {:>8} {:>10}   step time: schedule/encode/gpu/update",
+        "mode", "tokens", "tokens/s", "x seq", "prefill", "peak", "steps", "wall s", "dispatches"
     );
     for (mode, r) in results {
         let t = &r.time;
         let total = (t.schedule_s + t.encode_s + t.gpu_s + t.update_s).max(1e-12);
         let pct = |x: f64| 100.0 * x / total;
         println!(
-            "{:<10} {:>9} {:>9.2} {:>7} {:>8} {:>6} {:>6} {:>8.1}   {:.1}% / {:.1}% / {:.1}% / {:.1}%",
+            "{:<10} {:>9} {:>9.2} {:>7} {:>8} {:>6} {:>6} {:>8.1} {:>10}   {:.1}% / {:.1}% / {:.1}% / {:.1}%",
             mode.name(),
             r.generated_tokens,
             r.generated_tokens_per_s,
@@ -449,6 +462,8 @@ fn print_table(results: &[(Mode, ModeResult)]) {
             r.peak_kv_blocks,
             r.steps,
             r.wall_s,
+            r.dispatches_per_step
+                .map_or("-".to_string(), |x| format!("{x:.1}")),
             pct(t.schedule_s),
             pct(t.encode_s),
             pct(t.gpu_s),
@@ -462,9 +477,10 @@ fn print_profile(mode: Mode, profile: &KernelProfile) {
     const SHOWN: usize = 15;
     let total = profile.total_seconds().max(1e-12);
     println!(
-        "\n{}: kernel time {:.1} s (each dispatch run alone)",
+        "\n{}: kernel time {:.3} s ({})",
         mode.name(),
-        total
+        total,
+        profile.method.describe()
     );
     println!(
         "{:<40} {:>8} {:>10} {:>12} {:>7}",
@@ -510,6 +526,7 @@ mod tests {
             steps: 0,
             preemptions: 0,
             wall_s: 100.0 / tokens_per_s,
+            dispatches_per_step: None,
             time: StepTimings::default(),
             kernels: None,
         }

@@ -31,7 +31,7 @@ pub fn run(backend: BackendChoice, args: GenerateArgs) -> Result<()> {
     let opened = sprout::model::open::open(args.model.model.as_deref())?;
     let mut source = opened.source;
     let tokenizer = opened.tokenizer;
-    let gpu = pollster::block_on(Gpu::open(backend))?;
+    let gpu = crate::device::open(backend)?;
     let decoder = load(&gpu, source.as_mut())?;
     let prompt_ids = tokenizer.encode(&args.prompt)?;
     let params = GenerateParams {

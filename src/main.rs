@@ -4,15 +4,17 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
-use sprout::gpu::{AdapterSummary, BackendChoice, list_adapters};
+use sprout::gpu::{AdapterSummary, BackendChoice, list_adapters, tune_file};
 
 mod bench_cmd;
 mod bench_workload;
 mod cli_args;
+mod device;
 mod generate_cmd;
 mod prompts_file;
 mod rollout_cmd;
 mod score_cmd;
+mod tune_cmd;
 
 #[derive(Parser)]
 #[command(
@@ -45,6 +47,9 @@ enum Command {
     Score(score_cmd::ScoreArgs),
     /// Run one rollout workload in several batching modes and compare their speed.
     Bench(bench_cmd::BenchArgs),
+    /// Time every kernel variant at the model's shapes on this adapter and keep the
+    /// fastest (in a tune file every command then uses).
+    Tune(tune_cmd::TuneArgs),
     /// Print the default model's path, fetching and caching it first if needed.
     ModelPath,
 }
@@ -57,6 +62,7 @@ fn main() -> ExitCode {
         Command::Rollout(args) => rollout_cmd::run(cli.backend, args),
         Command::Score(args) => score_cmd::run(cli.backend, args),
         Command::Bench(args) => bench_cmd::run(cli.backend, args),
+        Command::Tune(args) => tune_cmd::run(cli.backend, args),
         Command::ModelPath => sprout::model::default_model::path()
             .map(|p| println!("{}", p.display()))
             .map_err(Into::into),
@@ -76,8 +82,26 @@ fn devices(backend: BackendChoice, json: bool) -> Result<()> {
         .iter()
         .map(AdapterSummary::of)
         .collect();
+    // Each adapter's tune file, when `sprout tune` has written one for it.
+    let tuned: Vec<Option<String>> = adapters
+        .iter()
+        .map(|a| {
+            let path = tune_file::path_for(a).ok()?;
+            tune_file::read(&path, a).ok()??;
+            Some(path.display().to_string())
+        })
+        .collect();
     if json {
-        println!("{}", serde_json::to_string_pretty(&adapters)?);
+        let list: Vec<serde_json::Value> = adapters
+            .iter()
+            .zip(&tuned)
+            .map(|(a, t)| {
+                let mut v = serde_json::to_value(a)?;
+                v["tune_file"] = serde_json::json!(t);
+                Ok(v)
+            })
+            .collect::<Result<_>>()?;
+        println!("{}", serde_json::to_string_pretty(&list)?);
         return Ok(());
     }
     if adapters.is_empty() {
@@ -87,7 +111,7 @@ fn devices(backend: BackendChoice, json: bool) -> Result<()> {
         "{:<3} {:<7} {:<40} {:<14} {:<5} {:<9} {:>11} {:>11}  driver",
         "#", "backend", "name", "type", "f16", "subgroups", "max bind", "max buffer"
     );
-    for (i, a) in adapters.iter().enumerate() {
+    for (i, (a, tuned)) in adapters.iter().zip(&tuned).enumerate() {
         println!(
             "{:<3} {:<7} {:<40} {:<14} {:<5} {:<9} {:>11} {:>11}  {} {}",
             i,
@@ -101,6 +125,10 @@ fn devices(backend: BackendChoice, json: bool) -> Result<()> {
             a.driver,
             a.driver_info
         );
+        match tuned {
+            Some(path) => println!("    tuned: {path}"),
+            None => println!("    not tuned (sprout tune measures it)"),
+        }
     }
     Ok(())
 }

@@ -18,7 +18,7 @@ use crate::prompts_file::{self, LineError, LineParams, PromptInput, PromptLine};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 use sprout::engine::Engine;
-use sprout::gpu::{BackendChoice, Gpu};
+use sprout::gpu::BackendChoice;
 use sprout::model::chat::ChatTemplate;
 use sprout::model::tokenizer::Tokenizer;
 use sprout::sched::{FinishedSample, Request, SamplingParams};
@@ -126,7 +126,7 @@ pub fn run(backend: BackendChoice, args: RolloutArgs) -> Result<()> {
     let opened = sprout::model::open::open(args.model.model.as_deref())?;
     let mut source = opened.source;
     let tokenizer = opened.tokenizer;
-    let gpu = pollster::block_on(Gpu::open(backend))?;
+    let gpu = crate::device::open(backend)?;
     let decoder = crate::generate_cmd::load(&gpu, source.as_mut())?;
     let mut engine = Engine::new(&decoder, &config)?.with_tokenizer(&tokenizer);
     let model_path = std::path::PathBuf::from(&opened.info.path);

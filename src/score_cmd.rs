@@ -20,7 +20,7 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
 use sprout::engine::Engine;
-use sprout::gpu::{BackendChoice, Gpu};
+use sprout::gpu::BackendChoice;
 use sprout::sched::{Request, SamplingParams};
 
 use crate::cli_args::{EngineArgs, ModelArg};
@@ -102,7 +102,7 @@ pub fn run(backend: BackendChoice, args: ScoreArgs) -> Result<()> {
 
     let opened = sprout::model::open::open(args.model.model.as_deref())?;
     let mut source = opened.source;
-    let gpu = pollster::block_on(Gpu::open(backend))?;
+    let gpu = crate::device::open(backend)?;
     let decoder = crate::generate_cmd::load(&gpu, source.as_mut())?;
     let mut engine = Engine::new(&decoder, &config)?;
 

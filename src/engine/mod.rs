@@ -116,6 +116,10 @@ pub struct StepOutput {
     pub finished: Vec<FinishedSample>,
     /// Tokens computed this step.
     pub tokens: usize,
+    /// Whether every chunk of the step was a decode (no prompt computed).
+    pub decode_only: bool,
+    /// Kernel dispatches the step recorded.
+    pub dispatches: usize,
     pub timings: StepTimings,
 }
 
@@ -264,6 +268,8 @@ impl<'d> Engine<'d> {
             drawn,
             finished,
             tokens: plan.num_tokens(),
+            decode_only: plan.chunks.iter().all(|c| !c.is_prefill),
+            dispatches: run.dispatches,
             timings: StepTimings {
                 schedule_s,
                 encode_s: run.encode_s,

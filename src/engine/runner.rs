@@ -138,7 +138,8 @@ impl StepRunner {
         }
         let c = &decoder.config;
         let shape = decoder.attention_shape(1, self.kv.block_size);
-        let split = gpu.attention_variant(c.head_dim, shape.group()).split;
+        let rows = plan.num_tokens();
+        let split = gpu.attention_variant(c.head_dim, shape.group(), rows).split;
         self.packed.pack(plan, self.kv.block_size, split);
         let p = &self.packed;
         let (t, r) = (p.ids.len(), p.logit_rows.len());

@@ -45,6 +45,8 @@ pub struct Gpu {
     profile: Mutex<Option<KernelProfile>>,
     /// Which kernel variants serve which dispatches (`gpu::tuning`).
     choices: RwLock<KernelChoices>,
+    /// Whether the untuned defaults are the CPU-shaped kernels.
+    cpu_shaped: bool,
     /// The first error the device reported on its own (a shader the driver rejected, an
     /// invalid command), until a read-back hands it to its caller.
     device_error: Arc<Mutex<Option<String>>>,
@@ -106,18 +108,26 @@ impl Gpu {
         }));
         let bindings = Bindings::new(&device, limits.min_uniform_buffer_offset_alignment);
         let summary = AdapterSummary::of(adapter);
-        let choices = RwLock::new(KernelChoices::defaults(cpu_shaped_kernels(&summary)));
+        let cpu_shaped = cpu_shaped_kernels(&summary);
+        let choices = RwLock::new(KernelChoices::defaults(cpu_shaped));
         Ok(Arc::new(Gpu {
             device,
             queue,
             adapter: summary,
             choices,
+            cpu_shaped,
             caps,
             pipelines: PipelineCache::default(),
             bindings,
             profile: Mutex::new(None),
             device_error,
         }))
+    }
+
+    /// Whether the untuned defaults are the CPU-shaped kernels (CPU adapters, or
+    /// `SPROUT_KERNELS=cpu`).
+    pub fn cpu_shaped_defaults(&self) -> bool {
+        self.cpu_shaped
     }
 
     /// Replaces the kernel choices (with a tune file's, say).
@@ -146,10 +156,16 @@ impl Gpu {
         choices.default_shape(&self.caps, key, m)
     }
 
-    /// The attention variant for heads of `head_dim`, `group` query heads per kv head.
-    pub fn attention_variant(&self, head_dim: usize, group: usize) -> AttentionVariant {
+    /// The attention variant for a step of `rows` query rows, heads of `head_dim`, `group`
+    /// query heads per kv head.
+    pub fn attention_variant(
+        &self,
+        head_dim: usize,
+        group: usize,
+        rows: usize,
+    ) -> AttentionVariant {
         let choices = self.choices.read().unwrap_or_else(|p| p.into_inner());
-        choices.attention(head_dim, group)
+        choices.attention(head_dim, group, rows)
     }
 
     /// The first error the device has reported since the last call, if any.

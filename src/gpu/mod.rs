@@ -15,6 +15,8 @@ pub mod pipelines;
 pub mod profile;
 pub mod recorder;
 pub mod shaders;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod tune_file;
 pub mod tuning;
 pub mod weights;
 

@@ -75,6 +75,8 @@ pub struct MatmulChoice {
 pub struct AttentionChoice {
     pub head_dim: usize,
     pub group: usize,
+    /// The most query rows in a step this choice serves (a `ROW_BUCKETS` entry).
+    pub max_rows: usize,
     pub variant: AttentionVariant,
     pub micros: f64,
     pub default_micros: f64,
@@ -86,7 +88,8 @@ pub struct KernelChoices {
     is_cpu: bool,
     /// Per key, (largest row count, shape) by increasing row count.
     matmul: HashMap<MatmulKey, Vec<(usize, MatmulShape)>>,
-    attention: HashMap<(usize, usize), AttentionVariant>,
+    /// Per (head_dim, group), (largest row count, variant) by increasing row count.
+    attention: HashMap<(usize, usize), Vec<(usize, AttentionVariant)>>,
     /// The tune file these came from, when tuned.
     pub source: Option<String>,
 }
@@ -120,7 +123,14 @@ impl KernelChoices {
             shapes.sort_by_key(|(rows, _)| *rows);
         }
         for a in attention {
-            choices.attention.insert((a.head_dim, a.group), a.variant);
+            choices
+                .attention
+                .entry((a.head_dim, a.group))
+                .or_default()
+                .push((a.max_rows, a.variant));
+        }
+        for variants in choices.attention.values_mut() {
+            variants.sort_by_key(|(rows, _)| *rows);
         }
         choices.source = Some(source);
         choices
@@ -147,11 +157,13 @@ impl KernelChoices {
         }
     }
 
-    /// The attention variant for heads of `head_dim` with `group` query heads per kv head.
-    pub fn attention(&self, head_dim: usize, group: usize) -> AttentionVariant {
+    /// The attention variant for a step of `rows` query rows, heads of `head_dim` with
+    /// `group` query heads per kv head.
+    pub fn attention(&self, head_dim: usize, group: usize, rows: usize) -> AttentionVariant {
         self.attention
             .get(&(head_dim, group))
-            .copied()
+            .and_then(|v| v.iter().find(|(most, _)| rows <= *most))
+            .map(|(_, variant)| *variant)
             .unwrap_or_else(|| AttentionVariant::default_for(self.is_cpu))
     }
 }

@@ -316,7 +316,7 @@ impl Decoder {
         let eps = c.rms_norm_eps;
         let shape = self.attention_shape(t, kv.block_size);
         let q_loads = gpu
-            .attention_variant(c.head_dim, shape.group())
+            .attention_variant(c.head_dim, shape.group(), t)
             .q_loads_for(&shape);
         let offsets = self.offsets;
         embedding::encode(gpu, rec, &self.embed, batch.ids, t, &a.h);

@@ -1,0 +1,310 @@
+//! `sprout tune`: times every kernel variant that can serve the model's matmuls and its
+//! attention, at the model's real shapes and the row counts steps use, on this adapter,
+//! and writes the winners to the adapter's tune file (`gpu::tune_file`), which every
+//! command then uses.
+//!
+//! Every variant computes bitwise the same result, so tuning changes speed only. A time is
+//! the wall time of one submit of many dispatches (enough for a few milliseconds), divided
+//! by their number, the best of three; the first dispatch of each variant (which builds its
+//! pipeline) is not timed. A variant that takes far longer than the best one so far is
+//! dropped after one timing. Matmuls are timed with a plain store of their outputs: the
+//! fused prologues and epilogues cost every shape alike.
+
+use std::io::IsTerminal;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::json;
+use sprout::gpu::kernels::attention::{
+    self, AttentionBuffers, AttentionPlan, AttentionSplit, AttentionVariant, scratch_per_slot,
+};
+use sprout::gpu::kernels::matmul::{self, Matmul, MatmulShape, Output};
+use sprout::gpu::tune_file::{self, TuneFile};
+use sprout::gpu::tuning::{AttentionChoice, MatmulChoice, MatmulKey, ROW_BUCKETS};
+use sprout::gpu::{BackendChoice, Gpu, GpuWeight, Recorder};
+use sprout::model::decoder::Decoder;
+
+use crate::cli_args::{LoadArgs, ModelArg};
+
+#[derive(Args)]
+pub struct TuneArgs {
+    #[command(flatten)]
+    model: ModelArg,
+    #[command(flatten)]
+    load: LoadArgs,
+    /// The most rows a step computes that are tuned for (decodes and prefill chunks); row
+    /// counts run 1, 2, 4, ... up to it.
+    #[arg(long, default_value_t = 512)]
+    max_rows: usize,
+    /// Keys each query row attends in the attention measured.
+    #[arg(long, default_value_t = 256)]
+    attention_keys: usize,
+    /// Print the results as JSON to stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+/// One submit should take about this long when timing.
+const SUBMIT_TARGET: Duration = Duration::from_millis(3);
+const MAX_CALLS: u32 = 256;
+/// A variant this many times slower than the best so far is timed once, not three times.
+const HOPELESS: f64 = 8.0;
+
+pub fn run(backend: BackendChoice, args: TuneArgs) -> Result<()> {
+    if args.max_rows == 0 || args.attention_keys == 0 {
+        anyhow::bail!("--max-rows and --attention-keys must be at least 1");
+    }
+    let opened = args.load.open(&args.model, 0)?;
+    let mut source = opened.source;
+    let gpu = crate::device::open_untuned(backend)?;
+    let decoder = crate::generate_cmd::load(&gpu, source.as_mut())?;
+    let buckets: Vec<usize> = ROW_BUCKETS
+        .iter()
+        .copied()
+        .take_while(|&m| m <= args.max_rows.max(1))
+        .collect();
+    let sites = decoder.matmul_sites();
+    let bar = progress((sites.len() + 1) * buckets.len());
+    let mut file = TuneFile::new(&gpu.adapter);
+    file.models.push(opened.info.name.clone());
+    for &(site, weight) in &sites {
+        let key = MatmulKey {
+            site,
+            format: weight.format,
+            n: weight.rows,
+            k: weight.cols,
+        };
+        let max_m = *buckets.last().expect("at least one bucket");
+        let x = gpu.upload(&pattern(max_m * weight.cols));
+        let y = gpu.zeros(max_m * weight.rows);
+        for &m in &buckets {
+            bar.set_message(format!("{site:?} m={m}"));
+            let default = gpu.default_matmul_shape(key, m);
+            let mut shapes = vec![default];
+            for s in MatmulShape::candidates(&gpu.caps, m, weight.rows, weight.cols) {
+                if !shapes.contains(&s) {
+                    shapes.push(s);
+                }
+            }
+            let mut best: Option<(MatmulShape, f64)> = None;
+            let mut default_micros = f64::NAN;
+            for shape in shapes {
+                let seconds = time_matmul(&gpu, weight, &x, &y, m, shape, best.map(|b| b.1));
+                if shape == default {
+                    default_micros = 1e6 * seconds;
+                }
+                if best.is_none_or(|(_, t)| seconds < t) {
+                    best = Some((shape, seconds));
+                }
+            }
+            let (shape, seconds) = best.expect("the default is a candidate");
+            file.matmul.push(MatmulChoice {
+                key,
+                max_rows: m,
+                shape,
+                micros: 1e6 * seconds,
+                default_micros,
+            });
+            bar.inc(1);
+        }
+    }
+    for &rows in &buckets {
+        bar.set_message(format!("attention rows={rows}"));
+        file.attention
+            .push(tune_attention(&gpu, &decoder, rows, args.attention_keys));
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    file.written_unix_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let path = tune_file::path_for(&gpu.adapter)?;
+    let measured = file.clone();
+    let mut merged =
+        tune_file::read(&path, &gpu.adapter)?.unwrap_or_else(|| TuneFile::new(&gpu.adapter));
+    merged.merge(file);
+    tune_file::write(&path, &merged)?;
+    if args.json {
+        let out = json!({
+            "path": path.display().to_string(),
+            "adapter": gpu.adapter,
+            "model": opened.info.name,
+            "matmul": measured.matmul,
+            "attention": measured.attention,
+        });
+        println!("{}", serde_json::to_string(&out)?);
+    } else {
+        print_table(&measured);
+        println!("tuned {}: {}", gpu.adapter.label(), path.display());
+    }
+    Ok(())
+}
+
+/// Seconds per dispatch of `record`: the best of three submits of enough dispatches, or of
+/// one when the first is hopeless against `best`.
+fn time_calls(gpu: &Gpu, record: &dyn Fn(&mut Recorder), best: Option<f64>) -> f64 {
+    let submit = |calls: u32| {
+        let mut rec = gpu.recorder();
+        for _ in 0..calls {
+            record(&mut rec);
+        }
+        let started = Instant::now();
+        rec.submit();
+        let _ = gpu.wait_idle();
+        started.elapsed().as_secs_f64() / f64::from(calls)
+    };
+    submit(1); // builds the pipeline
+    let mut calls = 1;
+    let mut per_call = submit(calls);
+    if best.is_some_and(|b| per_call > HOPELESS * b) {
+        return per_call;
+    }
+    while per_call * f64::from(calls) < SUBMIT_TARGET.as_secs_f64() && calls < MAX_CALLS {
+        let factor = SUBMIT_TARGET.as_secs_f64() / (per_call * f64::from(calls)).max(1e-7);
+        calls = ((f64::from(calls) * factor.clamp(2.0, 16.0)) as u32).min(MAX_CALLS);
+        per_call = submit(calls);
+    }
+    (0..2).map(|_| submit(calls)).fold(per_call, f64::min)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn time_matmul(
+    gpu: &Gpu,
+    weight: &GpuWeight,
+    x: &sprout::gpu::Tensor,
+    y: &sprout::gpu::Tensor,
+    m: usize,
+    shape: MatmulShape,
+    best: Option<f64>,
+) -> f64 {
+    let op = Matmul {
+        x,
+        m,
+        weight,
+        norm: None,
+        gather: None,
+        output: Output::Store(y),
+    };
+    time_calls(gpu, &|rec| matmul::encode(gpu, rec, &op, shape), best)
+}
+
+/// Times every attention variant on `rows` decode rows of `keys` keys each (blocks of 16
+/// in order) and picks the fastest.
+fn tune_attention(gpu: &Gpu, decoder: &Decoder, rows: usize, keys: usize) -> AttentionChoice {
+    const BLOCK: usize = 16;
+    let c = &decoder.config;
+    let shape = decoder.attention_shape(rows, BLOCK);
+    let per_seq = keys.div_ceil(BLOCK);
+    let pool = gpu.upload(&pattern(rows * per_seq * BLOCK * c.kv_dim()));
+    let tables: Vec<u32> = (0..(rows * per_seq) as u32).collect();
+    let rowinfo: Vec<[u32; 4]> = (0..rows)
+        .map(|r| [(r * per_seq) as u32, keys as u32 - 1, 0, 0])
+        .collect();
+    let (q, out) = (
+        gpu.upload(&pattern(shape.q_len())),
+        gpu.zeros(shape.q_len()),
+    );
+    let (tables, rowinfo) = (gpu.upload(&tables), gpu.upload(&rowinfo));
+    let default = gpu.attention_variant(c.head_dim, shape.group(), rows);
+    let mut best: Option<(AttentionVariant, f64)> = None;
+    let mut default_micros = f64::NAN;
+    for variant in AttentionVariant::all() {
+        if !variant.q_loads.fits(&shape) {
+            continue;
+        }
+        let mut plan = AttentionPlan::default();
+        let split = variant.split == AttentionSplit::DecodePages;
+        plan.build((0..rows).map(|_| (keys as u32, split)));
+        let slots = plan.slots as usize;
+        let scratch = gpu.zeros(slots.max(1) * scratch_per_slot(&shape));
+        let (items, combine) = (gpu.upload(&plan.items), gpu.upload(&plan.combine));
+        let b = AttentionBuffers {
+            q: &q,
+            k_pool: &pool,
+            v_pool: &pool,
+            block_tables: &tables,
+            rowinfo: &rowinfo,
+            items: &items,
+            out: &out,
+            scratch: &scratch,
+        };
+        let (n_items, n_rows) = (plan.items.len(), plan.combine.len());
+        let seconds = time_calls(
+            gpu,
+            &|rec| {
+                attention::encode(gpu, rec, &shape, variant.q_loads, &b, n_items, slots);
+                attention::encode_combine(gpu, rec, &shape, &scratch, &combine, n_rows, &out);
+            },
+            best.map(|b| b.1),
+        );
+        if variant == default {
+            default_micros = 1e6 * seconds;
+        }
+        if best.is_none_or(|(_, t)| seconds < t) {
+            best = Some((variant, seconds));
+        }
+    }
+    let (variant, seconds) = best.expect("direct query loads always fit");
+    AttentionChoice {
+        head_dim: c.head_dim,
+        group: shape.group(),
+        max_rows: rows,
+        variant,
+        micros: 1e6 * seconds,
+        default_micros,
+    }
+}
+
+fn print_table(file: &TuneFile) {
+    println!(
+        "{:<9} {:>6} {:>6} {:>6} {:>5}  {:<24} {:>10} {:>12} {:>7}",
+        "site", "format", "n", "k", "rows", "fastest", "µs", "default µs", "gain"
+    );
+    for c in &file.matmul {
+        println!(
+            "{:<9} {:>6} {:>6} {:>6} {:>5}  {:<24} {:>10.2} {:>12.2} {:>6.2}x",
+            format!("{:?}", c.key.site),
+            c.key.format.name(),
+            c.key.n,
+            c.key.k,
+            c.max_rows,
+            c.shape.key(),
+            c.micros,
+            c.default_micros,
+            c.default_micros / c.micros
+        );
+    }
+    for a in &file.attention {
+        println!(
+            "{:<9} {:>6} {:>6} {:>6} {:>5}  {:<24} {:>10.2} {:>12.2} {:>6.2}x",
+            "attention",
+            "-",
+            a.head_dim,
+            a.group,
+            a.max_rows,
+            format!("{:?}-{:?}", a.variant.split, a.variant.q_loads),
+            a.micros,
+            a.default_micros,
+            a.default_micros / a.micros
+        );
+    }
+}
+
+fn progress(total: usize) -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    ProgressBar::new(total as u64).with_style(
+        ProgressStyle::with_template("tuning {bar:30} {pos}/{len}  {msg}")
+            .expect("a valid template"),
+    )
+}
+
+/// Values in [-0.5, 0.5), deterministic.
+fn pattern(len: usize) -> Vec<f32> {
+    (0..len)
+        .map(|i| ((i * 7919 % 1000) as f32 - 500.0) / 1000.0)
+        .collect()
+}
