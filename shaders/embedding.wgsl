@@ -6,6 +6,10 @@
 // selects no row: the dispatch with zero_invalid = 1 (the first part's) writes zeros for
 // it. One invocation per 4 values of a row; no reductions.
 //
+// An id with its high bit set is a token drawn by the step before, not yet read back by
+// the CPU: `drawn[id & 0x7fffffff]` (the engine plans a step while the GPU still runs the
+// one before it). An index past `drawn` reads whatever robust buffer access gives.
+//
 // The weight decoder (w_load4, w_load1) is appended by the host for the table's format.
 
 struct Params {
@@ -23,6 +27,9 @@ struct Params {
 @group(0) @binding(1) var<storage, read> ids: array<u32>;       // [m]
 @group(0) @binding(2) var<storage, read> w: array<u32>;         // [rows, row_bytes] stored format
 @group(0) @binding(3) var<storage, read_write> out: array<f32>; // [m, dim]
+@group(0) @binding(4) var<storage, read> drawn: array<u32>;     // the step before's drawn tokens
+
+const DRAWN: u32 = 0x80000000u;
 
 const WG: u32 = 256u;
 
@@ -41,7 +48,10 @@ fn embedding(
     let r = index / quads;
     let c = (index % quads) * 4u;
     let o = r * p.dim + c;
-    let id = ids[r];
+    var id = ids[r];
+    if ((id & DRAWN) != 0u) {
+        id = drawn[id & ~DRAWN];
+    }
     if (id >= p.vocab) {
         if (p.zero_invalid == 1u) {
             for (var k = c; k < min(c + 4u, p.dim); k += 1u) {

@@ -203,6 +203,10 @@ pub struct EngineArgs {
     /// Do not reuse cached KV blocks across sequences.
     #[arg(long)]
     no_prefix_caching: bool,
+    /// Run each step only after the one before has been read back, rather than planning
+    /// and submitting it while the GPU runs that one (the results are the same).
+    #[arg(long)]
+    no_overlap: bool,
 }
 
 impl EngineArgs {
@@ -223,6 +227,7 @@ impl EngineArgs {
             max_batch_tokens: self.max_batch_tokens,
             max_num_seqs: self.max_num_seqs,
             prefix_caching: !self.no_prefix_caching,
+            overlap: !self.no_overlap,
             ..EngineConfig::default()
         })
     }

@@ -118,6 +118,7 @@ fn forward_all(
     let batch = BatchView {
         t,
         ids: &ids,
+        drawn: &ids,
         rowinfo: &rowinfo,
         block_tables: &table,
         attention: AttentionWork {

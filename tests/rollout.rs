@@ -1,7 +1,8 @@
 //! The engine end to end on every adapter: groups share their prompt, prefixes are reused
 //! across requests, a tiny pool preempts, and a sample's tokens and log-probs are bitwise
 //! the same alone or in a batch of 64, with or without prefix-cache hits, with any prefill
-//! chunk size and after preemption.
+//! chunk size, after preemption, with steps overlapped or one at a time, and whichever
+//! kernel variants (CPU- or GPU-shaped, tuned per row count) serve its steps.
 //!
 //! Most tests use the tiny random Llama fixture (fast on a CPU adapter, and its flat
 //! distribution makes samples diverge quickly); one repeats the invariance check on the
@@ -11,6 +12,10 @@ mod common;
 
 use common::{gpus, log_softmax_f64, smollm2, tiny_llama};
 use sprout::engine::{Engine, EngineConfig, KvSize};
+use sprout::gpu::Gpu;
+use sprout::gpu::kernels::attention::AttentionVariant;
+use sprout::gpu::kernels::matmul::{MatmulShape, XLoads};
+use sprout::gpu::tuning::{AttentionChoice, KernelChoices, MatmulChoice, MatmulKey, ROW_BUCKETS};
 use sprout::model::decoder::Decoder;
 use sprout::sched::{FinishedSample, Request, SamplingParams, SchedulerStats};
 
@@ -161,6 +166,107 @@ fn samples_are_batch_invariant() {
         let (out, stats) = run(&decoder, &config(12, 256), &batch[..3]);
         assert!(stats.preemptions > 0, "{label}: {stats:?}");
         assert_eq!(first_prompt(&out), want, "{label}: after preemption");
+    }
+}
+
+/// Tuned choices that change the kernel variant with every row-count bucket: the CPU
+/// tiles, the GPU matrix-vector and GEMM shapes, and every attention variant (split rows
+/// included) take turns, so that a sample's steps run on all of them.
+fn mixed_choices(decoder: &Decoder, gpu: &Gpu) -> KernelChoices {
+    let shapes = [
+        MatmulShape::MatVec { wg: 64, nr: 2 },
+        MatmulShape::Tile {
+            rows: 1,
+            cols: 2,
+            loads: XLoads::best(&gpu.caps),
+        },
+        MatmulShape::Gemm { tm: 4 },
+        MatmulShape::MatVec { wg: 128, nr: 8 },
+        MatmulShape::Tile {
+            rows: 4,
+            cols: 4,
+            loads: XLoads::Direct,
+        },
+        MatmulShape::Gemm { tm: 8 },
+    ];
+    let mut matmul = Vec::new();
+    for (turn, (site, weight)) in decoder.matmul_sites().into_iter().enumerate() {
+        for (i, &max_rows) in ROW_BUCKETS.iter().enumerate() {
+            matmul.push(MatmulChoice {
+                key: MatmulKey {
+                    site,
+                    format: weight.format,
+                    n: weight.rows,
+                    k: weight.cols,
+                },
+                max_rows,
+                shape: shapes[(i + turn) % shapes.len()],
+                micros: 1.0,
+                default_micros: 1.0,
+            });
+        }
+    }
+    let c = &decoder.config;
+    let variants = AttentionVariant::all();
+    let attention: Vec<AttentionChoice> = ROW_BUCKETS
+        .iter()
+        .enumerate()
+        .map(|(i, &max_rows)| AttentionChoice {
+            head_dim: c.head_dim,
+            group: c.n_heads / c.n_kv_heads,
+            max_rows,
+            variant: variants[i % variants.len()],
+            micros: 1.0,
+            default_micros: 1.0,
+        })
+        .collect();
+    KernelChoices::tuned(false, &matmul, &attention, "mixed for the test".into())
+}
+
+/// A sample is bitwise the same alone, on the CPU-shaped kernels with its steps run one at
+/// a time, and among 16 prompts, in chunks, or preempted, with overlapped steps on kernel
+/// variants that change with every batch size (and attention split across pages: it
+/// attends more than one page of keys).
+#[test]
+fn samples_are_the_same_whichever_kernels_serve_them() {
+    for gpu in gpus() {
+        let label = gpu.adapter.label();
+        let decoder = tiny_llama(&gpu);
+        let target = request(0, prompt(70, 0), 4, 30);
+        gpu.set_choices(KernelChoices::defaults(true));
+        let one_at_a_time = EngineConfig {
+            overlap: false,
+            ..config(128, 256)
+        };
+        let (alone, _) = run(&decoder, &one_at_a_time, std::slice::from_ref(&target));
+        let want = first_prompt(&alone);
+        assert_eq!(want.len(), 4);
+
+        gpu.set_choices(mixed_choices(&decoder, &gpu));
+        let mut batch = vec![target.clone()];
+        batch.extend((1..16).map(|i| request(i, prompt(50 + 2 * i as usize, i), 4, 30)));
+        let (out, _) = run(&decoder, &config(1024, 256), &batch);
+        assert_eq!(
+            first_prompt(&out),
+            want,
+            "{label}: among 16 prompts, mixed kernels"
+        );
+
+        let (out, _) = run(&decoder, &config(1024, 9), &batch[..4]);
+        assert_eq!(
+            first_prompt(&out),
+            want,
+            "{label}: in chunks of 9, mixed kernels"
+        );
+
+        let (out, stats) = run(&decoder, &config(14, 256), &batch[..3]);
+        assert!(stats.preemptions > 0, "{label}: {stats:?}");
+        assert_eq!(
+            first_prompt(&out),
+            want,
+            "{label}: preempted, mixed kernels"
+        );
+        gpu.set_choices(KernelChoices::defaults(gpu.cpu_shaped_defaults()));
     }
 }
 

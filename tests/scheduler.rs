@@ -2,14 +2,16 @@
 //! through its block table from a fake KV pool (one token id per slot). A wrong block
 //! table, a missed copy-on-write or a block reused while still in use changes what the fake
 //! model sees, and so changes its output: outputs that match a run with a huge pool prove
-//! the paging right, not just the bookkeeping.
+//! the paging right, not just the bookkeeping. Steps planned ahead (`Scheduler::advance`,
+//! the next step planned before the last one's tokens are applied, as the engine does)
+//! must give the same samples as steps planned one at a time.
 
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 use sprout::sched::{
-    DrawResult, FinishReason, FinishedSample, Request, SamplingParams, SchedError, Scheduler,
-    SchedulerConfig, StepPlan,
+    DRAWN, DrawResult, FinishReason, FinishedSample, Request, SamplingParams, SchedError,
+    Scheduler, SchedulerConfig, StepPlan,
 };
 
 const VOCAB: u32 = 50;
@@ -83,6 +85,12 @@ impl FakeModel {
     }
 
     fn run(&mut self, plan: &StepPlan) -> (Vec<DrawResult>, Vec<f32>) {
+        self.run_after(plan, &[])
+    }
+
+    /// Runs `plan`, whose tokens may name the draws of the plan run before (`before`), as
+    /// the GPU reads them when a step is planned ahead.
+    fn run_after(&mut self, plan: &StepPlan, before: &[DrawResult]) -> (Vec<DrawResult>, Vec<f32>) {
         let bs = self.block_size;
         for copy in &plan.copies {
             for i in 0..bs {
@@ -91,6 +99,10 @@ impl FakeModel {
         }
         for chunk in &plan.chunks {
             for (i, &token) in chunk.tokens.iter().enumerate() {
+                let token = match token & DRAWN {
+                    0 => token,
+                    _ => before[(token & !DRAWN) as usize].token,
+                };
                 let slot = self.slot(&chunk.block_table, chunk.start + i);
                 self.slots[slot] = Some(token);
             }
@@ -143,6 +155,40 @@ fn drain(s: &mut Scheduler, model: &mut FakeModel) -> Vec<FinishedSample> {
         assert!(plan.num_tokens() <= s.config().max_batch_tokens);
         assert!(plan.chunks.len() <= s.config().max_num_seqs);
         let results = model.run(&plan);
+        out.extend(s.update(&plan, &results.0, &results.1).unwrap());
+        s.check().unwrap();
+    }
+    panic!("the scheduler did not finish");
+}
+
+/// As `drain`, with each step planned and run before the results of the one before are
+/// applied (the engine's overlap): advance, schedule the next, run it, then update.
+fn drain_ahead(s: &mut Scheduler, model: &mut FakeModel) -> Vec<FinishedSample> {
+    let mut out = Vec::new();
+    let mut in_flight: Option<(StepPlan, (Vec<DrawResult>, Vec<f32>))> = None;
+    let mut last_draws: Vec<DrawResult> = Vec::new();
+    for _ in 0..100_000 {
+        let (plan, results) = match in_flight.take() {
+            Some(step) => step,
+            None => {
+                if !s.has_work() {
+                    return out;
+                }
+                let plan = s.schedule();
+                assert!(!plan.is_empty(), "work is queued but nothing was scheduled");
+                let results = model.run_after(&plan, &last_draws);
+                last_draws = results.0.clone();
+                (plan, results)
+            }
+        };
+        s.advance(&plan);
+        let next = s.schedule();
+        if !next.is_empty() {
+            assert!(next.num_tokens() <= s.config().max_batch_tokens);
+            let results = model.run_after(&next, &last_draws);
+            last_draws = results.0.clone();
+            in_flight = Some((next, results));
+        }
         out.extend(s.update(&plan, &results.0, &results.1).unwrap());
         s.check().unwrap();
     }
@@ -608,6 +654,82 @@ proptest! {
                 &expected_scores(&r.prompt, completion)
             );
         }
+    }
+}
+
+/// Everything a sample returns, by (request, sample), log-probs as bits.
+type Outputs = BTreeMap<(u32, u32), (Vec<u32>, Vec<u32>, FinishReason)>;
+
+fn outputs(samples: Vec<FinishedSample>) -> Outputs {
+    samples
+        .into_iter()
+        .map(|s| {
+            let bits = s.logprobs.iter().map(|l| l.to_bits()).collect();
+            (
+                (s.request_index, s.sample_index),
+                (s.token_ids, bits, s.finish_reason),
+            )
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(150))]
+
+    /// Steps planned ahead give every sample exactly the tokens, log-probs and finish
+    /// reason of steps planned one at a time: with stop tokens ending samples early (whose
+    /// next rows are computed for nothing), groups forking, scoring requests, shared
+    /// prefixes, chunked prefills and, under a small pool, preemption, including of a
+    /// sequence whose token is still being drawn.
+    #[test]
+    fn steps_planned_ahead_give_the_same_samples(
+        adds in prop::collection::vec(
+            (
+                0usize..3,
+                prop::collection::vec(1u32..40, 1..20),
+                1usize..4,
+                1usize..14,
+                prop::option::weighted(0.2, prop::collection::vec(1u32..40, 1..10)),
+            ),
+            1..8,
+        ),
+        num_blocks in 10usize..40,
+        block_size in 1usize..5,
+        budget in 1usize..24,
+    ) {
+        let c = config(num_blocks, block_size, budget);
+        let prefixes: [Vec<u32>; 3] = [vec![], vec![9, 9, 8, 7, 9, 9], vec![9, 9, 8, 1]];
+        let requests: Vec<Request> = adds
+            .into_iter()
+            .enumerate()
+            .map(|(i, (prefix, extra, n, max_tokens, forced))| {
+                let mut prompt = prefixes[prefix].clone();
+                prompt.extend(extra);
+                let mut r = request(i as u32, prompt, n, max_tokens);
+                if let Some(forced) = forced {
+                    r.forced = vec![forced; n];
+                }
+                r
+            })
+            .collect();
+        let mut results = Vec::new();
+        for ahead in [false, true] {
+            let mut s = Scheduler::new(c.clone());
+            let mut model = FakeModel::new(&c, true);
+            for r in &requests {
+                match s.add_request(r.clone()) {
+                    Ok(_) | Err(SchedError::PoolTooSmall { .. }) => {}
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            let out = match ahead {
+                false => drain(&mut s, &mut model),
+                true => drain_ahead(&mut s, &mut model),
+            };
+            prop_assert_eq!(s.pool().num_used(), 0);
+            results.push(outputs(out));
+        }
+        prop_assert_eq!(&results[0], &results[1]);
     }
 }
 

@@ -4,13 +4,22 @@
 //! add requests at any time (they join the batch as blocks allow) and call
 //! [`Engine::step`] until [`Engine::has_work`] is false; each step reports the tokens it
 //! drew (for streaming and progress) and the samples that finished.
+//!
+//! With `overlap` on (the default), the CPU plans and submits step N+1 while the GPU runs
+//! step N: the scheduler advances past N with placeholders for N's draws
+//! (`Scheduler::advance`), N+1's rows read those tokens on the GPU, and only then does the
+//! engine wait for N's results and apply them. So one step is always in flight between
+//! calls to `step`, each call returns one step's results, and a sample that ends on a stop
+//! token has one more row computed for nothing. Outputs are bitwise those of running the
+//! steps one at a time: every kernel computes a row the same way whatever shares its
+//! batch, and draws are keyed by (seed, sample, position).
 
 mod pack;
 mod runner;
 pub mod stop_strings;
 
 pub use pack::PackedBatch;
-pub use runner::StepRunner;
+pub use runner::{StepRunner, Submitted};
 
 use std::collections::HashMap;
 
@@ -51,6 +60,8 @@ pub struct EngineConfig {
     pub prefix_caching: bool,
     /// Names the weights in every block hash; change it when the weights change.
     pub weights_version: u64,
+    /// Plan and submit each step while the GPU runs the one before.
+    pub overlap: bool,
 }
 
 impl Default for EngineConfig {
@@ -62,6 +73,7 @@ impl Default for EngineConfig {
             max_num_seqs: 128,
             prefix_caching: true,
             weights_version: 0,
+            overlap: true,
         }
     }
 }
@@ -123,10 +135,19 @@ pub struct StepOutput {
     pub timings: StepTimings,
 }
 
+/// A step submitted to the GPU and not yet applied.
+struct InFlight {
+    plan: StepPlan,
+    submitted: Submitted,
+    schedule_s: f64,
+}
+
 pub struct Engine<'d> {
     decoder: &'d Decoder,
     scheduler: Scheduler,
     runner: StepRunner,
+    overlap: bool,
+    in_flight: Option<InFlight>,
     /// Reads samples' text for stop strings.
     tokenizer: Option<&'d Tokenizer>,
     /// The stop strings and min_tokens of the unfinished requests that have stop strings.
@@ -167,6 +188,8 @@ impl<'d> Engine<'d> {
             decoder,
             scheduler,
             runner,
+            overlap: config.overlap,
+            in_flight: None,
             tokenizer: None,
             stops: HashMap::new(),
         })
@@ -195,7 +218,7 @@ impl<'d> Engine<'d> {
     }
 
     pub fn has_work(&self) -> bool {
-        self.scheduler.has_work()
+        self.in_flight.is_some() || self.scheduler.has_work()
     }
 
     /// Queues a request after checking its tokens against the vocabulary.
@@ -236,20 +259,24 @@ impl<'d> Engine<'d> {
         Ok(self.scheduler.finish_sample(id, sample_index, reason)?)
     }
 
-    /// Runs one step.
+    /// Runs one step: applies its results and returns them. With overlap, the step after
+    /// it has been planned and submitted by then.
     pub async fn step(&mut self) -> Result<StepOutput, SproutError> {
-        let started = Instant::now();
-        let plan = self.scheduler.schedule();
-        let schedule_s = started.elapsed().as_secs_f64();
-        if plan.is_empty() {
-            if self.scheduler.has_work() {
-                return Err(SproutError::Shape(
-                    "the scheduler could not place any queued work (this is a bug)".into(),
-                ));
-            }
-            return Ok(StepOutput::default());
+        let current = match self.in_flight.take() {
+            Some(step) => step,
+            None => match self.plan_and_submit(false)? {
+                Some(step) => step,
+                None => return Ok(StepOutput::default()),
+            },
+        };
+        // Plan and submit the next step before waiting for this one. Profiling reads each
+        // step's timestamps back as it submits, so there is nothing to overlap then.
+        if self.overlap && !self.decoder.gpu.profiling() {
+            self.scheduler.advance(&current.plan);
+            self.in_flight = self.plan_and_submit(true)?;
         }
-        let (results, scores, run) = self.runner.run(self.decoder, &plan).await?;
+        let plan = &current.plan;
+        let (results, scores, run) = self.runner.finish(self.decoder, current.submitted).await?;
         let updating = Instant::now();
         let drawn = plan
             .draws
@@ -262,8 +289,8 @@ impl<'d> Engine<'d> {
                 logprob: r.logprob,
             })
             .collect();
-        let mut finished = self.scheduler.update(&plan, &results, &scores)?;
-        self.apply_stop_strings(&plan, &mut finished)?;
+        let mut finished = self.scheduler.update(plan, &results, &scores)?;
+        self.apply_stop_strings(plan, &mut finished)?;
         Ok(StepOutput {
             drawn,
             finished,
@@ -271,12 +298,35 @@ impl<'d> Engine<'d> {
             decode_only: plan.chunks.iter().all(|c| !c.is_prefill),
             dispatches: run.dispatches,
             timings: StepTimings {
-                schedule_s,
+                schedule_s: current.schedule_s,
                 encode_s: run.encode_s,
                 gpu_s: run.gpu_s,
                 update_s: updating.elapsed().as_secs_f64(),
             },
         })
+    }
+
+    /// Plans the next step and submits it; `None` when there is nothing to run. `ahead`:
+    /// planned before the step in flight is applied, when nothing may be ready to run (its
+    /// samples wait for their tokens, or all end with them).
+    fn plan_and_submit(&mut self, ahead: bool) -> Result<Option<InFlight>, SproutError> {
+        let started = Instant::now();
+        let plan = self.scheduler.schedule();
+        let schedule_s = started.elapsed().as_secs_f64();
+        if plan.is_empty() {
+            if self.scheduler.has_work() && !ahead {
+                return Err(SproutError::Shape(
+                    "the scheduler could not place any queued work (this is a bug)".into(),
+                ));
+            }
+            return Ok(None);
+        }
+        let submitted = self.runner.submit(self.decoder, &plan)?;
+        Ok(Some(InFlight {
+            plan,
+            submitted,
+            schedule_s,
+        }))
     }
 
     /// Finishes (or cuts, if they finished anyway) the samples that drew a token this step

@@ -1,10 +1,17 @@
 //! Executes a [`StepPlan`] on the GPU: block copies, one varlen forward pass, the draws.
 //!
-//! One step records one command encoder and submits once. The inputs are written with
+//! A step is recorded into one compute pass and submitted once ([`StepRunner::submit`]);
+//! its results are read back later ([`StepRunner::finish`]), so the engine can plan and
+//! submit the next step while the GPU runs this one. The inputs are written with
 //! `queue.write_buffer` into buffers allocated up front (grown, rarely, when a step needs
 //! more draws or table entries than any before), and only the drawn tokens, their
-//! log-probabilities and the alternatives asked for come back, through a reused staging
-//! buffer: never the logits.
+//! log-probabilities and the alternatives asked for come back, through a staging buffer:
+//! never the logits.
+//!
+//! The buffers a step's draws write and the CPU reads back come in two sets used in turn,
+//! so that a step never overwrites what the step before it wrote before that is read: its
+//! drawn tokens, which the next step's embedding may read on the GPU (the ids marked
+//! `DRAWN`), and its staging buffer, which the CPU maps after the next step is submitted.
 //!
 //! After the forward pass, per logits row: softmax statistics (the raw log-probs), the
 //! top alternatives, then the mask of forbidden tokens (stop tokens before `min_tokens`),
@@ -22,12 +29,16 @@ use crate::sched::{DrawResult, StepPlan, TopLogprob};
 use super::pack::PackedBatch;
 use web_time::Instant;
 
+// The embedding kernel resolves the ids the scheduler marks as drawn by the step before.
+const _: () = assert!(crate::sched::DRAWN == crate::gpu::kernels::embedding::DRAWN);
+
 /// The runner's share of a step's time, in seconds.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RunTimings {
     /// Packing, writing inputs, recording and submitting.
     pub encode_s: f64,
-    /// From the submit until the results are read back.
+    /// Waiting for the results once the CPU asked for them (with the next step already
+    /// submitted, the GPU's work on this one partly overlaps the CPU's on that one).
     pub gpu_s: f64,
     /// Kernel dispatches recorded.
     pub dispatches: usize,
@@ -60,6 +71,50 @@ impl Growable {
     }
 }
 
+/// What one step's draws write and the CPU reads back (one of two sets).
+struct Outputs {
+    tokens: Growable,
+    logprobs: Growable,
+    sampling_logprobs: Growable,
+    top_ids: Growable,
+    top_logprobs: Growable,
+    staging: wgpu::Buffer,
+    staging_size: u64,
+}
+
+impl Outputs {
+    fn new(gpu: &Gpu, max_r: usize) -> Outputs {
+        Outputs {
+            tokens: Growable::new(gpu, max_r),
+            logprobs: Growable::new(gpu, max_r),
+            sampling_logprobs: Growable::new(gpu, max_r),
+            top_ids: Growable::new(gpu, 1),
+            top_logprobs: Growable::new(gpu, 1),
+            staging: gpu.staging(8 * max_r as u64),
+            staging_size: 8 * max_r as u64,
+        }
+    }
+}
+
+/// A step submitted to the GPU whose results have not been read yet.
+pub struct Submitted {
+    /// Which set of outputs it writes.
+    set: usize,
+    /// Bytes to read back.
+    size: u64,
+    draws: usize,
+    targets: usize,
+    /// Logits rows and alternatives per row.
+    rows: usize,
+    n_max: usize,
+    /// Per draw, its logits row.
+    draw_rows: Vec<u32>,
+    /// Per draw, how many alternatives it asked for.
+    draw_tops: Vec<usize>,
+    encode_s: f64,
+    dispatches: usize,
+}
+
 pub struct StepRunner {
     kv: PagedKv,
     buffers: ForwardBuffers,
@@ -73,16 +128,12 @@ pub struct StepRunner {
     keys: Growable,
     row_params: Growable,
     cut: Growable,
-    tokens: Growable,
-    logprobs: Growable,
-    sampling_logprobs: Growable,
     masked: Growable,
     top_counts: Growable,
-    top_ids: Growable,
-    top_logprobs: Growable,
     stats: RowStats,
-    staging: wgpu::Buffer,
-    staging_size: u64,
+    outputs: [Outputs; 2],
+    /// The set the next step writes.
+    next_set: usize,
 }
 
 impl StepRunner {
@@ -102,16 +153,11 @@ impl StepRunner {
             keys: Growable::new(gpu, max_r * size_of::<SampleKey>() / 4),
             row_params: Growable::new(gpu, max_r * size_of::<RowParams>() / 4),
             cut: Growable::new(gpu, 2 * max_r),
-            tokens: Growable::new(gpu, max_r),
-            logprobs: Growable::new(gpu, max_r),
-            sampling_logprobs: Growable::new(gpu, max_r),
             masked: Growable::new(gpu, 2),
             top_counts: Growable::new(gpu, max_r),
-            top_ids: Growable::new(gpu, 1),
-            top_logprobs: Growable::new(gpu, 1),
             stats: RowStats::zeros(gpu, max_r),
-            staging: gpu.staging(8 * max_r as u64),
-            staging_size: 8 * max_r as u64,
+            outputs: [Outputs::new(gpu, max_r), Outputs::new(gpu, max_r)],
+            next_set: 0,
         }
     }
 
@@ -126,6 +172,13 @@ impl StepRunner {
         decoder: &Decoder,
         plan: &StepPlan,
     ) -> Result<(Vec<DrawResult>, Vec<f32>, RunTimings), SproutError> {
+        let submitted = self.submit(decoder, plan)?;
+        self.finish(decoder, submitted).await
+    }
+
+    /// Records `plan` and submits it. Its ids may name the draws of the step submitted
+    /// just before (`DRAWN | d`).
+    pub fn submit(&mut self, decoder: &Decoder, plan: &StepPlan) -> Result<Submitted, SproutError> {
         let started = Instant::now();
         let gpu = &*decoder.gpu;
         let vocab = decoder.config.vocab_size;
@@ -138,8 +191,9 @@ impl StepRunner {
         }
         let c = &decoder.config;
         let shape = decoder.attention_shape(1, self.kv.block_size);
-        let rows = plan.num_tokens();
-        let split = gpu.attention_variant(c.head_dim, shape.group(), rows).split;
+        let split = gpu
+            .attention_variant(c.head_dim, shape.group(), plan.num_tokens())
+            .split;
         self.packed.pack(plan, self.kv.block_size, split);
         let p = &self.packed;
         let (t, r) = (p.ids.len(), p.logit_rows.len());
@@ -179,37 +233,41 @@ impl StepRunner {
                 RowParams::new(draw.temperature, draw.top_k, draw.top_p, draw.min_p);
         }
         self.row_params.write(gpu, &row_params);
-        if 2 * r > self.cut.tensor.len {
-            self.cut = Growable::new(gpu, (2 * r).next_power_of_two());
-        }
-        if m > self.tokens.tensor.len {
-            self.tokens = Growable::new(gpu, m.next_power_of_two());
-            self.logprobs = Growable::new(gpu, m.next_power_of_two());
-            self.sampling_logprobs = Growable::new(gpu, m.next_power_of_two());
-        }
-        if n_targets > 0 {
-            let given: Vec<u32> = plan.targets.iter().map(|t| t.token).collect();
-            let at = 4 * d as u64;
-            gpu.queue
-                .write_buffer(&self.tokens.tensor.buffer, at, bytemuck::cast_slice(&given));
-        }
+        self.cut.reserve(gpu, 2 * r);
         // Alternatives: `n_max` per logits row (rows asking for fewer pad theirs).
         let n_max = p.top_counts.iter().copied().max().unwrap_or(0) as usize;
         if n_max > 0 {
             self.top_counts.write(gpu, &p.top_counts);
-            self.top_ids.reserve(gpu, r * n_max);
-            self.top_logprobs.reserve(gpu, r * n_max);
         }
         if !p.masked.is_empty() {
             self.masked.write(gpu, &p.masked);
+        }
+        let set = self.next_set;
+        self.next_set = 1 - set;
+        // The step before wrote the other set; its drawn tokens are what `DRAWN` ids name.
+        let [a, b] = &mut self.outputs;
+        let (out, before) = if set == 0 { (a, &*b) } else { (b, &*a) };
+        out.tokens.reserve(gpu, m);
+        out.logprobs.reserve(gpu, m);
+        out.sampling_logprobs.reserve(gpu, m);
+        if n_targets > 0 {
+            let given: Vec<u32> = plan.targets.iter().map(|t| t.token).collect();
+            let at = 4 * d as u64;
+            let buffer = &out.tokens.tensor.buffer;
+            gpu.queue
+                .write_buffer(buffer, at, bytemuck::cast_slice(&given));
+        }
+        if n_max > 0 {
+            out.top_ids.reserve(gpu, r * n_max);
+            out.top_logprobs.reserve(gpu, r * n_max);
         }
         // Read back: drawn tokens [d], log-probs [m], sampling log-probs [d], then the
         // alternatives' ids and log-probs [r, n_max] each.
         let words = 3 * d + n_targets + 2 * r * n_max;
         let size = 4 * words as u64;
-        if size > self.staging_size {
-            self.staging_size = size.next_power_of_two();
-            self.staging = gpu.staging(self.staging_size);
+        if size > out.staging_size {
+            out.staging_size = size.next_power_of_two();
+            out.staging = gpu.staging(out.staging_size);
         }
 
         let mut rec = gpu.recorder();
@@ -219,6 +277,7 @@ impl StepRunner {
         let batch = BatchView {
             t,
             ids: &self.ids.tensor,
+            drawn: &before.tokens.tensor,
             rowinfo: &self.rowinfo.tensor,
             block_tables: &self.block_tables.tensor,
             attention: AttentionWork {
@@ -234,7 +293,7 @@ impl StepRunner {
         decoder.encode_forward(&mut rec, &batch, &self.kv, &self.buffers)?;
         if m > 0 {
             let logits = &self.buffers.logits;
-            let (keys, tokens) = (&self.keys.tensor, &self.tokens.tensor);
+            let (keys, tokens) = (&self.keys.tensor, &out.tokens.tensor);
             let stats = &self.stats;
             let (params, cut) = (&self.row_params.tensor, &self.cut.tensor);
             softmax::encode(gpu, &mut rec, logits, r, vocab, stats, Extra::Nothing);
@@ -249,8 +308,8 @@ impl StepRunner {
                     &self.top_counts.tensor,
                     r,
                     n_max,
-                    &self.top_ids.tensor,
-                    &self.top_logprobs.tensor,
+                    &out.top_ids.tensor,
+                    &out.top_logprobs.tensor,
                 );
             }
             // Forbidden tokens leave the sampling distribution only: `stats` (hence the
@@ -261,8 +320,8 @@ impl StepRunner {
             }
             sample::encode_truncate(gpu, &mut rec, logits, vocab, r, params, cut);
             sample::encode(gpu, &mut rec, logits, vocab, params, cut, keys, d, tokens);
-            let logprobs = &self.logprobs.tensor;
-            let sampling_logprobs = &self.sampling_logprobs.tensor;
+            let logprobs = &out.logprobs.tensor;
+            let sampling_logprobs = &out.sampling_logprobs.tensor;
             sample::encode_draw_logprobs(
                 gpu,
                 &mut rec,
@@ -278,38 +337,57 @@ impl StepRunner {
                 sampling_logprobs,
             );
             let (d4, m4) = (4 * d as u64, 4 * m as u64);
-            let staging = &self.staging;
+            let staging = &out.staging;
             let enc = rec.encoder();
             enc.copy_buffer_to_buffer(&tokens.buffer, 0, staging, 0, d4);
             enc.copy_buffer_to_buffer(&logprobs.buffer, 0, staging, d4, m4);
             enc.copy_buffer_to_buffer(&sampling_logprobs.buffer, 0, staging, d4 + m4, d4);
             if n_max > 0 {
                 let (at, len) = (2 * d4 + m4, 4 * (r * n_max) as u64);
-                let (ids, lps) = (&self.top_ids.tensor, &self.top_logprobs.tensor);
+                let (ids, lps) = (&out.top_ids.tensor, &out.top_logprobs.tensor);
                 enc.copy_buffer_to_buffer(&ids.buffer, 0, staging, at, len);
                 enc.copy_buffer_to_buffer(&lps.buffer, 0, staging, at + len, len);
             }
         }
         let dispatches = rec.dispatches();
         rec.submit();
-        let submitted = Instant::now();
-        let bytes = gpu.read_staged(&self.staging, size).await?;
-        let timings = RunTimings {
-            encode_s: (submitted - started).as_secs_f64(),
-            gpu_s: submitted.elapsed().as_secs_f64(),
+        Ok(Submitted {
+            set,
+            size,
+            draws: d,
+            targets: n_targets,
+            rows: r,
+            n_max,
+            draw_rows: p.draw_rows.clone(),
+            draw_tops: plan.draws.iter().map(|d| d.top_logprobs).collect(),
+            encode_s: started.elapsed().as_secs_f64(),
             dispatches,
+        })
+    }
+
+    /// Waits for a submitted step and returns one result per draw and one log-prob per
+    /// target, in its plan's order.
+    pub async fn finish(
+        &mut self,
+        decoder: &Decoder,
+        s: Submitted,
+    ) -> Result<(Vec<DrawResult>, Vec<f32>, RunTimings), SproutError> {
+        let waiting = Instant::now();
+        let staging = &self.outputs[s.set].staging;
+        let bytes = decoder.gpu.read_staged(staging, s.size).await?;
+        let timings = RunTimings {
+            encode_s: s.encode_s,
+            gpu_s: waiting.elapsed().as_secs_f64(),
+            dispatches: s.dispatches,
         };
         // A Vec<u8> need not be aligned for u32: copy rather than cast.
         let w: Vec<u32> = bytemuck::pod_collect_to_vec(&bytes);
+        let (d, m, r, n_max) = (s.draws, s.draws + s.targets, s.rows, s.n_max);
         let top_at = 2 * d + m;
-        let draws = plan
-            .draws
-            .iter()
-            .zip(&p.draw_rows)
-            .enumerate()
-            .map(|(i, (draw, &row))| {
-                let first = top_at + row as usize * n_max;
-                let top = (0..draw.top_logprobs)
+        let draws = (0..d)
+            .map(|i| {
+                let first = top_at + s.draw_rows[i] as usize * n_max;
+                let top = (0..s.draw_tops[i])
                     .map(|j| TopLogprob {
                         token: w[first + j],
                         logprob: f32::from_bits(w[first + r * n_max + j]),
@@ -323,7 +401,7 @@ impl StepRunner {
                 }
             })
             .collect();
-        let scores = (0..n_targets)
+        let scores = (0..s.targets)
             .map(|i| f32::from_bits(w[2 * d + i]))
             .collect();
         Ok((draws, scores, timings))

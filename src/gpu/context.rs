@@ -197,6 +197,11 @@ impl Gpu {
         self.profile.lock().expect("profile lock").take()
     }
 
+    /// Whether a profile is being taken.
+    pub fn profiling(&self) -> bool {
+        self.profile_method().is_some()
+    }
+
     /// How dispatches are being timed, when profiling.
     pub(crate) fn profile_method(&self) -> Option<ProfileMethod> {
         self.profile

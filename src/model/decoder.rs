@@ -108,8 +108,10 @@ pub struct AttentionWork<'a> {
 /// decodes), and the `r` rows whose logits are wanted.
 pub struct BatchView<'a> {
     pub t: usize,
-    /// `[t]` u32 token ids.
+    /// `[t]` u32 token ids; `DRAWN | d` (`gpu::kernels::embedding::DRAWN`) is `drawn[d]`.
     pub ids: &'a Tensor,
+    /// The tokens the step before drew, still on the GPU.
+    pub drawn: &'a Tensor,
     /// `[t, 4]` u32: (offset of the row's block table in `block_tables`, its absolute
     /// position, the pool row its K and V are written to, 0).
     pub rowinfo: &'a Tensor,
@@ -319,7 +321,7 @@ impl Decoder {
             .attention_variant(c.head_dim, shape.group(), t)
             .q_loads_for(&shape);
         let offsets = self.offsets;
-        embedding::encode(gpu, rec, &self.embed, batch.ids, t, &a.h);
+        embedding::encode(gpu, rec, &self.embed, batch.ids, batch.drawn, t, &a.h);
         for (l, layer) in self.layers.iter().enumerate() {
             let (k_pool, v_pool) = (&kv.k[l], &kv.v[l]);
             let norm = |offset| {

@@ -18,7 +18,7 @@ mod scheduler;
 mod sequence;
 
 pub use block_map::{BlockUse, SeqBlocks, block_map};
-pub use plan::{BlockCopy, Chunk, Draw, DrawResult, StepPlan, Target};
+pub use plan::{BlockCopy, Chunk, DRAWN, Draw, DrawResult, StepPlan, Target};
 pub use request::{
     FinishReason, FinishedSample, MAX_TOP_LOGPROBS, Request, RequestId, SamplingParams, StopMatch,
     TopLogprob,

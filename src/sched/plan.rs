@@ -2,6 +2,12 @@
 
 use crate::kv::BlockId;
 
+/// Marks a token id as not yet known to the CPU: `DRAWN | d` is the token of draw `d` of
+/// the step planned before this one, which the GPU reads from that step's drawn tokens.
+/// The engine plans a step while the GPU still runs the one before
+/// ([`crate::sched::Scheduler::advance`]); vocabularies stay below 2^31.
+pub const DRAWN: u32 = 1 << 31;
+
 use super::request::{RequestId, TopLogprob};
 use super::sequence::SeqId;
 

@@ -14,6 +14,13 @@
 //! samples, which share every prompt block; samples finish on a stop token, at
 //! `max_tokens`, or at the end of the model's context, and give their blocks back in reverse
 //! order so that prefix blocks are evicted last.
+//!
+//! To plan a step while the GPU still runs the one before, [`Scheduler::advance`] applies
+//! what that step computes and gives every sample drawing in it a placeholder token
+//! ([`DRAWN`] `| d`, draw `d`'s token, which the GPU fills in); the next `schedule` then
+//! plans as usual, and `update` replaces the placeholders with the drawn tokens. A sample
+//! that finishes on the token drawn (a stop token or string) has its next step's row
+//! computed for nothing; `update` ignores the results of sequences that are gone.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -22,7 +29,7 @@ use serde::Serialize;
 use crate::kv::{BlockHash, BlockId, BlockPool};
 
 use super::block_map::SeqBlocks;
-use super::plan::{BlockCopy, Chunk, Draw, DrawResult, StepPlan, Target};
+use super::plan::{BlockCopy, Chunk, DRAWN, Draw, DrawResult, StepPlan, Target};
 use super::request::{
     FinishReason, FinishedSample, MAX_TOP_LOGPROBS, Request, RequestId, SamplingParams,
 };
@@ -122,6 +129,8 @@ pub struct Scheduler {
     next_request: u64,
     next_seq: u64,
     stats: SchedulerStats,
+    /// `advance` has applied the chunks of the step `update` applies next.
+    advanced: bool,
 }
 
 impl Scheduler {
@@ -139,6 +148,7 @@ impl Scheduler {
             next_request: 0,
             next_seq: 0,
             stats: SchedulerStats::default(),
+            advanced: false,
         }
     }
 
@@ -296,6 +306,12 @@ impl Scheduler {
         {
             let id = self.running[i];
             let want = self.fit_rows(id, budget, rows_left);
+            // Nothing to compute: a root or a sample whose token the step before (advanced,
+            // not yet updated) has not drawn, or will end it.
+            if want == 0 {
+                i += 1;
+                continue;
+            }
             loop {
                 if self.try_allocate(id, want, &mut plan) {
                     let chunk = self.make_chunk(id, want);
@@ -560,8 +576,40 @@ impl Scheduler {
         seq.blocks.clear();
     }
 
+    /// Applies what `plan` (submitted, not yet updated) computes, and gives each sample
+    /// that draws in it a placeholder token (`DRAWN | d` for draw `d`), so that the next
+    /// `schedule` can plan the step after it before its tokens are known. A sample that
+    /// will end at its length with the token drawn gets none (it takes no next step).
+    /// `update(plan, ..)` must come next, before another `advance`.
+    pub fn advance(&mut self, plan: &StepPlan) {
+        for chunk in &plan.chunks {
+            if self.seqs.contains_key(&chunk.seq) {
+                self.computed(chunk);
+            }
+        }
+        for (d, draw) in plan.draws.iter().enumerate() {
+            let id = plan.chunks[draw.chunk].seq;
+            let Some(seq) = self.seqs.get(&id) else {
+                continue;
+            };
+            if seq.role == Role::Root || seq.scoring {
+                continue; // a root forks its samples in update
+            }
+            let params = &self.requests[&seq.request].request.params;
+            let ends = seq.generated().len() + 1 >= params.max_tokens
+                || seq.tokens.len() + 1 >= self.config.max_model_len;
+            if !ends {
+                let seq = self.seqs.get_mut(&id).expect("looked up above");
+                seq.tokens.push(DRAWN | d as u32);
+            }
+        }
+        self.advanced = true;
+    }
+
     /// Applies a step's results (`results[i]` for `plan.draws[i]`, `scores[i]` the
-    /// log-prob for `plan.targets[i]`) and returns the samples that finished.
+    /// log-prob for `plan.targets[i]`) and returns the samples that finished. Results of
+    /// sequences that are gone (finished or aborted since the step was planned) are
+    /// ignored.
     pub fn update(
         &mut self,
         plan: &StepPlan,
@@ -576,13 +624,20 @@ impl Scheduler {
                 want_scores: plan.targets.len(),
             });
         }
-        for chunk in &plan.chunks {
-            self.computed(chunk);
+        if !std::mem::take(&mut self.advanced) {
+            for chunk in &plan.chunks {
+                if self.seqs.contains_key(&chunk.seq) {
+                    self.computed(chunk);
+                }
+            }
         }
         let mut finished = Vec::new();
         let mut forks: HashMap<SeqId, Vec<SeqId>> = HashMap::new();
-        for (draw, result) in plan.draws.iter().zip(results) {
+        for (d, (draw, result)) in plan.draws.iter().zip(results).enumerate() {
             let parent = plan.chunks[draw.chunk].seq;
+            if !self.seqs.contains_key(&parent) {
+                continue;
+            }
             self.stats.generated_tokens += 1;
             let target = match self.seqs[&parent].role {
                 Role::Root => {
@@ -593,7 +648,10 @@ impl Scheduler {
                 Role::Sample(_) => parent,
             };
             let seq = self.seqs.get_mut(&target).expect("sequence exists");
-            seq.tokens.push(result.token);
+            match seq.tokens.last_mut() {
+                Some(last) if *last == DRAWN | d as u32 => *last = result.token,
+                _ => seq.tokens.push(result.token),
+            }
             seq.logprobs.push(result.logprob);
             seq.sampling_logprobs.push(result.sampling_logprob);
             if !result.top.is_empty() {
@@ -605,6 +663,9 @@ impl Scheduler {
         }
         for (target, &logprob) in plan.targets.iter().zip(scores) {
             let parent = plan.chunks[target.chunk].seq;
+            if !self.seqs.contains_key(&parent) {
+                continue;
+            }
             self.stats.scored_tokens += 1;
             let seq = match self.seqs[&parent].role {
                 Role::Root => {
@@ -626,9 +687,19 @@ impl Scheduler {
                 .into_iter()
                 .filter(|c| self.seqs.contains_key(c))
                 .collect();
-            let pos = self.running.iter().position(|&s| s == root);
-            let pos = pos.expect("a forking root is running");
-            self.running.splice(pos..=pos, live);
+            // A root preempted while its last step ran (planned ahead) waits: its samples
+            // take its place in the queue, and recompute the prompt from the cache.
+            if let Some(pos) = self.running.iter().position(|&s| s == root) {
+                self.running.splice(pos..=pos, live);
+            } else {
+                let pos = self.waiting.iter().position(|&s| s == root);
+                let pos = pos.expect("a forking root is running or waiting");
+                self.waiting.remove(pos);
+                // The preempted root holds no blocks, so neither do its samples.
+                for (i, child) in live.into_iter().enumerate() {
+                    self.waiting.insert(pos + i, child);
+                }
+            }
             self.release_blocks(root);
             self.seqs.remove(&root);
         }

@@ -54,7 +54,9 @@ pub fn gpus() -> &'static [Arc<Gpu>] {
     GPUS.get_or_init(|| {
         pollster::block_on(async {
             let mut out = Vec::new();
-            for adapter in list_adapters(BackendChoice::Auto).await {
+            // SPROUT_BACKEND narrows the suite to one backend (a GPU machine's Vulkan, say).
+            let choice = BackendChoice::from_env().expect("SPROUT_BACKEND names a backend");
+            for adapter in list_adapters(choice).await {
                 match Gpu::from_adapter(&adapter).await {
                     Ok(gpu) => out.push(gpu),
                     Err(e) => eprintln!("could not open {}: {e}", adapter.get_info().name),

@@ -1,8 +1,8 @@
 //! Embedding lookup for every weight format: row sizes that are not multiples of 4 (float
-//! formats), tables split into parts, ids past the vocabulary (zeros), and batch
-//! invariance.
+//! formats), tables split into parts, ids past the vocabulary (zeros), ids that name the
+//! previous step's drawn tokens, and batch invariance.
 
-use sprout::gpu::kernels::embedding::encode;
+use sprout::gpu::kernels::embedding::{DRAWN, encode};
 use sprout::gpu::{Gpu, GpuWeight};
 use sprout::model::format::{WeightFormat, dequantize, quantize};
 use sprout::reference::embedding::embedding;
@@ -57,6 +57,18 @@ fn run(
     ids: &[u32],
     part_limit: Option<u64>,
 ) -> Vec<f32> {
+    run_drawn(gpu, format, t, ids, &[0], part_limit)
+}
+
+/// As `run`, with `drawn` the previous step's drawn tokens (what `DRAWN | i` ids name).
+fn run_drawn(
+    gpu: &Gpu,
+    format: WeightFormat,
+    t: &Table,
+    ids: &[u32],
+    drawn: &[u32],
+    part_limit: Option<u64>,
+) -> Vec<f32> {
     let weight = match part_limit {
         Some(l) => GpuWeight::upload_with_limit(gpu, format, &t.bytes, t.vocab, t.dim, l),
         None => GpuWeight::upload(gpu, format, &t.bytes, t.vocab, t.dim),
@@ -69,10 +81,11 @@ fn run(
         );
     }
     let id_tensor = gpu.upload(ids);
+    let drawn = gpu.upload(drawn);
     // NaN-filled, so a value the kernel fails to write shows.
     let out = gpu.upload(&vec![f32::NAN; ids.len() * t.dim]);
     let mut rec = gpu.recorder();
-    encode(gpu, &mut rec, &weight, &id_tensor, ids.len(), &out);
+    encode(gpu, &mut rec, &weight, &id_tensor, &drawn, ids.len(), &out);
     rec.submit();
     read_f32(gpu, &out)
 }
@@ -143,6 +156,24 @@ pub fn cases() -> Vec<Case> {
                     worst.nmse = worst.nmse.max(o.nmse);
                 }
                 Ok(worst)
+            },
+        ));
+        // Ids that name the previous step's drawn tokens give those tokens' rows, exactly
+        // as the ids themselves would, with the table split or not.
+        cases.push(Case::new(
+            "embedding",
+            format!("{format}/drawn-ids"),
+            move |gpu| {
+                let t = table(format, 90, 64, 11);
+                let drawn = [17u32, 0, 89, 5];
+                let ids = [3, DRAWN | 2, 40, DRAWN, DRAWN | 3, DRAWN | 1];
+                let resolved = [3, 89, 40, 17, 5, 0];
+                let want = run(gpu, format, &t, &resolved, None);
+                for limit in [None, Some(small_limit(format, 64))] {
+                    let got = run_drawn(gpu, format, &t, &ids, &drawn, limit);
+                    check_bitwise(&format!("parts limit {limit:?}"), &got, &want)?;
+                }
+                check_close(&want, &embedding(&t.values, 64, &resolved), TOLERANCE)
             },
         ));
         // A row is the same alone and among 64.

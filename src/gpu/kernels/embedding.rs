@@ -3,8 +3,10 @@
 //!
 //! One dispatch per part; each writes the rows whose id that part holds. The ids live on
 //! the GPU, so they cannot be checked here: an id `>= vocab` yields a row of zeros (written
-//! by the first part's dispatch). Decoding is exact, and nothing is reduced, so a row is
-//! independent of the batch and of how the table is split.
+//! by the first part's dispatch). An id with the high bit set ([`DRAWN`]) names a token the
+//! step before drew, read from that step's `drawn` buffer on the GPU, so that a step can be
+//! recorded before the CPU has read the previous step's tokens back. Decoding is exact, and
+//! nothing is reduced, so a row is independent of the batch and of how the table is split.
 
 use crate::gpu::grid::grid;
 use crate::gpu::pipelines::{Access, KernelSpec};
@@ -14,6 +16,8 @@ use crate::model::format::WeightFormat;
 
 pub(crate) const SOURCE: &str = include_str!("../../../shaders/embedding.wgsl");
 const WORKGROUP: usize = 256;
+/// The bit that marks an id as an index into the previous step's drawn tokens.
+pub const DRAWN: u32 = 1 << 31;
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -33,16 +37,18 @@ pub fn spec(format: WeightFormat) -> KernelSpec {
         key: format!("embedding/{}", format.name()),
         source: Box::new(move || with_weights(SOURCE, format)),
         entry: "embedding",
-        storage: &[Access::Read, Access::Read, Access::ReadWrite],
+        storage: &[Access::Read, Access::Read, Access::ReadWrite, Access::Read],
     }
 }
 
-/// Records `out[m, table.cols] = table[ids[m]]` (ids `>= table.rows` give zeros).
+/// Records `out[m, table.cols] = table[ids[m]]` (ids `>= table.rows` give zeros; an id
+/// `DRAWN | i` is `drawn[i]`).
 pub fn encode(
     gpu: &Gpu,
     rec: &mut Recorder,
     table: &GpuWeight,
     ids: &Tensor,
+    drawn: &Tensor,
     m: usize,
     out: &Tensor,
 ) {
@@ -77,7 +83,7 @@ pub fn encode(
         rec.dispatch(
             &kernel,
             bytemuck::bytes_of(&params),
-            &[&ids.buffer, &part.buffer, &out.buffer],
+            &[&ids.buffer, &part.buffer, &out.buffer, &drawn.buffer],
             grid(gpu, invocations.div_ceil(WORKGROUP)),
         );
     }
