@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU check: runs, on a machine without cargo, what scripts/gpu_pack.sh built into gpu/
-# (the kernel suite, the kernel benches, `sprout tune`, the W workload, and transformers on
+# (the kernel suite, `sprout tune`, the kernel benches, the W workload, and transformers on
 # the same shapes as the baseline) and prints one Markdown table at the end.
 #
 # Usage, from the repository root: bash scripts/gpu_check.sh [OUT_DIR]
@@ -42,8 +42,10 @@ rm -f "$LOGS"/* "$OUT_DIR/summary.md" "$OUT_DIR/logs.tar.gz" 2>/dev/null
 STATUS=$LOGS/status.tsv
 : >"$STATUS"
 
-# A cache, config and tune files where this run can find them.
+# A cache, config and tune files where this run can find them, fresh each run (so that a
+# tune file left by an earlier run is not taken for this one's).
 export HOME=$OUT_DIR/home
+rm -rf "$HOME"
 mkdir -p "$HOME"
 export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp}
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HOME=/tmp/gpu-check-hf
@@ -223,19 +225,36 @@ export SPROUT_BACKEND=$BACKEND
 KEEP_AFTER=${GPU_CHECK_KEEP_FOR_WORKLOAD_S:-180}
 
 # ---------------------------------------------------------------------------------------
-# 3. The kernel suite, 4. the kernel benches.
+# 3. The kernel suite.
 # ---------------------------------------------------------------------------------------
-if [ "${GPU_CHECK_QUICK:-0}" = 1 ]; then
+quick=${GPU_CHECK_QUICK:-0}
+if [ "$quick" = 1 ]; then
     record kernels-test skipped - 0 GPU_CHECK_QUICK
-    record kernels-bench skipped - 0 GPU_CHECK_QUICK
-    say "kernel suite and benches: skipped (GPU_CHECK_QUICK=1)"
+    say "kernels-test: skipped (GPU_CHECK_QUICK=1)"
 else
     test_args=()
     [ -n "${GPU_CHECK_TEST_THREADS:-}" ] && test_args+=(--test-threads "$GPU_CHECK_TEST_THREADS")
     [ -n "${GPU_CHECK_TEST_FILTER:-}" ] && test_args+=("$GPU_CHECK_TEST_FILTER")
     SPROUT_REQUIRE_GPU=1 part kernels-test 150 "$LOGS/kernels-test.log" - \
         "$ROOT/gpu/bin/kernels-test" "${test_args[@]}"
+fi
 
+# ---------------------------------------------------------------------------------------
+# 4. Tuning (the runs below go on untuned when it fails). Before the benches, which do not
+# use the tune file, so that a slow bench cannot leave tuning no time.
+# ---------------------------------------------------------------------------------------
+# shellcheck disable=SC2086
+part tune 120 "$LOGS/tune.json" "$LOGS/tune.log" \
+    "$SPROUT" tune --load-format dummy --model "$MODEL" --weight-format "$WFORMAT" --json \
+    ${GPU_CHECK_TUNE_ARGS:-}
+
+# ---------------------------------------------------------------------------------------
+# 5. The kernel benches.
+# ---------------------------------------------------------------------------------------
+if [ "$quick" = 1 ]; then
+    record kernels-bench skipped - 0 GPU_CHECK_QUICK
+    say "kernels-bench: skipped (GPU_CHECK_QUICK=1)"
+else
     bench_args=(--bench)
     [ -n "$BENCH_FILTER" ] && bench_args+=("$BENCH_FILTER")
     CRITERION_HOME=$(mktemp -d /tmp/gpu-check-criterion.XXXXXX)
@@ -243,14 +262,6 @@ else
         "$ROOT/gpu/bin/kernels-bench" "${bench_args[@]}"
     rm -rf "$CRITERION_HOME"
 fi
-
-# ---------------------------------------------------------------------------------------
-# 5. Tuning (continues untuned when it fails).
-# ---------------------------------------------------------------------------------------
-# shellcheck disable=SC2086
-part tune 120 "$LOGS/tune.json" "$LOGS/tune.log" \
-    "$SPROUT" tune --load-format dummy --model "$MODEL" --weight-format "$WFORMAT" --json \
-    ${GPU_CHECK_TUNE_ARGS:-}
 
 # ---------------------------------------------------------------------------------------
 # 6. The W workload: one prompt of PP tokens sampled G times for TG tokens each.
