@@ -165,7 +165,8 @@ fn drain(s: &mut Scheduler, model: &mut FakeModel) -> Vec<FinishedSample> {
 /// applied (the engine's overlap): advance, schedule the next, run it, then update.
 fn drain_ahead(s: &mut Scheduler, model: &mut FakeModel) -> Vec<FinishedSample> {
     let mut out = Vec::new();
-    let mut in_flight: Option<(StepPlan, (Vec<DrawResult>, Vec<f32>))> = None;
+    type Step = (StepPlan, (Vec<DrawResult>, Vec<f32>));
+    let mut in_flight: Option<Step> = None;
     let mut last_draws: Vec<DrawResult> = Vec::new();
     for _ in 0..100_000 {
         let (plan, results) = match in_flight.take() {
