@@ -29,7 +29,9 @@
 // the same order, bitwise the same output.
 //
 // The host prepends `const HG: u32` (a divisor of `group`), `const Q_MODE: u32` and
-// `const HD4: u32` (head_dim / 4, or 1 when Q_MODE is 0): with Q_MODE 0 every invocation
+// `const HD4: u32` (head_dim / 4, so that every loop over a head or a page has a bound
+// the compiler knows, and can unroll and issue its loads together), and `HELD4` and
+// `SHARED4` (HD4 for the mode that uses each array, else 1): with Q_MODE 0 every invocation
 // loads the query for every key; with 1 it holds the HG query vectors in a private array
 // (CPU adapters, where every load is a gather); with 2 they are staged once in workgroup
 // memory (GPUs). The values, and so the results, are the same.
@@ -62,6 +64,8 @@ struct Params {
 
 const WG: u32 = 64u;
 const PAGE: u32 = WG;
+// Key groups of step 3: each of HD4 invocations, one per output vec4.
+const SPLIT: u32 = WG / HD4;
 const NO_SLOT: u32 = 0xffffffffu;
 
 // p_j of the current page, per head of the workgroup: probs[i * PAGE + j].
@@ -74,7 +78,7 @@ var<workgroup> page_max: array<atomic<u32>, HG>;
 var<workgroup> part_o: array<vec4<f32>, HG * WG>;
 var<workgroup> part_l: array<f32, HG * WG>;
 // The query vectors, when Q_MODE is 2.
-var<workgroup> q_shared: array<vec4<f32>, HG * HD4>;
+var<workgroup> q_shared: array<vec4<f32>, HG * SHARED4>;
 
 // Where key `key` of the sequence whose block table starts at `table`, kv head `g`, starts
 // in k_pool and v_pool, in vec4s.
@@ -105,8 +109,8 @@ fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
     let first_page = items[4u * item + 1u];
     let pages = items[4u * item + 2u];
     let slot = items[4u * item + 3u];
-    let hd4 = p.head_dim / 4u;
-    let split = WG / hd4;  // key groups
+    let hd4 = HD4;
+    let split = SPLIT;     // key groups
     let col = lid % hd4;   // the output vec4 this invocation accumulates
     let kgroup = lid / hd4; // its key group; idle in step 3 when >= split
     let g = h0 / p.group;  // HG divides group, so every head here shares kv head g
@@ -117,7 +121,7 @@ fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
     if (lid < HG) {
         atomicStore(&page_max[lid], 0u);
     }
-    var held_q: array<vec4<f32>, HG * HD4>;
+    var held_q: array<vec4<f32>, HG * HELD4>;
     if (Q_MODE == 1u) {
         for (var i = 0u; i < HG * HD4; i += 1u) {
             held_q[i] = q[q_base + i];
@@ -150,7 +154,7 @@ fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
             for (var i = 0u; i < HG; i += 1u) {
                 lanes[i] = vec4<f32>(0.0);
             }
-            for (var d = 0u; d < hd4; d += 1u) {
+            for (var d = 0u; d < HD4; d += 1u) {
                 let k = k_pool[kb + d];
                 for (var i = 0u; i < HG; i += 1u) {
                     var qv: vec4<f32>;
@@ -197,12 +201,18 @@ fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
                 a[i] = vec4<f32>(0.0); // explicitly, as `lanes` above
                 l[i] = 0.0;
             }
-            for (var j = kgroup; j < in_page; j += split) {
-                let v = v_pool[key_base[j] + col];
-                for (var i = 0u; i < HG; i += 1u) {
-                    let pj = probs[i * PAGE + j];
-                    l[i] = l[i] + pj;
-                    a[i] = fma(vec4<f32>(pj), v, a[i]);
+            // Keys kgroup, kgroup + split, ... below in_page, in order. The bound is a
+            // constant and the loads do not wait on the test, so they can all be in flight
+            // together (a key past the page reads a stale but valid row, never used).
+            for (var jj = 0u; jj < (PAGE + SPLIT - 1u) / SPLIT; jj += 1u) {
+                let j = kgroup + jj * split;
+                let v = v_pool[key_base[min(j, in_page - 1u)] + col];
+                if (j < in_page) {
+                    for (var i = 0u; i < HG; i += 1u) {
+                        let pj = probs[i * PAGE + j];
+                        l[i] = l[i] + pj;
+                        a[i] = fma(vec4<f32>(pj), v, a[i]);
+                    }
                 }
             }
             for (var i = 0u; i < HG; i += 1u) {
@@ -217,7 +227,7 @@ fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
             for (var i = 0u; i < HG; i += 1u) {
                 var o = part_o[i * WG + lid];
                 var l = part_l[i * WG + lid];
-                for (var s = 1u; s < split; s += 1u) {
+                for (var s = 1u; s < SPLIT; s += 1u) {
                     o = o + part_o[i * WG + s * hd4 + lid];
                     l = l + part_l[i * WG + s * hd4 + lid];
                 }

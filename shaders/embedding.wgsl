@@ -8,7 +8,7 @@
 //
 // An id with its high bit set is a token drawn by the step before, not yet read back by
 // the CPU: `drawn[id & 0x7fffffff]` (the engine plans a step while the GPU still runs the
-// one before it). An index past `drawn` reads whatever robust buffer access gives.
+// one before it). An index past `drawn` is an invalid id (zeros).
 //
 // The weight decoder (w_load4, w_load1) is appended by the host for the table's format.
 
@@ -50,7 +50,8 @@ fn embedding(
     let o = r * p.dim + c;
     var id = ids[r];
     if ((id & DRAWN) != 0u) {
-        id = drawn[id & ~DRAWN];
+        let d = id & ~DRAWN;
+        id = select(0xffffffffu, drawn[min(d, arrayLength(&drawn) - 1u)], d < arrayLength(&drawn));
     }
     if (id >= p.vocab) {
         if (p.zero_invalid == 1u) {

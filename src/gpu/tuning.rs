@@ -168,23 +168,29 @@ impl KernelChoices {
     }
 }
 
+/// Capabilities of a plain adapter (no f16, no subgroups), for unit tests.
+#[cfg(test)]
+pub(crate) fn tests_caps() -> Capabilities {
+    Capabilities {
+        shader_f16: false,
+        subgroups: false,
+        subgroup_min_size: 0,
+        timestamps: false,
+        timestamps_inside_passes: false,
+        max_binding: 1 << 27,
+        max_buffer: 1 << 28,
+        max_workgroups_per_dim: 65535,
+        max_workgroup_invocations: 256,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::gpu::kernels::matmul::XLoads;
 
     fn caps() -> Capabilities {
-        Capabilities {
-            shader_f16: false,
-            subgroups: false,
-            subgroup_min_size: 0,
-            timestamps: false,
-            timestamps_inside_passes: false,
-            max_binding: 1 << 27,
-            max_buffer: 1 << 28,
-            max_workgroups_per_dim: 65535,
-            max_workgroup_invocations: 256,
-        }
+        tests_caps()
     }
 
     #[test]

@@ -444,15 +444,12 @@ pub fn encode_combine(
 /// The module with `heads` query heads per workgroup (`HG` in the shader) and queries of
 /// `head_dim` values loaded as `q_loads` says.
 pub fn source(heads: usize, head_dim: usize, q_loads: QLoads) -> String {
-    // Without holding or staging, the arrays are never used: one vec4 per head keeps them
-    // small.
-    let hd4 = if q_loads == QLoads::Direct {
-        1
-    } else {
-        head_dim / 4
-    };
+    let hd4 = head_dim / 4;
+    let held = if q_loads == QLoads::Held { hd4 } else { 1 };
+    let shared = if q_loads == QLoads::Shared { hd4 } else { 1 };
     format!(
-        "const HG: u32 = {heads}u;\nconst Q_MODE: u32 = {}u;\nconst HD4: u32 = {hd4}u;\n{SOURCE}",
+        "const HG: u32 = {heads}u;\nconst Q_MODE: u32 = {}u;\nconst HD4: u32 = {hd4}u;\n\
+         const HELD4: u32 = {held}u;\nconst SHARED4: u32 = {shared}u;\n{SOURCE}",
         q_loads.mode()
     )
 }

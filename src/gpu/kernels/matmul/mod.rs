@@ -16,6 +16,7 @@
 //! lets the engine pick shapes per adapter and per batch size (`gpu::tuning`) without
 //! giving up batch invariance; the kernel suite checks it for every pair of shapes.
 
+mod gemm;
 mod shape;
 pub mod tile;
 
@@ -39,7 +40,6 @@ const EPILOGUE_RESIDUAL: &str = include_str!("../../../../shaders/matmul/epilogu
 const EPILOGUE_SILU: &str = include_str!("../../../../shaders/matmul/epilogue_silu_gate.wgsl");
 const EPILOGUE_QKV: &str = include_str!("../../../../shaders/matmul/epilogue_qkv_rope.wgsl");
 pub(crate) const MATVEC: &str = include_str!("../../../../shaders/matmul/matvec.wgsl");
-pub(crate) const GEMM: &str = include_str!("../../../../shaders/matmul/gemm.wgsl");
 const X_VEC4: &str = include_str!("../../../../shaders/activations/vec4.wgsl");
 const X_SCALAR: &str = include_str!("../../../../shaders/activations/scalar.wgsl");
 

@@ -6,8 +6,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::MATVEC;
+use super::gemm;
 use super::tile::{WORKGROUP as TILE_WORKGROUP, XLoads, entry_point};
-use super::{GEMM, MATVEC};
 use crate::gpu::context::Capabilities;
 
 /// Most rows of x one `MatVec` workgroup serves (more rows take more workgroups).
@@ -27,12 +28,13 @@ pub enum MatmulShape {
     /// CPU-shaped: each invocation computes `rows` rows of x by `cols` weight rows (`cols`
     /// even), walking all of k; 64 invocations a workgroup.
     Tile { rows: u32, cols: u32, loads: XLoads },
-    /// GPU-shaped, for few rows: a workgroup of `wg` invocations owns `nr` weight rows (even)
-    /// and up to 8 rows of x; its invocations split the (weight row, block) pairs, then fold
-    /// the parts in block order.
+    /// GPU-shaped, for few rows: a workgroup of `wg` invocations owns `nr` weight rows (even,
+    /// dividing `wg`, at most `wg / 4`) and up to 8 rows of x; invocation `i` takes row
+    /// `i % nr` and every `wg / nr`-th block, so that a subgroup shares its loads of x; then
+    /// the parts are folded in block order.
     MatVec { wg: u32, nr: u32 },
     /// GPU-shaped, for many rows: a 16 x 16 workgroup computes (16 * tm) rows of x by 64
-    /// weight rows, staging both in workgroup memory 16 values of k at a time.
+    /// weight rows (`tm` 4 or 8), staging both in workgroup memory 16 values of k at a time.
     Gemm { tm: u32 },
 }
 
@@ -56,13 +58,31 @@ impl MatmulShape {
         )
     }
 
+    /// Whether the shape's parameters are ones the kernels are written for.
+    pub fn is_valid(&self) -> bool {
+        match *self {
+            MatmulShape::Tile { rows, cols, .. } => {
+                (1..=4).contains(&rows) && cols >= 2 && cols <= 4 && cols.is_multiple_of(2)
+            }
+            MatmulShape::MatVec { wg, nr } => {
+                matches!(wg, 64 | 128 | 256)
+                    && nr >= 2
+                    && nr.is_multiple_of(2)
+                    && wg.is_multiple_of(nr)
+                    && nr / 2 * MATVEC_MAX_ROWS <= wg
+            }
+            MatmulShape::Gemm { tm } => tm == 4 || tm == 8,
+        }
+    }
+
     /// Whether the adapter can run this shape.
     pub fn runs_on(&self, caps: &Capabilities) -> bool {
-        match self {
-            MatmulShape::Tile { loads, .. } => loads.runs_on(caps),
-            MatmulShape::MatVec { wg, .. } => *wg <= caps.max_workgroup_invocations,
-            MatmulShape::Gemm { .. } => 256 <= caps.max_workgroup_invocations,
-        }
+        self.is_valid()
+            && match self {
+                MatmulShape::Tile { loads, .. } => loads.runs_on(caps),
+                MatmulShape::MatVec { wg, .. } => *wg <= caps.max_workgroup_invocations,
+                MatmulShape::Gemm { .. } => 256 <= caps.max_workgroup_invocations,
+            }
     }
 
     /// Rows of x one workgroup serves for a dispatch of `m` rows (for `MatVec`, the
@@ -97,14 +117,7 @@ impl MatmulShape {
                 "const WG: u32 = {wg}u;\nconst MR: u32 = {mr}u;\nconst NR: u32 = {nr}u;\n\
                  const PRO_ROWS: u32 = {mr}u;\nconst SCRATCH: u32 = {MATVEC_SCRATCH}u;\n"
             ),
-            MatmulShape::Gemm { tm } => {
-                let bm = 16 * tm;
-                format!(
-                    "const WG: u32 = 256u;\nconst TM: u32 = {tm}u;\nconst BM: u32 = {bm}u;\n\
-                     const PRO_ROWS: u32 = {bm}u;\nconst SCRATCH: u32 = {}u;\n",
-                    16 * bm + 16 * 64
-                )
-            }
+            MatmulShape::Gemm { .. } => String::new(),
         }
     }
 
@@ -113,7 +126,7 @@ impl MatmulShape {
         match self {
             MatmulShape::Tile { rows, cols, loads } => entry_point(*rows, *cols, *loads),
             MatmulShape::MatVec { .. } => MATVEC.to_string(),
-            MatmulShape::Gemm { .. } => GEMM.to_string(),
+            MatmulShape::Gemm { tm } => gemm::entry_point(*tm),
         }
     }
 
@@ -132,16 +145,13 @@ impl MatmulShape {
         MatmulShape::Tile { rows, cols, loads }
     }
 
-    /// The shape a GPU uses for `m` rows of x against `n` weight rows of `k` values before
-    /// it is tuned: `MatVec` up to 8 rows, with about one (weight row, block) item per
-    /// invocation; `Gemm` beyond.
-    pub fn for_gpu(m: usize, _n: usize, k: usize) -> MatmulShape {
+    /// The shape a GPU uses for `m` rows of x against `n` weight rows before it is tuned:
+    /// `MatVec` up to 8 rows (32 weight rows a workgroup for wide weights, 16 otherwise, so
+    /// that narrow ones still spread over many workgroups); `Gemm` beyond.
+    pub fn for_gpu(m: usize, n: usize, _k: usize) -> MatmulShape {
         if m <= MATVEC_MAX_ROWS as usize {
-            let wg = 128;
-            MatmulShape::MatVec {
-                wg,
-                nr: matvec_rows(wg, k),
-            }
+            let nr = if n >= 4096 { 32 } else { 16 };
+            MatmulShape::MatVec { wg: 128, nr }
         } else if m < 128 {
             MatmulShape::Gemm { tm: 4 }
         } else {
@@ -162,14 +172,18 @@ impl MatmulShape {
                 out.push(tile);
             }
         }
-        for wg in [64, 128, 256] {
-            let base = matvec_rows(wg, k);
-            for nr in [base / 2, base, base * 2] {
-                let shape = MatmulShape::MatVec { wg, nr };
-                if nr >= 2 && nr % 2 == 0 && nr / 2 * MATVEC_MAX_ROWS <= wg && !out.contains(&shape)
-                {
-                    out.push(shape);
-                }
+        let _ = k;
+        for (wg, nr) in [
+            (64, 16),
+            (128, 16),
+            (128, 32),
+            (256, 32),
+            (256, 64),
+            (128, 8),
+        ] {
+            let shape = MatmulShape::MatVec { wg, nr };
+            if !out.contains(&shape) {
+                out.push(shape);
             }
         }
         if m > 4 {
@@ -192,7 +206,8 @@ impl MatmulShape {
         }
         out.extend([
             MatmulShape::MatVec { wg: 64, nr: 2 },
-            MatmulShape::MatVec { wg: 256, nr: 32 },
+            MatmulShape::MatVec { wg: 128, nr: 16 },
+            MatmulShape::MatVec { wg: 256, nr: 64 },
             MatmulShape::Gemm { tm: 4 },
             MatmulShape::Gemm { tm: 8 },
         ]);
@@ -200,34 +215,33 @@ impl MatmulShape {
     }
 }
 
-/// Weight rows per `MatVec` workgroup of `wg` invocations for rows of `k` values: about
-/// one (weight row, block) item per invocation, even, from 2 to `2 * wg / 8` (the fold needs
-/// one invocation per pair and row of x).
-pub fn matvec_rows(wg: u32, k: usize) -> u32 {
-    let blocks = (k as u32).div_ceil(32).max(1);
-    let nr = wg.div_ceil(blocks).next_multiple_of(2);
-    nr.clamp(2, 2 * wg / MATVEC_MAX_ROWS)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn matvec_rows_are_even_and_fold_within_the_workgroup() {
-        for wg in [64, 128, 256] {
-            for k in [7, 64, 576, 1536, 8192] {
-                let nr = matvec_rows(wg, k);
-                assert!(nr >= 2 && nr.is_multiple_of(2), "{wg} {k}: {nr}");
-                assert!(nr / 2 * MATVEC_MAX_ROWS <= wg, "{wg} {k}: {nr}");
+    fn every_candidate_and_default_is_a_valid_shape() {
+        let caps = crate::gpu::tuning::tests_caps();
+        for m in [1, 2, 3, 8, 9, 64, 512] {
+            for (n, k) in [(64, 64), (576, 1536), (49152, 576)] {
+                assert!(MatmulShape::for_gpu(m, n, k).is_valid(), "{m} {n}");
+                assert!(MatmulShape::for_cpu(&caps, m, n).is_valid(), "{m} {n}");
+                for s in MatmulShape::candidates(&caps, m, n, k) {
+                    assert!(s.is_valid(), "{s:?}");
+                }
             }
         }
-        assert_eq!(matvec_rows(128, 576), 8);
+        for s in MatmulShape::candidates_all() {
+            assert!(s.is_valid(), "{s:?}");
+        }
+        assert!(!MatmulShape::MatVec { wg: 64, nr: 32 }.is_valid());
+        assert!(!MatmulShape::MatVec { wg: 128, nr: 12 }.is_valid());
     }
 
     #[test]
     fn matvec_serves_up_to_eight_rows_per_workgroup() {
         let shape = MatmulShape::MatVec { wg: 128, nr: 8 };
+        assert!(shape.is_valid());
         for (m, mr) in [(1, 1), (2, 2), (3, 4), (5, 8), (8, 8), (9, 8), (64, 8)] {
             assert_eq!(shape.rows_per_workgroup(m), mr, "{m}");
         }
