@@ -62,7 +62,7 @@ impl MatmulShape {
     pub fn is_valid(&self) -> bool {
         match *self {
             MatmulShape::Tile { rows, cols, .. } => {
-                (1..=4).contains(&rows) && cols >= 2 && cols <= 4 && cols.is_multiple_of(2)
+                (1..=4).contains(&rows) && (2..=4).contains(&cols) && cols.is_multiple_of(2)
             }
             MatmulShape::MatVec { wg, nr } => {
                 matches!(wg, 64 | 128 | 256)
