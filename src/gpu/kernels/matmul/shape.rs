@@ -29,9 +29,9 @@ pub enum MatmulShape {
     /// even), walking all of k; 64 invocations a workgroup.
     Tile { rows: u32, cols: u32, loads: XLoads },
     /// GPU-shaped, for few rows: a workgroup of `wg` invocations owns `nr` weight rows (even,
-    /// dividing `wg`, at most `wg / 4`) and up to 8 rows of x; invocation `i` takes row
-    /// `i % nr` and every `wg / nr`-th block, so that a subgroup shares its loads of x; then
-    /// the parts are folded in block order.
+    /// at most `wg / 8`, `8 * nr` dividing `wg`) and up to 8 rows of x; each invocation
+    /// computes one block's part at a time for one (weight row, row of x), its subgroup
+    /// sharing the loads; then the parts are folded in block order.
     MatVec { wg: u32, nr: u32 },
     /// GPU-shaped, for many rows: a 16 x 16 workgroup computes (16 * tm) rows of x by 64
     /// weight rows (`tm` 4 or 8), staging both in workgroup memory 16 values of k at a time.
@@ -68,8 +68,7 @@ impl MatmulShape {
                 matches!(wg, 64 | 128 | 256)
                     && nr >= 2
                     && nr.is_multiple_of(2)
-                    && wg.is_multiple_of(nr)
-                    && nr / 2 * MATVEC_MAX_ROWS <= wg
+                    && wg.is_multiple_of(nr * MATVEC_MAX_ROWS)
             }
             MatmulShape::Gemm { tm } => tm == 4 || tm == 8,
         }
@@ -146,12 +145,12 @@ impl MatmulShape {
     }
 
     /// The shape a GPU uses for `m` rows of x against `n` weight rows before it is tuned:
-    /// `MatVec` up to 8 rows (32 weight rows a workgroup for wide weights, 16 otherwise, so
+    /// `MatVec` up to 8 rows (32 weight rows a workgroup for wide weights, 8 otherwise, so
     /// that narrow ones still spread over many workgroups); `Gemm` beyond.
     pub fn for_gpu(m: usize, n: usize, _k: usize) -> MatmulShape {
         if m <= MATVEC_MAX_ROWS as usize {
-            let nr = if n >= 4096 { 32 } else { 16 };
-            MatmulShape::MatVec { wg: 128, nr }
+            let nr = if n >= 4096 { 32 } else { 8 };
+            MatmulShape::MatVec { wg: 256, nr }
         } else if m < 128 {
             MatmulShape::Gemm { tm: 4 }
         } else {
@@ -207,7 +206,7 @@ impl MatmulShape {
         out.extend([
             MatmulShape::MatVec { wg: 64, nr: 2 },
             MatmulShape::MatVec { wg: 128, nr: 16 },
-            MatmulShape::MatVec { wg: 256, nr: 64 },
+            MatmulShape::MatVec { wg: 256, nr: 8 },
             MatmulShape::Gemm { tm: 4 },
             MatmulShape::Gemm { tm: 8 },
         ]);
@@ -234,7 +233,7 @@ mod tests {
         for s in MatmulShape::candidates_all() {
             assert!(s.is_valid(), "{s:?}");
         }
-        assert!(!MatmulShape::MatVec { wg: 64, nr: 32 }.is_valid());
+        assert!(!MatmulShape::MatVec { wg: 64, nr: 16 }.is_valid());
         assert!(!MatmulShape::MatVec { wg: 128, nr: 12 }.is_valid());
     }
 
@@ -246,5 +245,6 @@ mod tests {
             assert_eq!(shape.rows_per_workgroup(m), mr, "{m}");
         }
         assert_eq!(shape.workgroups(9, 576, 8), [72, 2, 1]);
+        assert!(MatmulShape::MatVec { wg: 64, nr: 8 }.is_valid());
     }
 }
