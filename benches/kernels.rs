@@ -1,4 +1,12 @@
-//! Kernel benchmarks at SmolLM2-135M's shapes, against the adapter's own copy bandwidth.
+//! Kernel benchmarks at a model's shapes, against the adapter's own copy bandwidth.
+//!
+//! The shapes come from `SPROUT_BENCH_MODEL`: a built-in config name or a Hugging Face
+//! `config.json` (the names `--load-format dummy` takes; default `smollm2-135m`). The weights
+//! are random, in every format, so no model file is needed. The figures below name
+//! SmolLM2-135M's shapes. The kernel variants are the ones the adapter's tune file chooses
+//! (`sprout tune`), or its untuned defaults (always with `SPROUT_BENCH_UNTUNED=1`); with
+//! `SPROUT_BENCH_SHAPES=all` the CPU-shaped and GPU-shaped defaults are measured too, and
+//! the benchmark ids name the matmul shape and attention variant.
 //!
 //! What is measured, on the adapter `SPROUT_BACKEND` picks (default: the best one found):
 //!
@@ -12,12 +20,12 @@
 //!   GFLOP/s an adapter's compute units reach, which the other rows' GFLOP/s are held to
 //!   ("of fma").
 //! - `matmul/<format>/<in>x<out>/m<rows>`: `y[m, out] = x[m, in] · Wᵀ` for every weight format
-//!   at the decode batches m = 1, 8, 32 and a prefill chunk m = 128, on the path sprout uses
-//!   for m rows (`MatmulPath::for_shape`: matrix-vector for 1, tiled otherwise), for the MLP
-//!   up/gate (576 x 1536) and down (1536 x 576) projections; the vocabulary projection
-//!   (576 x 49152) only in q8_0 (what SmolLM2's GGUF stores it in) and f16. Bytes are the
-//!   weight's stored bytes + `x` read + `y` written, each counted once (the least traffic;
-//!   the tiled path may read a weight more than once).
+//!   at the decode batches m = 1, 8, 32 and a prefill chunk m = 128, on the shape sprout
+//!   uses for m rows (`KernelChoices::matmul_shape`), for the MLP up/gate (576 x 1536) and down
+//!   (1536 x 576) projections; the vocabulary projection (576 x 49152) only in q8_0 (what
+//!   SmolLM2's GGUF stores it in) and f16. Bytes are the weight's stored bytes + `x` read +
+//!   `y` written, each counted once (the least traffic; a shape may read a weight more than
+//!   once).
 //! - `attention/decode/32x256`: one decode step of 32 sequences with 256 keys each (the
 //!   query row is position 255), and `attention/prefill/128x128`: a first prefill chunk of
 //!   128 query rows over its own 128 keys (causal: row p attends keys 0 ..= p); SmolLM2's
@@ -60,17 +68,36 @@ use sprout::gpu::kernels::attention::{
 };
 use sprout::gpu::kernels::matmul::{self, Matmul, MatmulShape, Output};
 use sprout::gpu::pipelines::{Access, KernelSpec};
-use sprout::gpu::tuning::{MatmulKey, MatmulSite};
+use sprout::gpu::tuning::{KernelChoices, MatmulKey, MatmulSite};
 use sprout::gpu::{BackendChoice, Gpu, GpuWeight, Recorder, Tensor};
 use sprout::model::format::{WeightFormat, quantize};
 
-/// SmolLM2-135M: hidden size, MLP size, vocabulary, heads.
-const HIDDEN: usize = 576;
-const INTERMEDIATE: usize = 1536;
-const VOCAB: usize = 49152;
-const N_HEADS: usize = 9;
-const N_KV_HEADS: usize = 3;
-const HEAD_DIM: usize = 64;
+/// The model whose shapes are measured: hidden size, MLP size, vocabulary, heads.
+struct Dims {
+    hidden: usize,
+    intermediate: usize,
+    vocab: usize,
+    n_heads: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
+}
+
+impl Dims {
+    /// `SPROUT_BENCH_MODEL`'s config, or SmolLM2-135M's.
+    fn from_env() -> Dims {
+        let name = std::env::var("SPROUT_BENCH_MODEL").unwrap_or_else(|_| "smollm2-135m".into());
+        let c = sprout::model::open::dummy_config(&name).expect("SPROUT_BENCH_MODEL");
+        Dims {
+            hidden: c.hidden_size,
+            intermediate: c.intermediate_size,
+            vocab: c.vocab_size,
+            n_heads: c.n_heads,
+            n_kv_heads: c.n_kv_heads,
+            head_dim: c.head_dim,
+        }
+    }
+}
+
 const BLOCK_SIZE: usize = 16;
 
 /// Rows of `x`: three decode batches and a prefill chunk.
@@ -316,7 +343,13 @@ fn copy(c: &mut Criterion, gpu: &Gpu, entries: &mut Vec<Entry>) {
 }
 
 /// Every weight format at SmolLM2-135M's MLP shapes, q8_0 and f16 at the vocabulary.
-fn matmul(c: &mut Criterion, gpu: &Gpu, entries: &mut Vec<Entry>) {
+fn matmul(
+    c: &mut Criterion,
+    gpu: &Gpu,
+    choices: &KernelChoices,
+    d: &Dims,
+    entries: &mut Vec<Entry>,
+) {
     let mut group = c.benchmark_group("matmul");
     configure(&mut group);
     let mut bench = Bench {
@@ -326,9 +359,9 @@ fn matmul(c: &mut Criterion, gpu: &Gpu, entries: &mut Vec<Entry>) {
     };
     let max_rows = ROWS[ROWS.len() - 1];
     let shapes: [(usize, usize, &[WeightFormat]); 3] = [
-        (HIDDEN, INTERMEDIATE, &WeightFormat::ALL),
-        (INTERMEDIATE, HIDDEN, &WeightFormat::ALL),
-        (HIDDEN, VOCAB, &VOCAB_FORMATS),
+        (d.hidden, d.intermediate, &WeightFormat::ALL),
+        (d.intermediate, d.hidden, &WeightFormat::ALL),
+        (d.hidden, d.vocab, &VOCAB_FORMATS),
     ];
     for (k, n, formats) in shapes {
         let values = pattern(n * k, 0);
@@ -346,7 +379,7 @@ fn matmul(c: &mut Criterion, gpu: &Gpu, entries: &mut Vec<Entry>) {
                     n,
                     k,
                 };
-                for shape in bench_shapes(gpu, key, m) {
+                for shape in bench_shapes(gpu, choices, key, m) {
                     let op = Matmul {
                         x: &x,
                         m,
@@ -373,8 +406,8 @@ fn matmul(c: &mut Criterion, gpu: &Gpu, entries: &mut Vec<Entry>) {
 
 /// The shapes a matmul is measured with: the adapter's default for `m` rows (tuned if a
 /// tune file is in force), and with `SPROUT_BENCH_SHAPES=all` both kinds' defaults.
-fn bench_shapes(gpu: &Gpu, key: MatmulKey, m: usize) -> Vec<MatmulShape> {
-    let mut shapes = vec![gpu.matmul_shape(key, m)];
+fn bench_shapes(gpu: &Gpu, choices: &KernelChoices, key: MatmulKey, m: usize) -> Vec<MatmulShape> {
+    let mut shapes = vec![choices.matmul_shape(&gpu.caps, key, m)];
     if std::env::var("SPROUT_BENCH_SHAPES").is_ok_and(|v| v == "all") {
         for other in [
             MatmulShape::for_cpu(&gpu.caps, m, key.n),
@@ -411,9 +444,15 @@ struct AttentionInputs {
 /// `p · v` per head, key and dimension; a row at position p attends p + 1 keys, so a
 /// causal prefill chunk counts half of rows * keys (the exp and the softmax's bookkeeping
 /// are not counted).
-fn attention_inputs(gpu: &Gpu, seqs: usize, keys: usize, rows_per_seq: usize) -> AttentionInputs {
-    let kv_dim = N_KV_HEADS * HEAD_DIM;
-    let q_row = N_HEADS * HEAD_DIM;
+fn attention_inputs(
+    gpu: &Gpu,
+    d: &Dims,
+    seqs: usize,
+    keys: usize,
+    rows_per_seq: usize,
+) -> AttentionInputs {
+    let kv_dim = d.n_kv_heads * d.head_dim;
+    let q_row = d.n_heads * d.head_dim;
     let per_seq = keys.div_ceil(BLOCK_SIZE);
     let num_blocks = seqs * per_seq;
     // A fixed shuffle of the pool's blocks (Fisher-Yates on a small LCG).
@@ -434,7 +473,7 @@ fn attention_inputs(gpu: &Gpu, seqs: usize, keys: usize, rows_per_seq: usize) ->
         }
     }
     let t = seqs * rows_per_seq;
-    let shape = AttentionShape::new(t, N_HEADS, N_KV_HEADS, HEAD_DIM, BLOCK_SIZE);
+    let shape = AttentionShape::new(t, d.n_heads, d.n_kv_heads, d.head_dim, BLOCK_SIZE);
     let pool_len = num_blocks * BLOCK_SIZE * kv_dim;
     let bytes = 4 * (2 * t * q_row + 2 * seqs * keys * kv_dim + num_blocks + 2 * t);
     AttentionInputs {
@@ -447,13 +486,19 @@ fn attention_inputs(gpu: &Gpu, seqs: usize, keys: usize, rows_per_seq: usize) ->
         rowinfo: gpu.upload(&rows),
         out: gpu.zeros(t * q_row),
         bytes: bytes as u64,
-        flops: (4 * attended * N_HEADS * HEAD_DIM) as u64,
+        flops: (4 * attended * d.n_heads * d.head_dim) as u64,
     }
 }
 
 /// The paged attention kernel: a decode step of 32 sequences x 256 keys and a prefill
 /// chunk of 128 rows over 128 keys.
-fn attention(c: &mut Criterion, gpu: &Gpu, entries: &mut Vec<Entry>) {
+fn attention(
+    c: &mut Criterion,
+    gpu: &Gpu,
+    choices: &KernelChoices,
+    d: &Dims,
+    entries: &mut Vec<Entry>,
+) {
     let mut group = c.benchmark_group("attention");
     configure(&mut group);
     let mut bench = Bench {
@@ -462,9 +507,10 @@ fn attention(c: &mut Criterion, gpu: &Gpu, entries: &mut Vec<Entry>) {
         entries,
     };
     for (name, seqs, keys, rows_per_seq) in [("decode", 32, 256, 1), ("prefill", 1, 128, 128)] {
-        let a = attention_inputs(gpu, seqs, keys, rows_per_seq);
+        let a = attention_inputs(gpu, d, seqs, keys, rows_per_seq);
         let rows = seqs * rows_per_seq;
-        let mut variants = vec![gpu.attention_variant(HEAD_DIM, N_HEADS / N_KV_HEADS, rows)];
+        let heads_per_kv = d.n_heads / d.n_kv_heads;
+        let mut variants = vec![choices.attention(d.head_dim, heads_per_kv, rows)];
         if std::env::var("SPROUT_BENCH_SHAPES").is_ok_and(|v| v == "all") {
             for v in [
                 AttentionVariant::default_for(true),
@@ -572,7 +618,7 @@ fn format_time(ns: f64) -> String {
     }
 }
 
-fn print_summary(gpu: &Gpu, entries: &[Entry], since: SystemTime) {
+fn print_summary(gpu: &Gpu, choices: &KernelChoices, entries: &[Entry], since: SystemTime) {
     let dir = criterion_dir();
     let measured: Vec<(&Entry, f64)> = entries
         .iter()
@@ -611,6 +657,13 @@ fn print_summary(gpu: &Gpu, entries: &[Entry], since: SystemTime) {
         gpu.adapter.driver_info
     );
     println!(
+        "kernel choices: {}",
+        choices
+            .source
+            .as_ref()
+            .map_or("untuned defaults".to_string(), |f| format!("tuned by {f}"))
+    );
+    println!(
         "calls: dispatches per submit; time: mean per call; GB/s: the bytes a call moves (copies \
          count read + write) per second; of b2b / of kcopy: that GB/s over the \
          copy_buffer_to_buffer / copy-kernel GB/s; of fma: GFLOP/s over the fma kernel's"
@@ -644,12 +697,17 @@ fn print_summary(gpu: &Gpu, entries: &[Entry], since: SystemTime) {
 fn main() {
     let since = SystemTime::now();
     let mut c = Criterion::default().configure_from_args();
+    let dims = Dims::from_env();
     let choice = BackendChoice::from_env().expect("SPROUT_BACKEND");
     let gpu = pollster::block_on(Gpu::open(choice)).expect("a GPU adapter");
+    let choices = match std::env::var("SPROUT_BENCH_UNTUNED") {
+        Ok(_) => KernelChoices::defaults(gpu.cpu_shaped_defaults()),
+        Err(_) => sprout::gpu::tune_file::choices(&gpu).expect("reading the tune file"),
+    };
     let mut entries = Vec::new();
     copy(&mut c, &gpu, &mut entries);
-    matmul(&mut c, &gpu, &mut entries);
-    attention(&mut c, &gpu, &mut entries);
+    matmul(&mut c, &gpu, &choices, &dims, &mut entries);
+    attention(&mut c, &gpu, &choices, &dims, &mut entries);
     c.final_summary();
-    print_summary(&gpu, &entries, since);
+    print_summary(&gpu, &choices, &entries, since);
 }

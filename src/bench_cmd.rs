@@ -248,12 +248,12 @@ pub fn run(backend: BackendChoice, args: BenchArgs) -> Result<()> {
                 "driver": gpu.adapter.driver,
                 "driver_info": gpu.adapter.driver_info,
             },
-            "tuning": gpu.tuned_from(),
+            "tuning": decoder.tuned_from(),
             "modes": modes,
         });
         println!("{}", serde_json::to_string(&out)?);
     } else {
-        println!("{}", crate::device::describe_choices(&gpu));
+        println!("{}", crate::device::describe_choices(&decoder));
         print_table(&results);
         for (mode, r) in &results {
             if let Some(profile) = &r.kernels {

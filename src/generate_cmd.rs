@@ -82,8 +82,19 @@ pub fn run(backend: BackendChoice, args: GenerateArgs) -> Result<()> {
     Ok(())
 }
 
-/// Uploads the weights, with a progress bar when stderr is a terminal.
+/// Uploads the weights, with a progress bar when stderr is a terminal, and puts the
+/// adapter's tuned kernel choices in force.
 pub(crate) fn load(
+    gpu: &std::sync::Arc<Gpu>,
+    source: &mut dyn sprout::model::source::WeightSource,
+) -> Result<Decoder> {
+    let decoder = load_untuned(gpu, source)?;
+    crate::device::tune(&decoder)?;
+    Ok(decoder)
+}
+
+/// As `load`, with the adapter's untuned kernel choices (what `sprout tune` measures).
+pub(crate) fn load_untuned(
     gpu: &std::sync::Arc<Gpu>,
     source: &mut dyn sprout::model::source::WeightSource,
 ) -> Result<Decoder> {

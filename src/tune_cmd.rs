@@ -22,7 +22,7 @@ use sprout::gpu::kernels::attention::{
 };
 use sprout::gpu::kernels::matmul::{self, Matmul, MatmulShape, Output};
 use sprout::gpu::tune_file::{self, TuneFile};
-use sprout::gpu::tuning::{AttentionChoice, MatmulChoice, MatmulKey, ROW_BUCKETS};
+use sprout::gpu::tuning::{AttentionChoice, KernelChoices, MatmulChoice, MatmulKey, ROW_BUCKETS};
 use sprout::gpu::{BackendChoice, Gpu, GpuWeight, Recorder};
 use sprout::model::decoder::Decoder;
 
@@ -58,8 +58,9 @@ pub fn run(backend: BackendChoice, args: TuneArgs) -> Result<()> {
     }
     let opened = args.load.open(&args.model, 0)?;
     let mut source = opened.source;
-    let gpu = crate::device::open_untuned(backend)?;
-    let decoder = crate::generate_cmd::load(&gpu, source.as_mut())?;
+    let gpu = crate::device::open(backend)?;
+    let decoder = crate::generate_cmd::load_untuned(&gpu, source.as_mut())?;
+    let defaults = KernelChoices::defaults(gpu.cpu_shaped_defaults());
     let buckets: Vec<usize> = ROW_BUCKETS
         .iter()
         .copied()
@@ -81,7 +82,7 @@ pub fn run(backend: BackendChoice, args: TuneArgs) -> Result<()> {
         let y = gpu.zeros(max_m * weight.rows);
         for &m in &buckets {
             bar.set_message(format!("{site:?} m={m}"));
-            let default = gpu.default_matmul_shape(key, m);
+            let default = defaults.default_shape(&gpu.caps, key, m);
             let mut shapes = vec![default];
             for s in MatmulShape::candidates(&gpu.caps, m, weight.rows, weight.cols) {
                 if !shapes.contains(&s) {
@@ -207,7 +208,7 @@ fn tune_attention(gpu: &Gpu, decoder: &Decoder, rows: usize, keys: usize) -> Att
         gpu.zeros(shape.q_len()),
     );
     let (tables, rowinfo) = (gpu.upload(&tables), gpu.upload(&rowinfo));
-    let default = gpu.attention_variant(c.head_dim, shape.group(), rows);
+    let default = decoder.attention_variant(rows);
     let mut best: Option<(AttentionVariant, f64)> = None;
     let mut default_micros = f64::NAN;
     for variant in AttentionVariant::all() {

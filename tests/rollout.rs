@@ -233,7 +233,7 @@ fn samples_are_the_same_whichever_kernels_serve_them() {
         let label = gpu.adapter.label();
         let decoder = tiny_llama(&gpu);
         let target = request(0, prompt(70, 0), 4, 30);
-        gpu.set_choices(KernelChoices::defaults(true));
+        decoder.set_choices(KernelChoices::defaults(true));
         let one_at_a_time = EngineConfig {
             overlap: false,
             ..config(128, 256)
@@ -242,7 +242,7 @@ fn samples_are_the_same_whichever_kernels_serve_them() {
         let want = first_prompt(&alone);
         assert_eq!(want.len(), 4);
 
-        gpu.set_choices(mixed_choices(&decoder, &gpu));
+        decoder.set_choices(mixed_choices(&decoder, &gpu));
         let mut batch = vec![target.clone()];
         batch.extend((1..16).map(|i| request(i, prompt(50 + 2 * i as usize, i), 4, 30)));
         let (out, _) = run(&decoder, &config(1024, 256), &batch);
@@ -266,7 +266,6 @@ fn samples_are_the_same_whichever_kernels_serve_them() {
             want,
             "{label}: preempted, mixed kernels"
         );
-        gpu.set_choices(KernelChoices::defaults(gpu.cpu_shaped_defaults()));
     }
 }
 

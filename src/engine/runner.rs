@@ -189,11 +189,7 @@ impl StepRunner {
                 c.end() - 1
             )));
         }
-        let c = &decoder.config;
-        let shape = decoder.attention_shape(1, self.kv.block_size);
-        let split = gpu
-            .attention_variant(c.head_dim, shape.group(), plan.num_tokens())
-            .split;
+        let split = decoder.attention_variant(plan.num_tokens()).split;
         self.packed.pack(plan, self.kv.block_size, split);
         let p = &self.packed;
         let (t, r) = (p.ids.len(), p.logit_rows.len());

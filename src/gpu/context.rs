@@ -6,15 +6,12 @@
 //! shader-f16 and subgroups when the adapter has them. Kernels that can use those features
 //! ask `Capabilities`; every kernel also has a path that needs neither.
 
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 
 use super::adapter::{AdapterSummary, BackendChoice, select_adapter};
 use super::bindings::Bindings;
-use super::kernels::attention::AttentionVariant;
-use super::kernels::matmul::MatmulShape;
 use super::pipelines::{KernelSpec, PipelineCache};
 use super::profile::{KernelProfile, ProfileMethod};
-use super::tuning::{KernelChoices, MatmulKey};
 use crate::error::SproutError;
 
 /// What the opened device supports, as sprout's kernels need to know it.
@@ -43,9 +40,7 @@ pub struct Gpu {
     pub(crate) bindings: Bindings,
     /// Set while profiling: every dispatch is timed.
     profile: Mutex<Option<KernelProfile>>,
-    /// Which kernel variants serve which dispatches (`gpu::tuning`).
-    choices: RwLock<KernelChoices>,
-    /// Whether the untuned defaults are the CPU-shaped kernels.
+    /// Whether the untuned kernel choices are the CPU-shaped kernels (`gpu::tuning`).
     cpu_shaped: bool,
     /// The first error the device reported on its own (a shader the driver rejected, an
     /// invalid command), until a read-back hands it to its caller.
@@ -109,12 +104,10 @@ impl Gpu {
         let bindings = Bindings::new(&device, limits.min_uniform_buffer_offset_alignment);
         let summary = AdapterSummary::of(adapter);
         let cpu_shaped = cpu_shaped_kernels(&summary);
-        let choices = RwLock::new(KernelChoices::defaults(cpu_shaped));
         Ok(Arc::new(Gpu {
             device,
             queue,
             adapter: summary,
-            choices,
             cpu_shaped,
             caps,
             pipelines: PipelineCache::default(),
@@ -128,44 +121,6 @@ impl Gpu {
     /// `SPROUT_KERNELS=cpu`).
     pub fn cpu_shaped_defaults(&self) -> bool {
         self.cpu_shaped
-    }
-
-    /// Replaces the kernel choices (with a tune file's, say).
-    pub fn set_choices(&self, choices: KernelChoices) {
-        *self.choices.write().unwrap_or_else(|p| p.into_inner()) = choices;
-    }
-
-    /// The tune file whose choices are in force, if any.
-    pub fn tuned_from(&self) -> Option<String> {
-        self.choices
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .source
-            .clone()
-    }
-
-    /// The matmul shape for `m` rows at `key`.
-    pub fn matmul_shape(&self, key: MatmulKey, m: usize) -> MatmulShape {
-        let choices = self.choices.read().unwrap_or_else(|p| p.into_inner());
-        choices.matmul_shape(&self.caps, key, m)
-    }
-
-    /// The matmul shape for `m` rows at `key` before tuning.
-    pub fn default_matmul_shape(&self, key: MatmulKey, m: usize) -> MatmulShape {
-        let choices = self.choices.read().unwrap_or_else(|p| p.into_inner());
-        choices.default_shape(&self.caps, key, m)
-    }
-
-    /// The attention variant for a step of `rows` query rows, heads of `head_dim`, `group`
-    /// query heads per kv head.
-    pub fn attention_variant(
-        &self,
-        head_dim: usize,
-        group: usize,
-        rows: usize,
-    ) -> AttentionVariant {
-        let choices = self.choices.read().unwrap_or_else(|p| p.into_inner());
-        choices.attention(head_dim, group, rows)
     }
 
     /// The first error the device has reported since the last call, if any.

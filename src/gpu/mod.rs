@@ -1,9 +1,11 @@
 //! The GPU side of sprout: adapters, the opened device, buffers, weights in their stored
-//! formats, the pipeline cache, and one module per kernel family.
+//! formats, the pipeline cache, the step recorder (one compute pass and one parameter
+//! write per step), one module per kernel family, and which kernel variant serves which
+//! dispatch on this adapter (`tuning`, with `sprout tune`'s measurements in `tune_file`).
 //!
 //! Every kernel here has a CPU reference in `crate::reference` and is checked against it
 //! on every adapter by `tests/kernels`. No kernel's reduction order depends on how many
-//! rows share a dispatch (DESIGN.md, principle 1).
+//! rows share a dispatch or on which variant runs it (DESIGN.md, principle 1).
 
 pub mod adapter;
 pub mod bindings;

@@ -1,5 +1,5 @@
 //! The tune file: what `sprout tune` measured on one adapter, under the cache directory
-//! (`<cache>/tune/<adapter>-<key>.json`), and putting it in force on a device.
+//! (`<cache>/tune/<adapter>-<key>.json`), and the kernel choices it makes.
 //!
 //! A file belongs to one adapter, driver and sprout version: its name carries a hash of
 //! them, and loading checks them again, so a driver or sprout upgrade leaves the old file
@@ -146,20 +146,20 @@ pub fn write(path: &Path, file: &TuneFile) -> Result<(), SproutError> {
     Ok(())
 }
 
-/// Puts the adapter's tune file in force on `gpu`, if there is one; returns its path.
-pub fn apply(gpu: &Gpu) -> Result<Option<PathBuf>, SproutError> {
+/// The kernel choices for `gpu`: its adapter's tune file's over the defaults when there is
+/// one, the defaults alone otherwise.
+pub fn choices(gpu: &Gpu) -> Result<KernelChoices, SproutError> {
     let path = path_for(&gpu.adapter)?;
-    let Some(file) = read(&path, &gpu.adapter)? else {
-        return Ok(None);
-    };
-    let choices = KernelChoices::tuned(
-        gpu.cpu_shaped_defaults(),
-        &file.matmul,
-        &file.attention,
-        path.display().to_string(),
-    );
-    gpu.set_choices(choices);
-    Ok(Some(path))
+    let defaults = gpu.cpu_shaped_defaults();
+    Ok(match read(&path, &gpu.adapter)? {
+        Some(file) => KernelChoices::tuned(
+            defaults,
+            &file.matmul,
+            &file.attention,
+            path.display().to_string(),
+        ),
+        None => KernelChoices::defaults(defaults),
+    })
 }
 
 #[cfg(test)]

@@ -22,16 +22,17 @@
 //! (`model::fused_weights`): q, k and v stacked, with q and k rows in RoPE's adjacent-pair
 //! order; gate and up interleaved. Norm and bias vectors are f32.
 
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use crate::error::SproutError;
+use crate::gpu::kernels::attention::AttentionVariant;
 use crate::gpu::kernels::attention::{
     self, AttentionBuffers, AttentionShape, MAX_SLOTS_PER_ROW, scratch_per_slot,
 };
 use crate::gpu::kernels::embedding;
 use crate::gpu::kernels::matmul::{self, Matmul, NormArgs, Output, QkvArgs};
 use crate::gpu::kernels::rope::{RopeLayout, RopeTable};
-use crate::gpu::tuning::{MatmulKey, MatmulSite};
+use crate::gpu::tuning::{KernelChoices, MatmulKey, MatmulSite};
 use crate::gpu::{Gpu, GpuWeight, Recorder, Tensor};
 use crate::model::config::ModelConfig;
 use crate::model::fused_weights::{
@@ -89,6 +90,9 @@ pub struct Decoder {
     /// `None` when the output projection is the embedding (tied).
     lm_head: Option<GpuWeight>,
     rope: RopeTable,
+    /// Which kernel variant serves each dispatch (`gpu::tuning`): the adapter's defaults
+    /// until a tune file's are set.
+    choices: RwLock<KernelChoices>,
 }
 
 /// The attention work of one step: the plan's work items and split rows on the GPU.
@@ -237,8 +241,10 @@ impl Decoder {
         }
         let final_norm = gpu.upload(&l.vector("final_norm", hidden)?);
         let rope = RopeTable::new(&gpu, hd, config.rope_theta, config.max_positions);
+        let choices = RwLock::new(KernelChoices::defaults(gpu.cpu_shaped_defaults()));
         Ok(Decoder {
             gpu,
+            choices,
             offsets: VectorOffsets::of(&config),
             config,
             embed,
@@ -251,6 +257,25 @@ impl Decoder {
 
     fn lm_head(&self) -> &GpuWeight {
         self.lm_head.as_ref().unwrap_or(&self.embed)
+    }
+
+    /// Puts `choices` in force (a tune file's, say). Every choice computes the same
+    /// results, so this changes speed only.
+    pub fn set_choices(&self, choices: KernelChoices) {
+        *self.choices.write().unwrap_or_else(|p| p.into_inner()) = choices;
+    }
+
+    /// The tune file whose choices are in force, if any.
+    pub fn tuned_from(&self) -> Option<String> {
+        let choices = self.choices.read().unwrap_or_else(|p| p.into_inner());
+        choices.source.clone()
+    }
+
+    /// The attention variant for a step of `rows` query rows.
+    pub fn attention_variant(&self, rows: usize) -> AttentionVariant {
+        let c = &self.config;
+        let choices = self.choices.read().unwrap_or_else(|p| p.into_inner());
+        choices.attention(c.head_dim, c.n_heads / c.n_kv_heads, rows)
     }
 
     /// The attention shape of a dispatch of `t` rows over blocks of `block_size`.
@@ -272,7 +297,11 @@ impl Decoder {
             n: op.weight.rows,
             k: op.weight.cols,
         };
-        let shape = self.gpu.matmul_shape(key, op.m);
+        let shape = self
+            .choices
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .matmul_shape(&self.gpu.caps, key, op.m);
         matmul::encode(&self.gpu, rec, &op, shape);
     }
 
@@ -317,9 +346,7 @@ impl Decoder {
         let gpu = &*self.gpu;
         let eps = c.rms_norm_eps;
         let shape = self.attention_shape(t, kv.block_size);
-        let q_loads = gpu
-            .attention_variant(c.head_dim, shape.group(), t)
-            .q_loads_for(&shape);
+        let q_loads = self.attention_variant(t).q_loads_for(&shape);
         let offsets = self.offsets;
         embedding::encode(gpu, rec, &self.embed, batch.ids, batch.drawn, t, &a.h);
         for (l, layer) in self.layers.iter().enumerate() {

@@ -1,4 +1,5 @@
-//! References for `gpu::kernels::elementwise`, computed in f64.
+//! References for the elementwise steps the fused matmuls run in their epilogues (SiLU-gate,
+//! the residual add, the bias) and the gather of the rows that draw, computed in f64.
 
 /// `silu(x) = x / (1 + e^-x)`: 0 for x -> -inf, x for x -> +inf.
 pub fn silu(x: f64) -> f64 {

@@ -1,4 +1,5 @@
-//! Reference for `gpu::kernels::kv_write`: a plain row copy into the pools.
+//! Reference for the KV-cache write of the fused q|k|v matmul's epilogue: a plain row copy
+//! into the pools.
 
 /// `k_pool[slots[i], :] = k[i, :]` and `v_pool[slots[i], :] = v[i, :]` for each of the
 /// `slots.len()` rows of `kv_dim` values; a slot past the pool writes nothing, as on the GPU.

@@ -1,4 +1,5 @@
-//! Reference for `gpu::kernels::rmsnorm`: `x / sqrt(mean(x²) + eps) * weight`, in f64.
+//! Reference for the RMSNorm prologue of the fused matmuls: `x / sqrt(mean(x²) + eps) *
+//! weight`, in f64.
 
 /// `x` is `[m, d]`, `weight` is `[d]`; the result is `[m, d]`.
 pub fn rmsnorm(x: &[f32], weight: &[f32], eps: f32, d: usize) -> Vec<f32> {

@@ -1,4 +1,5 @@
-//! Reference for `gpu::kernels::rope`: each pair rotated by `pos * theta^(-2i / head_dim)`,
+//! Reference for RoPE, which the fused q|k|v matmul's epilogue applies: each pair rotated by
+//! `pos * theta^(-2i / head_dim)`,
 //! with the angle, its cos and sin and the rotation all in f64.
 
 use crate::gpu::kernels::rope::RopeLayout;
