@@ -192,33 +192,15 @@ fn qkv(gpu: &Gpu, i: &Inputs, shape: MatmulShape, bias: bool) -> (Vec<f32>, Vec<
     );
     let (k_pool, v_pool) = (gpu.upload(&sentinel), gpu.upload(&sentinel));
     let table = RopeTable::new(gpu, HEAD_DIM, THETA, TABLE);
-    let mut rec = gpu.recorder();
-    let op = Matmul {
-        x: &x,
-        m: i.m,
-        weight: &w,
-        norm: norm_args(&vectors),
-        gather: None,
-        output: Output::Qkv(QkvArgs {
-            bias_offset: bias.then_some(LEAD + i.k),
-            q_dim,
-            kv_dim,
-            head_dim: HEAD_DIM,
-            rope: &table,
-            rowinfo: &rows,
-            q: &q,
-            k_pool: &k_pool,
-            v_pool: &v_pool,
-        }),
+    let out = QkvOut {
+        table: &table,
+        rows: &rows,
+        q: &q,
+        k_pool: &k_pool,
+        v_pool: &v_pool,
     };
-    matmul::encode(gpu, &mut rec, &op, shape);
-    rec.submit();
-    let got = [
-        read_f32(gpu, &q),
-        read_f32(gpu, &k_pool),
-        read_f32(gpu, &v_pool),
-    ]
-    .concat();
+    let bias_offset = bias.then_some(LEAD + i.k);
+    let got = run_qkv(gpu, shape, (&x, i.m, &w), &vectors, bias_offset, &out);
 
     let xn = i.normed();
     let proj = |w: &Problem, n: usize, at: usize| {
@@ -241,6 +223,54 @@ fn qkv(gpu: &Gpu, i: &Inputs, shape: MatmulShape, bias: bool) -> (Vec<f32>, Vec<
     let (mut k_ref, mut v_ref) = (sentinel.clone(), sentinel);
     reference::kv_write::kv_write(&kr, &vo, &slots, kv_dim, &mut k_ref, &mut v_ref);
     (got, [qr, k_ref, v_ref].concat())
+}
+
+/// Where the q|k|v epilogue writes, and what it reads besides x and the weight.
+struct QkvOut<'a> {
+    table: &'a RopeTable,
+    rows: &'a Tensor,
+    q: &'a Tensor,
+    k_pool: &'a Tensor,
+    v_pool: &'a Tensor,
+}
+
+/// Runs the fused q|k|v matmul on `shape` (x, its rows, the weight), returns q, then the K
+/// pool, then the V pool.
+fn run_qkv(
+    gpu: &Gpu,
+    shape: MatmulShape,
+    (x, m, weight): (&Tensor, usize, &sprout::gpu::GpuWeight),
+    vectors: &Tensor,
+    bias_offset: Option<usize>,
+    out: &QkvOut,
+) -> Vec<f32> {
+    let mut rec = gpu.recorder();
+    let op = Matmul {
+        x,
+        m,
+        weight,
+        norm: norm_args(vectors),
+        gather: None,
+        output: Output::Qkv(QkvArgs {
+            bias_offset,
+            q_dim: HEADS * HEAD_DIM,
+            kv_dim: KV_HEADS * HEAD_DIM,
+            head_dim: HEAD_DIM,
+            rope: out.table,
+            rowinfo: out.rows,
+            q: out.q,
+            k_pool: out.k_pool,
+            v_pool: out.v_pool,
+        }),
+    };
+    matmul::encode(gpu, &mut rec, &op, shape);
+    rec.submit();
+    [
+        read_f32(gpu, out.q),
+        read_f32(gpu, out.k_pool),
+        read_f32(gpu, out.v_pool),
+    ]
+    .concat()
 }
 
 fn gathered(gpu: &Gpu, i: &Inputs, shape: MatmulShape) -> (Vec<f32>, Vec<f32>) {
@@ -386,32 +416,16 @@ fn past_table(gpu: &Gpu) -> Result<Outcome, String> {
     let (k_pool, v_pool) = (gpu.zeros(4 * kv_dim), gpu.zeros(4 * kv_dim));
     let table = RopeTable::new(gpu, HEAD_DIM, THETA, TABLE);
     for shape in shapes_on(gpu) {
-        let mut rec = gpu.recorder();
-        let op = Matmul {
-            x: &x,
-            m: 1,
-            weight: &w,
-            norm: norm_args(&vectors),
-            gather: None,
-            output: Output::Qkv(QkvArgs {
-                bias_offset: None,
-                q_dim,
-                kv_dim,
-                head_dim: HEAD_DIM,
-                rope: &table,
-                rowinfo: &rows,
-                q: &q,
-                k_pool: &k_pool,
-                v_pool: &v_pool,
-            }),
+        let out = QkvOut {
+            table: &table,
+            rows: &rows,
+            q: &q,
+            k_pool: &k_pool,
+            v_pool: &v_pool,
         };
-        matmul::encode(gpu, &mut rec, &op, shape);
-        rec.submit();
-        let (qv, kv, vv) = (
-            read_f32(gpu, &q),
-            read_f32(gpu, &k_pool),
-            read_f32(gpu, &v_pool),
-        );
+        let all = run_qkv(gpu, shape, (&x, 1, &w), &vectors, None, &out);
+        let (qv, rest) = all.split_at(q_dim);
+        let (kv, vv) = rest.split_at(4 * kv_dim);
         let key = shape.key();
         if !qv.iter().all(|v| v.is_nan()) {
             return Err(format!("{key}: q past the table is not NaN"));

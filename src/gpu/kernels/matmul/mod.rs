@@ -219,74 +219,103 @@ fn storage(prologue: Prologue, epilogue: Epilogue) -> &'static [Access] {
     }
 }
 
-/// The kernel of `shape` for `format`, these fusions and x reader; `mr` is the rows of x
-/// per workgroup of the `MatVec` shape (ignored by the others).
-pub fn spec(
-    format: WeightFormat,
-    shape: MatmulShape,
-    mr: u32,
-    prologue: Prologue,
-    epilogue: Epilogue,
-    x: XReader,
-) -> KernelSpec {
-    let mr = if matches!(shape, MatmulShape::MatVec { .. }) {
-        mr
-    } else {
-        0
-    };
-    KernelSpec {
-        key: format!(
-            "matmul/{}/mr{mr}/{prologue:?}/{epilogue:?}/{}/{x:?}",
-            shape.key(),
-            format.name()
-        ),
-        source: Box::new(move || source(format, shape, mr, prologue, epilogue, x)),
-        entry: "matmul",
-        storage: storage(prologue, epilogue),
-    }
+/// One matmul kernel: a weight format, a shape, the rows of x per workgroup of the
+/// `MatVec` shape (`mr`, 0 for the others), the fusions and the x reader.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MatmulKernel {
+    pub format: WeightFormat,
+    pub shape: MatmulShape,
+    pub mr: u32,
+    pub prologue: Prologue,
+    pub epilogue: Epilogue,
+    pub x: XReader,
 }
 
-/// The WGSL module of `spec`'s kernel.
-pub fn source(
-    format: WeightFormat,
-    shape: MatmulShape,
-    mr: u32,
-    prologue: Prologue,
-    epilogue: Epilogue,
-    x: XReader,
-) -> String {
-    let mut parts: Vec<String> = vec![shape.constants(mr), COMMON.to_string()];
-    let mut binding = 3;
-    let mut next = |name: &str, text: &str| {
-        let out = text.replace(&format!("B_{name}"), &binding.to_string());
-        binding += 1;
-        out
-    };
-    match prologue {
-        Prologue::Plain => parts.extend([PROLOGUE_PLAIN.into(), ROWS_IDENTITY.into()]),
-        Prologue::RmsNorm => {
-            parts.extend([next("VECTORS", PROLOGUE_RMSNORM), ROWS_IDENTITY.into()])
-        }
-        Prologue::RmsNormGathered => {
-            parts.push(next("VECTORS", PROLOGUE_RMSNORM));
-            parts.push(next("GATHER", ROWS_GATHER));
+impl MatmulKernel {
+    /// The kernel (`mr` is kept only for the `MatVec` shape).
+    pub fn new(
+        format: WeightFormat,
+        shape: MatmulShape,
+        mr: u32,
+        (prologue, epilogue): (Prologue, Epilogue),
+        x: XReader,
+    ) -> MatmulKernel {
+        let mr = if matches!(shape, MatmulShape::MatVec { .. }) {
+            mr
+        } else {
+            0
+        };
+        MatmulKernel {
+            format,
+            shape,
+            mr,
+            prologue,
+            epilogue,
+            x,
         }
     }
-    match epilogue {
-        Epilogue::Store => parts.push(next("OUT", EPILOGUE_STORE)),
-        Epilogue::Residual => parts.push(next("OUT", EPILOGUE_RESIDUAL)),
-        Epilogue::SiluGate => parts.push(next("OUT", EPILOGUE_SILU)),
-        Epilogue::QkvRope { bias } => {
-            let mut text = format!("const HAS_BIAS: bool = {bias};\n{EPILOGUE_QKV}\n{NAN}");
-            for name in ["TABLE", "ROWINFO", "Q", "K", "V"] {
-                text = next(name, &text);
+
+    pub fn spec(self) -> KernelSpec {
+        let k = self;
+        KernelSpec {
+            key: format!(
+                "matmul/{}/mr{}/{:?}/{:?}/{}/{:?}",
+                k.shape.key(),
+                k.mr,
+                k.prologue,
+                k.epilogue,
+                k.format.name(),
+                k.x
+            ),
+            source: Box::new(move || k.source()),
+            entry: "matmul",
+            storage: storage(k.prologue, k.epilogue),
+        }
+    }
+
+    /// The kernel's WGSL module.
+    pub fn source(self) -> String {
+        let MatmulKernel {
+            format,
+            shape,
+            mr,
+            prologue,
+            epilogue,
+            x,
+        } = self;
+        let mut parts: Vec<String> = vec![shape.constants(mr), COMMON.to_string()];
+        let mut binding = 3;
+        let mut next = |name: &str, text: &str| {
+            let out = text.replace(&format!("B_{name}"), &binding.to_string());
+            binding += 1;
+            out
+        };
+        match prologue {
+            Prologue::Plain => parts.extend([PROLOGUE_PLAIN.into(), ROWS_IDENTITY.into()]),
+            Prologue::RmsNorm => {
+                parts.extend([next("VECTORS", PROLOGUE_RMSNORM), ROWS_IDENTITY.into()])
             }
-            parts.push(text);
+            Prologue::RmsNormGathered => {
+                parts.push(next("VECTORS", PROLOGUE_RMSNORM));
+                parts.push(next("GATHER", ROWS_GATHER));
+            }
         }
+        match epilogue {
+            Epilogue::Store => parts.push(next("OUT", EPILOGUE_STORE)),
+            Epilogue::Residual => parts.push(next("OUT", EPILOGUE_RESIDUAL)),
+            Epilogue::SiluGate => parts.push(next("OUT", EPILOGUE_SILU)),
+            Epilogue::QkvRope { bias } => {
+                let mut text = format!("const HAS_BIAS: bool = {bias};\n{EPILOGUE_QKV}\n{NAN}");
+                for name in ["TABLE", "ROWINFO", "Q", "K", "V"] {
+                    text = next(name, &text);
+                }
+                parts.push(text);
+            }
+        }
+        parts.push(shape.body());
+        parts.push(x.source().to_string());
+        with_weights(&parts.join("\n"), format)
     }
-    parts.push(shape.body());
-    parts.push(x.source().to_string());
-    with_weights(&parts.join("\n"), format)
 }
 
 /// Records the fused matmul `op` with `shape`. Panics (naming the problem) when the
@@ -405,14 +434,9 @@ pub fn encode(gpu: &Gpu, rec: &mut Recorder, op: &Matmul, shape: MatmulShape) {
         return;
     }
     let mr = shape.rows_per_workgroup(m);
-    let kernel = gpu.pipeline(&spec(
-        weight.format,
-        shape,
-        mr,
-        prologue,
-        epilogue,
-        XReader::for_cols(k),
-    ));
+    let fusion = (prologue, epilogue);
+    let kernel = MatmulKernel::new(weight.format, shape, mr, fusion, XReader::for_cols(k));
+    let kernel = gpu.pipeline(&kernel.spec());
     for part in &weight.parts {
         assert!(
             !pairs || part.first_row.is_multiple_of(2),
@@ -457,7 +481,8 @@ fn modules_where(keep: impl Fn(&MatmulShape) -> bool) -> Vec<(String, String)> {
         for format in WeightFormat::ALL {
             for x in XReader::ALL {
                 for (prologue, epilogue) in fusions {
-                    let s = spec(format, shape, 2, prologue, epilogue, x);
+                    let k = MatmulKernel::new(format, shape, 2, (prologue, epilogue), x);
+                    let s = k.spec();
                     out.push((s.key.clone(), (s.source)()));
                 }
             }
