@@ -31,6 +31,9 @@ const prompt =
 const cases = [
   { name: "greedy", n: 4, max_tokens: 16, temperature: 0, top_p: 1, seed: 1 },
   { name: "sampled", n: 4, max_tokens: 24, temperature: 0.8, top_p: 0.95, seed: 7, screenshot: true },
+  // The GPU-shaped kernels (matrix-vector and GEMM shapes, attention split across pages)
+  // forced on the browser's adapter: the same tokens as native's CPU-shaped ones.
+  { name: "gpu-kernels", n: 2, max_tokens: 6, temperature: 0.8, top_p: 0.95, seed: 3, kernels: "gpu" },
 ];
 const CASE_TIMEOUT_MS = 10 * 60 * 1000;
 
@@ -53,6 +56,7 @@ async function inBrowser(page, c) {
   await page.fill("#temperature", String(c.temperature));
   await page.fill("#top-p", String(c.top_p));
   await page.fill("#seed", String(c.seed));
+  await page.selectOption("#kernels", c.kernels ?? "auto");
   await page.click("#run");
   if (c.screenshot) {
     // Mid-rollout, while the samples share the prompt's blocks and grow their own.

@@ -145,6 +145,7 @@ function options() {
     top_p: Number($("top-p").value),
     seed: Number($("seed").value),
     kv_mib: Number($("kv-mib").value),
+    kernels: $("kernels").value,
   };
 }
 

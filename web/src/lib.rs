@@ -21,6 +21,7 @@ use web_time::Instant;
 use sprout::engine::{Engine, EngineConfig, KvSize};
 use sprout::gpu::Gpu;
 use sprout::gpu::adapter::{AdapterSummary, BackendChoice};
+use sprout::gpu::tuning::KernelChoices;
 use sprout::model::config::Architecture;
 use sprout::model::decoder::{Decoder, check_supported};
 use sprout::model::gguf_model::GgufModel;
@@ -166,6 +167,19 @@ pub struct RolloutOptions {
     /// KV pool budget in MiB (over all layers, K and V).
     #[serde(default = "default_kv_mib")]
     kv_mib: u64,
+    /// Which kernels run: the adapter's own kind (`auto`), or the CPU-shaped or GPU-shaped
+    /// ones forced. Every kind computes the same tokens.
+    #[serde(default)]
+    kernels: Kernels,
+}
+
+#[derive(Debug, Deserialize, Default, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+enum Kernels {
+    #[default]
+    Auto,
+    Cpu,
+    Gpu,
 }
 
 fn one() -> f32 {
@@ -255,6 +269,12 @@ async fn run_rollout(
     let fail = |e: &dyn std::fmt::Display| JsValue::from(js_error(e));
     options.check().map_err(|e| fail(&e))?;
     let decoder = &model.decoder;
+    let cpu_shaped = match options.kernels {
+        Kernels::Auto => decoder.gpu.cpu_shaped_defaults(),
+        Kernels::Cpu => true,
+        Kernels::Gpu => false,
+    };
+    decoder.set_choices(KernelChoices::defaults(cpu_shaped));
     let tokenizer = &model.tokenizer;
     let prompt = tokenizer.encode(&options.prompt).map_err(|e| fail(&e))?;
     let config = EngineConfig {
