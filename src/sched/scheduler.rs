@@ -271,6 +271,7 @@ impl Scheduler {
             hashes: Vec::new(),
             prefilling: true,
             scoring: false,
+            pending_scores: 0,
         });
         self.waiting.push_back(seq);
         let unfinished = request.n;
@@ -603,6 +604,14 @@ impl Scheduler {
                 seq.tokens.push(DRAWN | d as u32);
             }
         }
+        for target in &plan.targets {
+            let id = plan.chunks[target.chunk].seq;
+            if let Some(seq) = self.seqs.get_mut(&id) {
+                if seq.scoring {
+                    seq.pending_scores += 1;
+                }
+            }
+        }
         self.advanced = true;
     }
 
@@ -624,7 +633,8 @@ impl Scheduler {
                 want_scores: plan.targets.len(),
             });
         }
-        if !std::mem::take(&mut self.advanced) {
+        let advanced = std::mem::take(&mut self.advanced);
+        if !advanced {
             for chunk in &plan.chunks {
                 if self.seqs.contains_key(&chunk.seq) {
                     self.computed(chunk);
@@ -667,15 +677,19 @@ impl Scheduler {
                 continue;
             }
             self.stats.scored_tokens += 1;
-            let seq = match self.seqs[&parent].role {
+            // A sample's target was counted pending by `advance`; a root's forks a new one.
+            let (seq, was_pending) = match self.seqs[&parent].role {
                 Role::Root => {
                     let child = self.fork_forced(parent, target.sample_index);
                     forks.entry(parent).or_default().push(child);
-                    child
+                    (child, false)
                 }
-                Role::Sample(_) => parent,
+                Role::Sample(_) => (parent, advanced),
             };
             let s = self.seqs.get_mut(&seq).expect("sequence exists");
+            if was_pending {
+                s.pending_scores -= 1;
+            }
             s.logprobs.push(logprob);
             if s.logprobs.len() == s.tokens.len() - s.prompt_len {
                 finished.push(self.finish(seq, FinishReason::Length));
@@ -908,6 +922,12 @@ impl Scheduler {
         for seq in self.seqs.values() {
             for &b in &seq.blocks {
                 uses[b as usize] += 1;
+            }
+            if !self.advanced && seq.pending_scores != 0 {
+                return Err(format!(
+                    "{:?} has {} scores pending with no step in flight",
+                    seq.id, seq.pending_scores
+                ));
             }
             let covered = seq.blocks.len() * self.config.block_size;
             if covered < seq.num_computed_tokens {

@@ -47,6 +47,9 @@ pub(crate) struct Sequence {
     /// A teacher-forced sample: its tokens are given, and each is scored (its
     /// log-probability given the ones before) instead of drawn.
     pub scoring: bool,
+    /// Scores this (scoring) sequence has coming from a step that is advanced but not yet
+    /// updated: their positions are planned, so the next step must not plan them again.
+    pub pending_scores: usize,
 }
 
 impl Sequence {
@@ -65,8 +68,9 @@ impl Sequence {
         self.compute_len() - self.num_computed_tokens
     }
 
-    /// The first position whose logits score a token not yet scored (scoring only).
+    /// The first position whose logits score a token neither scored nor being scored by a
+    /// step in flight (scoring only).
     pub fn next_target_position(&self) -> usize {
-        self.prompt_len + self.logprobs.len() - 1
+        self.prompt_len + self.logprobs.len() + self.pending_scores - 1
     }
 }
