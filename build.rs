@@ -11,21 +11,32 @@ fn git(args: &[&str]) -> Option<String> {
 }
 
 fn main() {
+    // `--no-optional-locks`: a plain `git status` refreshes `.git/index`, which this script
+    // watches, so every build would rerun it and recompile the crate.
     let commit = match git(&["rev-parse", "HEAD"]) {
         Some(hash) => {
-            let dirty = git(&["status", "--porcelain", "--untracked-files=no"])
-                .is_some_and(|s| !s.is_empty());
+            let dirty = git(&[
+                "--no-optional-locks",
+                "status",
+                "--porcelain",
+                "--untracked-files=no",
+            ])
+            .is_some_and(|s| !s.is_empty());
             if dirty { format!("{hash}-dirty") } else { hash }
         }
         None => "unknown".to_string(),
     };
     println!("cargo:rustc-env=SPROUT_GIT_COMMIT={commit}");
-    for path in [
-        ".git/HEAD",
-        ".git/index",
-        ".git/refs/heads",
-        ".git/packed-refs",
-    ] {
-        println!("cargo:rerun-if-changed={path}");
+    println!("cargo:rerun-if-changed=build.rs");
+    // Only files that exist: cargo treats a watched file that is missing as changed, and
+    // would rerun this script (and recompile the crate) on every build.
+    let Some(git_dir) = git(&["rev-parse", "--absolute-git-dir"]) else {
+        return;
+    };
+    for name in ["HEAD", "index", "refs/heads", "packed-refs"] {
+        let path = std::path::Path::new(&git_dir).join(name);
+        if path.exists() {
+            println!("cargo:rerun-if-changed={}", path.display());
+        }
     }
 }
