@@ -47,7 +47,22 @@ pub struct LoadedModel {
     pub source: Box<dyn WeightSource>,
     /// `None` for dummy weights: there is no vocabulary to encode text with.
     pub tokenizer: Option<Tokenizer>,
+    /// The model's Jinja chat template, if it ships one.
+    pub chat_template: Option<String>,
     pub info: ModelInfo,
+}
+
+impl ModelArg {
+    /// The model file (or the default model) that this argument names.
+    pub fn open(&self) -> Result<LoadedModel> {
+        let opened = sprout::model::open::open(self.model.as_deref())?;
+        Ok(LoadedModel {
+            source: opened.source,
+            tokenizer: Some(opened.tokenizer),
+            chat_template: opened.chat_template,
+            info: opened.info,
+        })
+    }
 }
 
 impl LoadArgs {
@@ -62,12 +77,7 @@ impl LoadArgs {
                          weights keep the formats they are stored in)"
                     );
                 }
-                let opened = sprout::model::open::open(model.model.as_deref())?;
-                Ok(LoadedModel {
-                    source: opened.source,
-                    tokenizer: Some(opened.tokenizer),
-                    info: opened.info,
-                })
+                model.open()
             }
             LoadFormat::Dummy => {
                 let name = match &model.model {
@@ -82,6 +92,7 @@ impl LoadArgs {
                 Ok(LoadedModel {
                     source: Box::new(weights),
                     tokenizer: None,
+                    chat_template: None,
                     info,
                 })
             }

@@ -36,8 +36,9 @@ use sprout::gpu::profile::KernelProfile;
 use sprout::model::decoder::Decoder;
 use sprout::sched::{FinishReason, Request, RequestId, SamplingParams};
 
-use crate::bench_workload::{Lengths, SampleSpec, Workload};
-use crate::cli_args::{EngineArgs, LoadArgs, ModelArg};
+use crate::cli::bench_workload::{Lengths, SampleSpec, Workload};
+use crate::cli::bootstrap::{self, Kernels};
+use crate::cli::cli_args::{EngineArgs, LoadArgs, ModelArg};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -150,21 +151,23 @@ pub fn run(backend: BackendChoice, args: BenchArgs) -> Result<()> {
         bail!("--modes needs at least one of sequential, static, continuous, sprout");
     }
     let config = args.engine.config()?;
-    let opened = args.load.open(&args.model, args.seed)?;
-    let mut source = opened.source;
+    let opened = bootstrap::open(
+        backend,
+        args.load.open(&args.model, args.seed)?,
+        Kernels::Tuned,
+    )?;
+    let (decoder, gpu) = (&opened.decoder, &opened.gpu);
     let text_ids = match &opened.tokenizer {
-        Some(tokenizer) => tokenizer.encode(crate::bench_workload::text())?,
+        Some(tokenizer) => tokenizer.encode(crate::cli::bench_workload::text())?,
         // No vocabulary (dummy weights): as many random ids as the prompts need.
         None => {
-            let c = source.config();
+            let c = &decoder.config;
             let len = Workload::text_len(args.prompts, args.prompt_tokens);
             let mut avoid = c.eos_token_ids.clone();
             avoid.extend(c.bos_token_id);
-            crate::bench_workload::random_text_ids(len, c.vocab_size, &avoid, args.seed)?
+            crate::cli::bench_workload::random_text_ids(len, c.vocab_size, &avoid, args.seed)?
         }
     };
-    let gpu = crate::device::open(backend)?;
-    let decoder = crate::generate_cmd::load(&gpu, source.as_mut())?;
     let workload = Workload::new(
         &text_ids,
         args.prompts,
@@ -198,7 +201,7 @@ pub fn run(backend: BackendChoice, args: BenchArgs) -> Result<()> {
                 gpu.start_profiling();
             }
             let mut r = run_mode(
-                &decoder, &config, &workload, mode, batch, args.seed, &eos, &bar,
+                decoder, &config, &workload, mode, batch, args.seed, &eos, &bar,
             )?;
             r.kernels = gpu.finish_profiling();
             bar.finish_and_clear();
@@ -253,7 +256,7 @@ pub fn run(backend: BackendChoice, args: BenchArgs) -> Result<()> {
         });
         println!("{}", serde_json::to_string(&out)?);
     } else {
-        println!("{}", crate::device::describe_choices(&decoder));
+        println!("{}", opened.describe_kernels());
         print_table(&results);
         for (mode, r) in &results {
             if let Some(profile) = &r.kernels {

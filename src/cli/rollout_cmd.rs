@@ -13,11 +13,11 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 
-use crate::cli_args::{EngineArgs, ModelArg, SamplingArgs};
-use crate::prompts_file::{self, LineError, LineParams, PromptInput, PromptLine};
+use crate::cli::bootstrap::{self, Kernels};
+use crate::cli::cli_args::{EngineArgs, ModelArg, SamplingArgs};
+use crate::cli::prompts_file::{self, LineError, LineParams, PromptInput, PromptLine};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
-use sprout::engine::Engine;
 use sprout::gpu::BackendChoice;
 use sprout::model::chat::ChatTemplate;
 use sprout::model::tokenizer::Tokenizer;
@@ -123,12 +123,9 @@ pub fn run(backend: BackendChoice, args: RolloutArgs) -> Result<()> {
         None => Box::new(std::io::stdout()),
     };
 
-    let opened = sprout::model::open::open(args.model.model.as_deref())?;
-    let mut source = opened.source;
-    let tokenizer = opened.tokenizer;
-    let gpu = crate::device::open(backend)?;
-    let decoder = crate::generate_cmd::load(&gpu, source.as_mut())?;
-    let mut engine = Engine::new(&decoder, &config)?.with_tokenizer(&tokenizer);
+    let opened = bootstrap::open(backend, args.model.open()?, Kernels::Tuned)?;
+    let (decoder, tokenizer, gpu) = (&opened.decoder, opened.tokenizer()?, &opened.gpu);
+    let mut engine = opened.engine(&config)?;
     let model_path = std::path::PathBuf::from(&opened.info.path);
     let (sprout_version, git_commit) = Provenance::build();
     let provenance = Provenance {
@@ -174,8 +171,8 @@ pub fn run(backend: BackendChoice, args: RolloutArgs) -> Result<()> {
                 line: line.line,
                 error: format!("{e:#}"),
             };
-            let request = build_request(index, &line, &args, &decoder, &tokenizer, &template)
-                .map_err(fail)?;
+            let request =
+                build_request(index, &line, &args, decoder, tokenizer, &template).map_err(fail)?;
             let (params, n) = (request.params.clone(), request.n);
             engine.add_request(request).map_err(|e| fail(e.into()))?;
             Ok((params, n))
@@ -206,7 +203,7 @@ pub fn run(backend: BackendChoice, args: RolloutArgs) -> Result<()> {
     };
     let mut writer = OrderedWriter {
         out,
-        tokenizer: &tokenizer,
+        tokenizer,
         provenance: &provenance,
         expected,
         pending: BTreeMap::new(),

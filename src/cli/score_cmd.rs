@@ -19,11 +19,11 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
-use sprout::engine::Engine;
 use sprout::gpu::BackendChoice;
 use sprout::sched::{Request, SamplingParams};
 
-use crate::cli_args::{EngineArgs, ModelArg};
+use crate::cli::bootstrap::{self, Kernels};
+use crate::cli::cli_args::{EngineArgs, ModelArg};
 
 #[derive(Args)]
 pub struct ScoreArgs {
@@ -100,11 +100,8 @@ pub fn run(backend: BackendChoice, args: ScoreArgs) -> Result<()> {
         File::create(&args.out).with_context(|| format!("creating {}", args.out.display()))?,
     );
 
-    let opened = sprout::model::open::open(args.model.model.as_deref())?;
-    let mut source = opened.source;
-    let gpu = crate::device::open(backend)?;
-    let decoder = crate::generate_cmd::load(&gpu, source.as_mut())?;
-    let mut engine = Engine::new(&decoder, &config)?;
+    let opened = bootstrap::open(backend, args.model.open()?, Kernels::Tuned)?;
+    let mut engine = opened.engine(&config)?;
 
     // Lines with the same prompt form one request; completions with no tokens need no
     // computation (their score is the empty list).

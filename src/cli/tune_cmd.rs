@@ -26,7 +26,8 @@ use sprout::gpu::tuning::{AttentionChoice, KernelChoices, MatmulChoice, MatmulKe
 use sprout::gpu::{BackendChoice, Gpu, GpuWeight, Recorder};
 use sprout::model::decoder::Decoder;
 
-use crate::cli_args::{LoadArgs, ModelArg};
+use crate::cli::bootstrap::{self, Kernels};
+use crate::cli::cli_args::{LoadArgs, ModelArg};
 
 #[derive(Args)]
 pub struct TuneArgs {
@@ -56,10 +57,8 @@ pub fn run(backend: BackendChoice, args: TuneArgs) -> Result<()> {
     if args.max_rows == 0 || args.attention_keys == 0 {
         anyhow::bail!("--max-rows and --attention-keys must be at least 1");
     }
-    let opened = args.load.open(&args.model, 0)?;
-    let mut source = opened.source;
-    let gpu = crate::device::open(backend)?;
-    let decoder = crate::generate_cmd::load_untuned(&gpu, source.as_mut())?;
+    let opened = bootstrap::open(backend, args.load.open(&args.model, 0)?, Kernels::Untuned)?;
+    let (decoder, gpu) = (&opened.decoder, &opened.gpu);
     let defaults = KernelChoices::defaults(gpu.cpu_shaped_defaults());
     let buckets: Vec<usize> = ROW_BUCKETS
         .iter()
@@ -92,7 +91,7 @@ pub fn run(backend: BackendChoice, args: TuneArgs) -> Result<()> {
             let mut best: Option<(MatmulShape, f64)> = None;
             let mut default_micros = f64::NAN;
             for shape in shapes {
-                let seconds = time_matmul(&gpu, weight, &x, &y, m, shape, best.map(|b| b.1));
+                let seconds = time_matmul(gpu, weight, &x, &y, m, shape, best.map(|b| b.1));
                 if shape == default {
                     default_micros = 1e6 * seconds;
                 }
@@ -114,7 +113,7 @@ pub fn run(backend: BackendChoice, args: TuneArgs) -> Result<()> {
     for &rows in &buckets {
         bar.set_message(format!("attention rows={rows}"));
         file.attention
-            .push(tune_attention(&gpu, &decoder, rows, args.attention_keys));
+            .push(tune_attention(gpu, decoder, rows, args.attention_keys));
         bar.inc(1);
     }
     bar.finish_and_clear();

@@ -1,0 +1,110 @@
+//! The one way a command opens what it runs on: the GPU, the model's weights uploaded to
+//! it (with a progress bar on a terminal), the adapter's tuned kernel choices put in force
+//! when `sprout tune` has written them (`gpu::tune_file`), and the tokenizer.
+//!
+//! Invariant: every command that runs the model goes through [`open`], so they all load,
+//! tune and report the same way.
+
+use std::io::IsTerminal;
+use std::sync::Arc;
+
+use anyhow::{Result, anyhow};
+use indicatif::{ProgressBar, ProgressStyle};
+use sprout::engine::{Engine, EngineConfig};
+use sprout::gpu::{BackendChoice, Gpu};
+use sprout::model::decoder::Decoder;
+use sprout::model::open::ModelInfo;
+use sprout::model::tokenizer::Tokenizer;
+
+use crate::cli::cli_args::LoadedModel;
+
+/// Which kernel choices the loaded model runs with.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Kernels {
+    /// The adapter's tune file's, when there is one; else the untuned defaults.
+    Tuned,
+    /// The untuned defaults (what `sprout tune` measures against).
+    Untuned,
+}
+
+/// A model loaded on a GPU, ready to run.
+pub struct Opened {
+    pub gpu: Arc<Gpu>,
+    pub decoder: Decoder,
+    /// `None` for dummy weights: there is no vocabulary.
+    pub tokenizer: Option<Tokenizer>,
+    /// The model's Jinja chat template, if it ships one.
+    pub chat_template: Option<String>,
+    pub info: ModelInfo,
+}
+
+/// Opens the GPU for `backend` and loads `model` onto it with `kernels`.
+pub fn open(backend: BackendChoice, model: LoadedModel, kernels: Kernels) -> Result<Opened> {
+    let LoadedModel {
+        mut source,
+        tokenizer,
+        chat_template,
+        info,
+    } = model;
+    let gpu = pollster::block_on(Gpu::open(backend))?;
+    let bar = if std::io::stderr().is_terminal() {
+        ProgressBar::new(0).with_style(
+            ProgressStyle::with_template("loading weights {bar:30} {pos}/{len} tensors")
+                .expect("a valid template"),
+        )
+    } else {
+        ProgressBar::hidden()
+    };
+    let decoder = Decoder::load(gpu.clone(), source.as_mut(), &mut |done, total| {
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
+    })?;
+    bar.finish_and_clear();
+    if kernels == Kernels::Tuned {
+        decoder.set_choices(sprout::gpu::tune_file::choices(&gpu)?);
+    }
+    Ok(Opened {
+        gpu,
+        decoder,
+        tokenizer,
+        chat_template,
+        info,
+    })
+}
+
+impl Opened {
+    /// The tokenizer, or an error saying that dummy weights have none.
+    pub fn tokenizer(&self) -> Result<&Tokenizer> {
+        self.tokenizer.as_ref().ok_or_else(|| {
+            anyhow!(
+                "{} has no tokenizer (dummy weights): give token ids",
+                self.info.name
+            )
+        })
+    }
+
+    /// An engine over the loaded model (decoding stop strings with its tokenizer, when it
+    /// has one).
+    pub fn engine(&self, config: &EngineConfig) -> Result<Engine<'_>> {
+        let engine = Engine::new(&self.decoder, config)?;
+        Ok(match &self.tokenizer {
+            Some(tokenizer) => engine.with_tokenizer(tokenizer),
+            None => engine,
+        })
+    }
+
+    /// One line saying which kernel choices are in force.
+    pub fn describe_kernels(&self) -> String {
+        match self.decoder.tuned_from() {
+            Some(path) => format!("kernels tuned by {path}"),
+            None => format!(
+                "kernels: untuned {} defaults (run `sprout tune` to measure this adapter)",
+                if self.gpu.cpu_shaped_defaults() {
+                    "CPU-shaped"
+                } else {
+                    "GPU-shaped"
+                }
+            ),
+        }
+    }
+}

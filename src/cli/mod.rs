@@ -1,0 +1,17 @@
+//! The `sprout` command line: one module per command, the arguments several commands
+//! share, the inputs only the command line reads (the prompts file, the bench workload),
+//! and the one bootstrap that opens the GPU, the model and the engine for a command.
+//!
+//! Everything here is native only and may block, print and exit; the library (`sprout`)
+//! stays free of both so that it compiles to wasm32.
+
+pub mod bench_cmd;
+pub mod bench_workload;
+pub mod bootstrap;
+pub mod cli_args;
+pub mod devices_cmd;
+pub mod generate_cmd;
+pub mod prompts_file;
+pub mod rollout_cmd;
+pub mod score_cmd;
+pub mod tune_cmd;
