@@ -2,7 +2,7 @@
 """Make tests/fixtures/tokenizer_smollm2.json: token ids that Hugging Face transformers
 gives for SmolLM2-135M-Instruct's tokenizer loaded from its GGUF file.
 
-sprout builds its tokenizer from the same GGUF vocabulary (src/model/gguf_tokenizer.rs);
+sprout builds its tokenizer from the same GGUF vocabulary (src/tokenizer/gguf_vocab.rs);
 tests/loading.rs asserts that it gives exactly these ids and decodes them back.
 
 Ids are `encode(text, add_special_tokens=False)`: transformers' GGUF loader makes a

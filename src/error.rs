@@ -17,7 +17,7 @@ pub enum SproutError {
     #[error("reading a buffer back from the GPU failed: {0}")]
     ReadBack(String),
     #[error(transparent)]
-    Format(#[from] crate::model::format::FormatError),
+    Format(#[from] crate::formats::FormatError),
     #[error("{0}")]
     Shape(String),
     /// A model file or directory that sprout cannot use; the message names the problem.

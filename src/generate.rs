@@ -7,6 +7,7 @@
 
 use serde::Serialize;
 
+use crate::engine::paged_kv::PagedKv;
 use crate::engine::{Engine, EngineConfig, KvSize};
 use crate::error::SproutError;
 use crate::gpu::kernels::attention::AttentionPlan;
@@ -14,7 +15,6 @@ use crate::gpu::kernels::softmax::{self, Extra, RowStats};
 use crate::gpu::{Recorder, Tensor};
 use crate::kv::DEFAULT_BLOCK_SIZE;
 use crate::model::decoder::{AttentionWork, BatchView, Decoder, ForwardBuffers};
-use crate::model::paged_kv::PagedKv;
 use crate::sched::{Request, SamplingParams};
 
 pub use crate::sched::FinishReason;
@@ -132,7 +132,7 @@ fn forward_all(
         logit_rows: &rows,
     };
     let buffers = ForwardBuffers::new(decoder, t, t);
-    decoder.encode_forward(rec, &batch, &kv, &buffers)?;
+    decoder.encode_forward(rec, &batch, kv.pools(), &buffers)?;
     Ok(buffers)
 }
 

@@ -14,7 +14,7 @@ use sprout::engine::{Engine, EngineConfig};
 use sprout::gpu::{BackendChoice, Gpu};
 use sprout::model::decoder::Decoder;
 use sprout::model::open::ModelInfo;
-use sprout::model::tokenizer::Tokenizer;
+use sprout::tokenizer::Tokenizer;
 
 use crate::cli::cli_args::LoadedModel;
 

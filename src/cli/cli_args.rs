@@ -5,10 +5,10 @@ use std::path::PathBuf;
 use anyhow::{Result, bail};
 use clap::{Args, ValueEnum};
 use sprout::engine::{EngineConfig, KvSize};
-use sprout::model::format::WeightFormat;
+use sprout::formats::WeightFormat;
 use sprout::model::open::ModelInfo;
 use sprout::model::source::WeightSource;
-use sprout::model::tokenizer::Tokenizer;
+use sprout::tokenizer::Tokenizer;
 
 #[derive(Args)]
 pub struct ModelArg {

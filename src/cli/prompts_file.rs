@@ -7,7 +7,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use serde::Deserialize;
-use sprout::model::chat::Message;
+use sprout::tokenizer::chat_template::Message;
 
 /// What a line asks to be completed.
 #[derive(Clone, Debug, PartialEq)]

@@ -19,9 +19,9 @@ use crate::cli::prompts_file::{self, LineError, LineParams, PromptInput, PromptL
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 use sprout::gpu::BackendChoice;
-use sprout::model::chat::ChatTemplate;
-use sprout::model::tokenizer::Tokenizer;
 use sprout::sched::{FinishedSample, Request, SamplingParams};
+use sprout::tokenizer::Tokenizer;
+use sprout::tokenizer::chat_template::ChatTemplate;
 use sprout::trajectory::{Provenance, SampleRecord};
 
 #[derive(Args)]

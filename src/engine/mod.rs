@@ -13,8 +13,13 @@
 //! token has one more row computed for nothing. Outputs are bitwise those of running the
 //! steps one at a time: every kernel computes a row the same way whatever shares its
 //! batch, and draws are keyed by (seed, sample, position).
+//!
+//! The engine also owns the paged K and V memory on the GPU ([`paged_kv`]); the
+//! scheduler decides which block holds what (`crate::kv`, `crate::sched`), and a forward
+//! pass only borrows the pools.
 
 mod pack;
+pub mod paged_kv;
 mod runner;
 pub mod stop_strings;
 
@@ -31,12 +36,12 @@ use crate::gpu::Gpu;
 use crate::kv::DEFAULT_BLOCK_SIZE;
 use crate::model::config::ModelConfig;
 use crate::model::decoder::Decoder;
-use crate::model::paged_kv::PagedKv;
-use crate::model::tokenizer::Tokenizer;
 use crate::sched::{
     FinishReason, FinishedSample, Request, RequestId, Scheduler, SchedulerConfig, SchedulerStats,
     StepPlan,
 };
+use crate::tokenizer::Tokenizer;
+use paged_kv::PagedKv;
 
 /// How much KV memory to use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -17,13 +17,13 @@
 //! top alternatives, then the mask of forbidden tokens (stop tokens before `min_tokens`),
 //! which therefore changes only the sampling distribution, then truncation and the draws.
 
+use super::paged_kv::PagedKv;
 use crate::error::SproutError;
 use crate::gpu::kernels::sample::{self, RowParams, SampleKey};
 use crate::gpu::kernels::softmax::{self, Extra, RowStats};
 use crate::gpu::kernels::{mask, top_logprobs};
 use crate::gpu::{Gpu, Tensor};
 use crate::model::decoder::{AttentionWork, BatchView, Decoder, ForwardBuffers};
-use crate::model::paged_kv::PagedKv;
 use crate::sched::{DrawResult, StepPlan, TopLogprob};
 
 use super::pack::PackedBatch;
@@ -286,7 +286,7 @@ impl StepRunner {
             r,
             logit_rows: &self.logit_rows.tensor,
         };
-        decoder.encode_forward(&mut rec, &batch, &self.kv, &self.buffers)?;
+        decoder.encode_forward(&mut rec, &batch, self.kv.pools(), &self.buffers)?;
         if m > 0 {
             let logits = &self.buffers.logits;
             let (keys, tokens) = (&self.keys.tensor, &out.tokens.tensor);

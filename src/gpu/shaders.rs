@@ -5,7 +5,7 @@
 //! `w: array<u32>` binding, and `w_block` and `w_block4` for whole 32-value blocks; the
 //! float formats share theirs, `unblocked.wgsl`). `tests/shaders.rs` validates every kernel composed with every decoder.
 
-use crate::model::format::WeightFormat;
+use crate::formats::WeightFormat;
 
 /// The workgroup argmax shared by the vocabulary reductions (softmax, sample).
 pub const ARGMAX: &str = include_str!("../../shaders/common/argmax.wgsl");

@@ -102,7 +102,7 @@ pub fn path_for(adapter: &AdapterSummary) -> Result<PathBuf, SproutError> {
         hasher.update([0]);
     }
     hasher.update(env!("CARGO_PKG_VERSION").as_bytes());
-    let hash = crate::model::hex(&hasher.finalize()[..8]);
+    let hash = crate::formats::hex(&hasher.finalize()[..8]);
     let slug: String = format!("{}-{}", key.backend, key.name)
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
@@ -112,7 +112,7 @@ pub fn path_for(adapter: &AdapterSummary) -> Result<PathBuf, SproutError> {
         .collect::<Vec<_>>()
         .join("-")
         .to_ascii_lowercase();
-    let dir = crate::model::default_model::cache_dir()?.join("tune");
+    let dir = crate::cache::dir()?.join("tune");
     Ok(dir.join(format!("{slug}-{hash}.json")))
 }
 
@@ -165,9 +165,9 @@ pub fn choices(gpu: &Gpu) -> Result<KernelChoices, SproutError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::formats::WeightFormat;
     use crate::gpu::kernels::matmul::MatmulShape;
     use crate::gpu::tuning::{MatmulKey, MatmulSite};
-    use crate::model::format::WeightFormat;
 
     fn adapter(driver: &str) -> AdapterSummary {
         AdapterSummary {

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use super::context::Capabilities;
 use super::kernels::attention::AttentionVariant;
 use super::kernels::matmul::MatmulShape;
-use crate::model::format::WeightFormat;
+use crate::formats::WeightFormat;
 
 /// Where a matmul sits in the decoder (each has its own fusion and shape).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -15,7 +15,7 @@ use wgpu::util::DeviceExt;
 
 use super::Gpu;
 use crate::error::SproutError;
-use crate::model::format::{FormatError, WeightFormat};
+use crate::formats::{FormatError, WeightFormat};
 
 /// Bytes of a Q8_0 block on the GPU (34 in the file, padded after the scale).
 pub const Q8_0_GPU_BLOCK: usize = 36;

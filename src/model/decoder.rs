@@ -3,7 +3,7 @@
 //!
 //! The batch is varlen: prefill chunks and single-token decodes of many sequences share
 //! one pass, each row at its own position, its K and V in the paged pool
-//! ([`PagedKv`]) where its block table says. Every kernel computes a row the same way
+//! ([`KvPools`], owned by the engine) where its block table says. Every kernel computes a row the same way
 //! whatever else is in the batch, and whichever kernel variant the adapter's choices pick
 //! (`gpu::tuning`), so a sequence's logits are bitwise independent of both.
 //!
@@ -25,6 +25,7 @@
 use std::sync::{Arc, RwLock};
 
 use crate::error::SproutError;
+use crate::formats::TensorData;
 use crate::gpu::kernels::attention::AttentionVariant;
 use crate::gpu::kernels::attention::{
     self, AttentionBuffers, AttentionShape, MAX_SLOTS_PER_ROW, scratch_per_slot,
@@ -38,8 +39,7 @@ use crate::model::config::ModelConfig;
 use crate::model::fused_weights::{
     half_split_to_adjacent, interleave_rows, permute_head_rows, permute_head_values, stack_rows,
 };
-use crate::model::paged_kv::PagedKv;
-use crate::model::source::{TensorData, WeightSource};
+use crate::model::source::WeightSource;
 
 struct Layer {
     /// f32: the attention norm's weights, the q|k|v biases (Qwen2), the MLP norm's weights.
@@ -105,6 +105,16 @@ pub struct AttentionWork<'a> {
     pub n_combine: usize,
     /// Scratch slots the items use.
     pub slots: usize,
+}
+
+/// The paged K and V memory a forward pass writes and reads: one buffer of
+/// `[blocks * block_size, kv_dim]` f32 rows per layer for each. The engine owns it
+/// (`engine::paged_kv`); a pass only borrows it.
+#[derive(Clone, Copy)]
+pub struct KvPools<'a> {
+    pub k: &'a [Tensor],
+    pub v: &'a [Tensor],
+    pub block_size: usize,
 }
 
 /// One step's batch on the GPU: `t` token rows from any number of sequences, each row at
@@ -328,7 +338,7 @@ impl Decoder {
         &self,
         rec: &mut Recorder,
         batch: &BatchView,
-        kv: &PagedKv,
+        kv: KvPools<'_>,
         a: &ForwardBuffers,
     ) -> Result<(), SproutError> {
         let (c, t, r) = (&self.config, batch.t, batch.r);

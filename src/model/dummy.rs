@@ -19,11 +19,12 @@
 //! (`model::open::dummy_config`).
 
 use crate::error::SproutError;
+use crate::formats::TensorData;
+use crate::formats::{WeightFormat, quantize};
 use crate::gpu::kernels::rope::RopeLayout;
 use crate::model::config::{Architecture, ModelConfig};
-use crate::model::format::{WeightFormat, quantize};
 use crate::model::names::{self, LayerTensor, TensorName};
-use crate::model::source::{TensorData, WeightSource};
+use crate::model::source::WeightSource;
 
 /// The names [`builtin_config`] knows.
 pub const BUILTIN_CONFIGS: [&str; 5] = [

@@ -8,8 +8,8 @@
 //! which holds every dequantized value exactly, so the kernels compute the same products.
 
 use crate::error::SproutError;
-use crate::model::format::{WeightFormat, dequantize};
-use crate::model::source::TensorData;
+use crate::formats::TensorData;
+use crate::formats::{WeightFormat, dequantize};
 
 /// One format for all of `tensors`: theirs if they agree, f32 (exact) otherwise.
 fn common_format(tensors: &[&TensorData]) -> Result<Vec<TensorData>, SproutError> {
@@ -121,7 +121,7 @@ pub fn permute_head_values(v: &mut [f32], head_dim: usize, order: &[usize]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::format::quantize;
+    use crate::formats::quantize;
 
     fn tensor(format: WeightFormat, rows: usize, cols: usize, seed: f32) -> TensorData {
         let values: Vec<f32> = (0..rows * cols)

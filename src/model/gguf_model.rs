@@ -25,11 +25,14 @@ use std::io::{Read, Seek};
 use std::path::Path;
 
 use crate::error::SproutError;
+use crate::formats::TensorData;
+use crate::formats::gguf::{GgufFile, GgufMetadata};
 use crate::gpu::kernels::rope::RopeLayout;
 use crate::model::config::{Architecture, ModelConfig};
-use crate::model::gguf::{GgufFile, GgufMetadata};
 use crate::model::names::{self, LayerTensor, TensorName};
-use crate::model::source::{TensorData, WeightSource};
+use crate::model::source::WeightSource;
+use crate::tokenizer::Tokenizer;
+use crate::tokenizer::gguf_vocab::{TOKEN_TYPE_CONTROL, TOKEN_TYPE_USER_DEFINED};
 
 /// Tokens that end a turn or a document, added to the eos ids when the vocabulary has them.
 pub const END_OF_TURN_TOKENS: [&str; 7] = [
@@ -41,10 +44,6 @@ pub const END_OF_TURN_TOKENS: [&str; 7] = [
     "<|end|>",
     "<end_of_turn>",
 ];
-
-/// llama.cpp's token types (`tokenizer.ggml.token_type`).
-pub(crate) const TOKEN_TYPE_CONTROL: i64 = 3;
-pub(crate) const TOKEN_TYPE_USER_DEFINED: i64 = 4;
 
 /// A model read from one GGUF file.
 pub struct GgufModel<R = File> {
@@ -102,8 +101,8 @@ impl<R: Read + Seek> GgufModel<R> {
     }
 
     /// The tokenizer built from the file's own vocabulary.
-    pub fn tokenizer(&self) -> Result<crate::model::tokenizer::Tokenizer, SproutError> {
-        crate::model::tokenizer::Tokenizer::from_gguf(self.metadata())
+    pub fn tokenizer(&self) -> Result<Tokenizer, SproutError> {
+        Tokenizer::from_gguf(self.metadata())
     }
 }
 
@@ -306,9 +305,9 @@ mod tests {
     use std::io::Cursor;
 
     use super::*;
-    use crate::model::format::WeightFormat;
-    use crate::model::gguf::{GgmlType, GgufValue};
-    use crate::model::gguf_writer::GgufWriter;
+    use crate::formats::WeightFormat;
+    use crate::formats::gguf::writer::GgufWriter;
+    use crate::formats::gguf::{GgmlType, GgufValue};
 
     fn open(w: &GgufWriter) -> Result<GgufModel<Cursor<Vec<u8>>>, SproutError> {
         GgufModel::from_reader(Cursor::new(w.to_bytes()))

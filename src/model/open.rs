@@ -8,13 +8,13 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::error::SproutError;
+use crate::formats::WeightFormat;
 use crate::model::config::{Architecture, ModelConfig};
 use crate::model::dummy::{BUILTIN_CONFIGS, DEFAULT_DUMMY_MODEL, DummyWeights, builtin_config};
-use crate::model::format::WeightFormat;
 use crate::model::gguf_model::GgufModel;
 use crate::model::safetensors_dir::SafetensorsDir;
 use crate::model::source::WeightSource;
-use crate::model::tokenizer::Tokenizer;
+use crate::tokenizer::Tokenizer;
 
 /// What a record says about the model it came from.
 #[derive(Clone, Debug, Serialize)]
@@ -147,7 +147,7 @@ pub fn model_sha256(path: &Path) -> Result<String, SproutError> {
         let mut file = std::fs::File::open(path)?;
         let mut hasher = Sha256::new();
         std::io::copy(&mut file, &mut hasher)?;
-        Ok(crate::model::hex(&hasher.finalize()))
+        Ok(crate::formats::hex(&hasher.finalize()))
     }
     if !path.is_dir() {
         return file_hash(path);
@@ -162,7 +162,7 @@ pub fn model_sha256(path: &Path) -> Result<String, SproutError> {
         let name = p.file_name().unwrap_or_default().to_string_lossy();
         listing.push_str(&format!("{}  {name}\n", file_hash(p)?));
     }
-    Ok(crate::model::hex(&Sha256::digest(listing.as_bytes())))
+    Ok(crate::formats::hex(&Sha256::digest(listing.as_bytes())))
 }
 
 #[cfg(test)]

@@ -20,11 +20,12 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::error::SproutError;
+use crate::formats::TensorData;
+use crate::formats::WeightFormat;
 use crate::model::config::ModelConfig;
-use crate::model::format::WeightFormat;
 use crate::model::hf_config::config_from_hf;
 use crate::model::names::{self, LayerTensor, TensorName};
-use crate::model::source::{TensorData, WeightSource};
+use crate::model::source::WeightSource;
 
 /// Larger headers are corrupt (the safetensors library's own limit).
 const MAX_HEADER_BYTES: u64 = 100_000_000;
@@ -125,9 +126,9 @@ impl SafetensorsDir<File> {
     }
 
     /// The directory's `tokenizer.json`.
-    pub fn tokenizer(&self) -> Result<crate::model::tokenizer::Tokenizer, SproutError> {
+    pub fn tokenizer(&self) -> Result<crate::tokenizer::Tokenizer, SproutError> {
         let dir = self.dir.as_ref().expect("open() sets the directory");
-        crate::model::tokenizer::Tokenizer::from_file(dir.join("tokenizer.json"))
+        crate::tokenizer::Tokenizer::from_file(dir.join("tokenizer.json"))
     }
 
     /// The chat template from `tokenizer_config.json` (the one named `default` when it

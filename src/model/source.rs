@@ -19,28 +19,8 @@
 //! | `lm_head`                 | vocab x hidden                      | absent when tied          |
 
 use crate::error::SproutError;
+use crate::formats::TensorData;
 use crate::model::config::ModelConfig;
-use crate::model::format::WeightFormat;
-
-/// One tensor's bytes in their stored format. Vectors (norms, biases) have `rows == 1`.
-pub struct TensorData {
-    pub format: WeightFormat,
-    pub rows: usize,
-    pub cols: usize,
-    pub bytes: Vec<u8>,
-}
-
-impl TensorData {
-    /// The values as f32 (for the small vectors the kernels take in f32: norms, biases).
-    pub fn to_f32(&self) -> Result<Vec<f32>, SproutError> {
-        Ok(crate::model::format::dequantize(
-            self.format,
-            &self.bytes,
-            self.rows,
-            self.cols,
-        )?)
-    }
-}
 
 pub trait WeightSource {
     fn config(&self) -> &ModelConfig;

@@ -8,11 +8,11 @@
 //! recorded before the CPU has read the previous step's tokens back. Decoding is exact, and
 //! nothing is reduced, so a row is independent of the batch and of how the table is split.
 
+use crate::formats::WeightFormat;
 use crate::gpu::grid::grid;
 use crate::gpu::pipelines::{Access, KernelSpec};
 use crate::gpu::shaders::with_weights;
 use crate::gpu::{Gpu, GpuWeight, Recorder, Tensor};
-use crate::model::format::WeightFormat;
 
 pub(crate) const SOURCE: &str = include_str!("../../../shaders/embedding.wgsl");
 const WORKGROUP: usize = 256;

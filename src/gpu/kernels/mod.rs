@@ -11,8 +11,8 @@ pub mod sample;
 pub mod softmax;
 pub mod top_logprobs;
 
+use crate::formats::WeightFormat;
 use crate::gpu::shaders::with_weights;
-use crate::model::format::WeightFormat;
 
 /// Every WGSL module the engine builds, as (name, source): each kernel family's source,
 /// composed with every weight decoder and activation reader it is used with. The shader

@@ -23,12 +23,12 @@ pub mod tile;
 pub use shape::MatmulShape;
 pub use tile::{MIN_SHUFFLE_SUBGROUP, XLoads};
 
+use crate::formats::WeightFormat;
 use crate::gpu::context::Capabilities;
 use crate::gpu::kernels::rope::RopeTable;
 use crate::gpu::pipelines::{Access, KernelSpec};
 use crate::gpu::shaders::{NAN, with_weights};
 use crate::gpu::{Gpu, GpuWeight, Recorder, Tensor};
-use crate::model::format::WeightFormat;
 
 const COMMON: &str = include_str!("../../../../shaders/matmul/common.wgsl");
 const PROLOGUE_PLAIN: &str = include_str!("../../../../shaders/matmul/prologue_plain.wgsl");

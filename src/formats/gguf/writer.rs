@@ -1,12 +1,12 @@
 //! A minimal GGUF v3 writer, for tests and fixtures: tiny models made in memory, and
 //! deliberately broken files to check the reader's errors.
 //!
-//! It writes exactly what [`crate::model::gguf`] reads: metadata in the order given, tensor
+//! It writes exactly what [`crate::formats::gguf`] reads: metadata in the order given, tensor
 //! infos, padding to the alignment, and each tensor's bytes at an aligned offset. It does
 //! not check that a tensor's bytes match its dims and type, so that tests can make bad files.
 
-use crate::model::format::{WeightFormat, quantize};
-use crate::model::gguf::{DEFAULT_ALIGNMENT, GgmlType, GgufValue};
+use crate::formats::gguf::{DEFAULT_ALIGNMENT, GgmlType, GgufValue};
+use crate::formats::{WeightFormat, quantize};
 
 /// Builds a GGUF file in memory.
 #[derive(Clone, Debug, Default)]

@@ -11,6 +11,7 @@
 use crate::error::SproutError;
 use crate::gpu::{Gpu, Tensor};
 use crate::model::config::ModelConfig;
+use crate::model::decoder::KvPools;
 
 pub struct PagedKv {
     pub k: Vec<Tensor>,
@@ -71,6 +72,15 @@ impl PagedKv {
         }
         gpu.submit(encoder);
         Ok(kv)
+    }
+
+    /// The pools as a forward pass borrows them.
+    pub fn pools(&self) -> KvPools<'_> {
+        KvPools {
+            k: &self.k,
+            v: &self.v,
+            block_size: self.block_size,
+        }
     }
 
     /// Records copying block `src` to block `dst` in every layer's K and V.

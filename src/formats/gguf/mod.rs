@@ -13,6 +13,9 @@
 //! read on demand by seeking, so the file is never held in memory whole. Any reader that
 //! is `Read + Seek` works: a `File` natively, a `Cursor<&[u8]>` in the browser.
 
+pub mod metadata;
+pub mod writer;
+
 use std::collections::HashMap;
 use std::fmt;
 use std::fs::File;
@@ -20,9 +23,9 @@ use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
 
 use crate::error::SproutError;
-use crate::model::format::WeightFormat;
-pub use crate::model::gguf_metadata::{GgufMetadata, GgufValue};
-use crate::model::source::TensorData;
+use crate::formats::TensorData;
+use crate::formats::WeightFormat;
+pub use metadata::{GgufMetadata, GgufValue};
 
 /// Alignment of the data section when `general.alignment` is absent.
 pub const DEFAULT_ALIGNMENT: u64 = 32;
@@ -485,8 +488,8 @@ mod tests {
     use std::io::Cursor;
 
     use super::*;
-    use crate::model::format::quantize;
-    use crate::model::gguf_writer::GgufWriter;
+    use crate::formats::gguf::writer::GgufWriter;
+    use crate::formats::quantize;
 
     fn sample() -> GgufWriter {
         let q8 = quantize(WeightFormat::Q8_0, &[0.5; 64], 32).unwrap();

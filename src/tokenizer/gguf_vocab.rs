@@ -35,8 +35,11 @@ use tokenizers::processors::template::{SpecialToken, TemplateProcessing};
 use tokenizers::{AddedToken, PreTokenizerWrapper, SplitDelimiterBehavior};
 
 use crate::error::SproutError;
-use crate::model::gguf::GgufMetadata;
-use crate::model::gguf_model::{TOKEN_TYPE_CONTROL, TOKEN_TYPE_USER_DEFINED};
+use crate::formats::gguf::GgufMetadata;
+
+/// llama.cpp's token types (`tokenizer.ggml.token_type`).
+pub(crate) const TOKEN_TYPE_CONTROL: i64 = 3;
+pub(crate) const TOKEN_TYPE_USER_DEFINED: i64 = 4;
 
 /// Llama 3's split regex (from its tokenizer.json).
 const LLAMA3_PATTERN: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
@@ -235,9 +238,9 @@ mod tests {
     use std::io::Cursor;
 
     use super::*;
-    use crate::model::gguf::{GgufFile, GgufValue};
-    use crate::model::gguf_writer::GgufWriter;
-    use crate::model::tokenizer::Tokenizer;
+    use crate::formats::gguf::writer::GgufWriter;
+    use crate::formats::gguf::{GgufFile, GgufValue};
+    use crate::tokenizer::Tokenizer;
 
     /// GPT-2's byte-to-character map.
     fn byte_chars() -> Vec<char> {

@@ -1,17 +1,24 @@
 //! Text to token ids and back, on the Hugging Face `tokenizers` library: loaded from a
 //! `tokenizer.json`, or built from a GGUF file's own vocabulary
-//! ([`crate::model::gguf_tokenizer`]).
+//! ([`crate::tokenizer::gguf_vocab`]).
 //!
 //! [`Tokenizer::encode`] adds exactly the special tokens the model's tokenizer adds on its
 //! own (a `tokenizer.json`'s post-processor; for GGUF, BOS only when
 //! `tokenizer.ggml.add_bos_token` is true: SmolLM2 adds none). Special tokens written in the
 //! text, such as `<|im_start|>`, encode to their single ids. [`IncrementalDecoder`] turns a
 //! stream of ids into text pieces that are always complete UTF-8.
+//!
+//! Chat templates ([`chat_template`]) turn messages into the prompt text a model was
+//! trained on. This module reads GGUF metadata (`crate::formats`) but not the model
+//! readers: they import it, never the other way round.
+
+pub mod chat_template;
+pub mod gguf_vocab;
 
 use std::path::Path;
 
 use crate::error::SproutError;
-use crate::model::gguf::GgufMetadata;
+use crate::formats::gguf::GgufMetadata;
 
 /// A model's tokenizer.
 #[derive(Clone)]
@@ -42,10 +49,10 @@ impl Tokenizer {
         })
     }
 
-    /// Builds the tokenizer a GGUF file describes (see [`crate::model::gguf_tokenizer`]).
+    /// Builds the tokenizer a GGUF file describes (see [`crate::tokenizer::gguf_vocab`]).
     pub fn from_gguf(metadata: &GgufMetadata) -> Result<Self, SproutError> {
         Ok(Tokenizer {
-            inner: crate::model::gguf_tokenizer::build(metadata)?,
+            inner: crate::tokenizer::gguf_vocab::build(metadata)?,
         })
     }
 
@@ -63,7 +70,7 @@ impl Tokenizer {
             .inner
             .to_string(false)
             .map_err(|e| SproutError::Tokenizer(e.to_string()))?;
-        Ok(crate::model::hex(&sha2::Sha256::digest(json.as_bytes())))
+        Ok(crate::formats::hex(&sha2::Sha256::digest(json.as_bytes())))
     }
 
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, SproutError> {
