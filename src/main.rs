@@ -7,7 +7,7 @@ use sprout::gpu::BackendChoice;
 
 mod cli;
 
-use cli::{bench_cmd, devices_cmd, generate_cmd, rollout_cmd, score_cmd, tune_cmd};
+use cli::{bench_cmd, check, devices_cmd, generate_cmd, rollout_cmd, score_cmd, tune_cmd};
 
 #[derive(Parser)]
 #[command(
@@ -43,6 +43,16 @@ enum Command {
     /// Time every kernel variant at the model's shapes on this adapter and keep the
     /// fastest (in a tune file every command then uses).
     Tune(tune_cmd::TuneArgs),
+    /// Run a fixed suite (rollouts, scoring, kernel self-checks) on every adapter against
+    /// built-in goldens and across adapters; exit 1 on a regression.
+    ///
+    /// On each adapter: greedy, seeded and truncated-sampling rollouts of a few short prompts
+    /// (16 new tokens), teacher-forced scoring of fixed continuations, and q4_1 matmul,
+    /// attention and sampling kernels against their CPU references. Token ids must equal
+    /// the goldens' (and the first adapter's) exactly; log-probs must agree within 1e-3
+    /// (absolute), kernel outputs within 1e-4 of the reference. The goldens are the default
+    /// model's; with --model the first adapter is the reference and there are no goldens.
+    Check(check::CheckArgs),
     /// Print the default model's path, fetching and caching it first if needed.
     ModelPath,
 }
@@ -56,6 +66,7 @@ fn main() -> ExitCode {
         Command::Score(args) => score_cmd::run(cli.backend, args),
         Command::Bench(args) => bench_cmd::run(cli.backend, args),
         Command::Tune(args) => tune_cmd::run(cli.backend, args),
+        Command::Check(args) => check::run(cli.backend, args),
         Command::ModelPath => sprout::model::default_model::path()
             .map(|p| println!("{}", p.display()))
             .map_err(Into::into),

@@ -40,13 +40,19 @@ pub struct Opened {
 
 /// Opens the GPU for `backend` and loads `model` onto it with `kernels`.
 pub fn open(backend: BackendChoice, model: LoadedModel, kernels: Kernels) -> Result<Opened> {
+    let gpu = pollster::block_on(Gpu::open(backend))?;
+    open_on(gpu, model, kernels)
+}
+
+/// Loads `model` with `kernels` onto a GPU already opened (one chosen adapter of several,
+/// as `sprout check` runs on each in turn).
+pub fn open_on(gpu: Arc<Gpu>, model: LoadedModel, kernels: Kernels) -> Result<Opened> {
     let LoadedModel {
         mut source,
         tokenizer,
         chat_template,
         info,
     } = model;
-    let gpu = pollster::block_on(Gpu::open(backend))?;
     let bar = if std::io::stderr().is_terminal() {
         ProgressBar::new(0).with_style(
             ProgressStyle::with_template("loading weights {bar:30} {pos}/{len} tensors")

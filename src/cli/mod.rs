@@ -8,6 +8,7 @@
 pub mod bench_cmd;
 pub mod bench_workload;
 pub mod bootstrap;
+pub mod check;
 pub mod cli_args;
 pub mod devices_cmd;
 pub mod generate_cmd;
