@@ -61,6 +61,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion, SamplingMode, Throughput};
+use sprout::formats::{WeightFormat, quantize};
 use sprout::gpu::grid::grid;
 use sprout::gpu::kernels::attention::{
     self, AttentionBuffers, AttentionPlan, AttentionShape, AttentionSplit, AttentionVariant,
@@ -70,7 +71,6 @@ use sprout::gpu::kernels::matmul::{self, Matmul, MatmulShape, Output};
 use sprout::gpu::pipelines::{Access, KernelSpec};
 use sprout::gpu::tuning::{KernelChoices, MatmulKey, MatmulSite};
 use sprout::gpu::{BackendChoice, Gpu, GpuWeight, Recorder, Tensor};
-use sprout::model::format::{WeightFormat, quantize};
 
 /// The model whose shapes are measured: hidden size, MLP size, vocabulary, heads.
 struct Dims {

@@ -15,9 +15,9 @@ use std::path::PathBuf;
 use serde_json::json;
 use sprout::engine::{Engine, EngineConfig};
 use sprout::gpu::{BackendChoice, Gpu};
-use sprout::model::chat::{ChatTemplate, Message};
 use sprout::model::decoder::Decoder;
 use sprout::sched::{Request, SamplingParams};
+use sprout::tokenizer::chat_template::{ChatTemplate, Message};
 
 const PROMPTS: [&str; 3] = [
     "What is 17 + 25? Answer with a number.",

@@ -7,9 +7,9 @@ mod common;
 
 use common::gpus;
 use sprout::engine::{Engine, EngineConfig, KvSize};
+use sprout::formats::WeightFormat;
 use sprout::model::decoder::Decoder;
 use sprout::model::dummy::{DummyWeights, builtin_config};
-use sprout::model::format::WeightFormat;
 use sprout::sched::{FinishedSample, Request, SamplingParams};
 
 const MAX_TOKENS: usize = 6;

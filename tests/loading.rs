@@ -10,16 +10,16 @@ use std::io::Cursor;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use sprout::formats::gguf::writer::GgufWriter;
+use sprout::formats::gguf::{GgmlType, GgufValue};
+use sprout::formats::{WeightFormat, quantize};
 use sprout::gpu::kernels::rope::RopeLayout;
 use sprout::model::config::Architecture;
-use sprout::model::format::{WeightFormat, quantize};
-use sprout::model::gguf::{GgmlType, GgufValue};
 use sprout::model::gguf_model::GgufModel;
-use sprout::model::gguf_writer::GgufWriter;
 use sprout::model::names::TensorName;
 use sprout::model::safetensors_dir::SafetensorsDir;
 use sprout::model::source::WeightSource;
-use sprout::model::tokenizer::Tokenizer;
+use sprout::tokenizer::Tokenizer;
 
 fn smollm2_path() -> PathBuf {
     if let Some(path) = std::env::var_os("SPROUT_TEST_MODEL").filter(|p| !p.is_empty()) {

@@ -9,8 +9,8 @@ mod common;
 use common::{gpus, log_softmax_f64 as log_softmax, smollm2, tiny_llama};
 use sprout::engine::{Engine, EngineConfig, KvSize};
 use sprout::model::decoder::Decoder;
-use sprout::model::tokenizer::Tokenizer;
 use sprout::sched::{FinishReason, FinishedSample, Request, SamplingParams};
+use sprout::tokenizer::Tokenizer;
 
 fn request(prompt: Vec<u32>, n: usize, params: SamplingParams) -> Request {
     Request {

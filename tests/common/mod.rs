@@ -50,7 +50,7 @@ pub fn smollm2(
     gpu: &Arc<Gpu>,
 ) -> (
     sprout::model::decoder::Decoder,
-    sprout::model::tokenizer::Tokenizer,
+    sprout::tokenizer::Tokenizer,
 ) {
     let mut model = sprout::model::gguf_model::GgufModel::open(smollm2_path()).unwrap();
     let tokenizer = model.tokenizer().unwrap();

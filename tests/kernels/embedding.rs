@@ -2,9 +2,9 @@
 //! formats), tables split into parts, ids past the vocabulary (zeros), ids that name the
 //! previous step's drawn tokens, and batch invariance.
 
+use sprout::formats::{WeightFormat, dequantize, quantize};
 use sprout::gpu::kernels::embedding::{DRAWN, encode};
 use sprout::gpu::{Gpu, GpuWeight};
-use sprout::model::format::{WeightFormat, dequantize, quantize};
 use sprout::reference::embedding::embedding;
 
 use crate::common::{Case, Outcome, Rng, check_bitwise, check_close, read_f32};

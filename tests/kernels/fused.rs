@@ -8,12 +8,12 @@
 //!   rmsnorm -> matmul x3 -> add_bias -> rope -> kv_write;
 //! - RMSNorm of gathered rows and the vocabulary projection: gather_rows -> rmsnorm -> matmul.
 
+use sprout::formats::TensorData;
+use sprout::formats::WeightFormat;
 use sprout::gpu::kernels::matmul::{self, Matmul, MatmulShape, NormArgs, Output, QkvArgs};
 use sprout::gpu::kernels::rope::{RopeLayout, RopeTable};
 use sprout::gpu::{Gpu, Tensor};
-use sprout::model::format::WeightFormat;
 use sprout::model::fused_weights::{interleave_rows, stack_rows};
-use sprout::model::source::TensorData;
 use sprout::reference;
 
 use crate::common::{Case, Outcome, Rng, check_bitwise, check_close, read_f32};

@@ -3,9 +3,9 @@
 //! against the reference; all shapes bitwise equal to one another on the same product; a
 //! row bitwise the same alone and among 64 on every shape; and weights split into parts.
 
+use sprout::formats::{WeightFormat, dequantize, quantize};
 use sprout::gpu::kernels::matmul::{self, Matmul, MatmulShape, Output, XLoads};
 use sprout::gpu::{Gpu, GpuWeight};
-use sprout::model::format::{WeightFormat, dequantize, quantize};
 use sprout::reference;
 
 use crate::common::{Case, Outcome, Rng, check_bitwise, check_close, read_f32};

@@ -26,8 +26,8 @@ use sprout::model::config::Architecture;
 use sprout::model::decoder::{Decoder, check_supported};
 use sprout::model::gguf_model::GgufModel;
 use sprout::model::source::WeightSource;
-use sprout::model::tokenizer::Tokenizer;
 use sprout::sched::{BlockUse, FinishReason, Request, SamplingParams, block_map};
+use sprout::tokenizer::Tokenizer;
 
 /// The most samples one rollout may ask for (the page's columns).
 pub const MAX_SAMPLES: usize = 64;

@@ -14,6 +14,7 @@
 
 use anyhow::{Result, bail};
 use serde::Serialize;
+use sprout::formats::{WeightFormat, dequantize, quantize};
 use sprout::gpu::kernels::attention::{
     self, AttentionBuffers, AttentionPlan, AttentionShape, AttentionSplit, AttentionVariant,
     scratch_per_slot,
@@ -22,7 +23,6 @@ use sprout::gpu::kernels::matmul::{self, Matmul, MatmulShape, Output};
 use sprout::gpu::kernels::sample::{self, RowParams, SampleKey};
 use sprout::gpu::kernels::softmax::{self, Extra, RowStats};
 use sprout::gpu::{Gpu, GpuWeight, Tensor};
-use sprout::model::format::{WeightFormat, dequantize, quantize};
 use sprout::reference;
 
 /// Largest accepted |GPU − reference| for matmul and attention outputs (values of order
