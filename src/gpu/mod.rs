@@ -5,7 +5,7 @@
 //!
 //! Every kernel here has a CPU reference in `crate::reference` and is checked against it
 //! on every adapter by `tests/kernels`. No kernel's reduction order depends on how many
-//! rows share a dispatch or on which variant runs it (DESIGN.md, principle 1).
+//! rows share a dispatch or on which variant runs it (ARCHITECTURE.md, principle 1).
 
 pub mod adapter;
 pub mod bindings;

@@ -43,7 +43,7 @@
 //!
 //! Invariant: a draw depends only on its key and its row's logits, params and cut, never
 //! on the other rows or draws of the dispatch nor on where its row sits in the logits
-//! buffer (DESIGN.md, principle 1); the cut of a row depends only on that row and its
+//! buffer (ARCHITECTURE.md, principle 1); the cut of a row depends only on that row and its
 //! params. Several draws may read one row (the G samples of a group drawing their first
 //! token from the shared prompt's logits), and share its params.
 

@@ -13,7 +13,7 @@
 //! maximum, in that order, over the tokens after round `j - 1`'s pick, reduced in a fixed
 //! order (shaders/common/argmax.wgsl). Picks are exact, and a row's results depend only on
 //! its logits, lse and count: bitwise the same alone or in any batch, wherever the row
-//! sits (DESIGN.md, principle 1).
+//! sits (ARCHITECTURE.md, principle 1).
 //!
 //! Logits must be finite (see `softmax`).
 

@@ -21,7 +21,7 @@
 //! the dispatch, whatever prefill chunking put it there, whichever physical blocks hold
 //! its keys, and whether it was split: keys are taken in fixed pages of 64 from key 0 and
 //! the pages folded in order, with operations that depend only on `head_dim` and the row's
-//! own key count `p + 1` (DESIGN.md, principle 1; the shader's header spells out the
+//! own key count `p + 1` (ARCHITECTURE.md, principle 1; the shader's header spells out the
 //! order). How many heads share a workgroup and how the query is loaded decide only which
 //! loads are shared, never the arithmetic.
 //!
