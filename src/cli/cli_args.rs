@@ -2,12 +2,13 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Result, bail};
+use anyhow::{Result, anyhow, bail};
 use clap::{Args, ValueEnum};
 use sprout::engine::{EngineConfig, KvSize};
 use sprout::formats::WeightFormat;
 use sprout::model::open::ModelInfo;
 use sprout::model::source::WeightSource;
+use sprout::sched::SamplingParams;
 use sprout::tokenizer::Tokenizer;
 
 #[derive(Args)]
@@ -156,40 +157,29 @@ pub struct SamplingArgs {
 }
 
 impl SamplingArgs {
+    /// The parameters these flags ask for, without stop token ids (those need the model's
+    /// end-of-sequence ids: see `--ignore-eos` and `--stop-token-ids`).
+    pub fn params(&self) -> SamplingParams {
+        SamplingParams {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            seed: self.seed,
+            own_seed: false,
+            max_tokens: self.max_tokens,
+            stop_ids: Vec::new(),
+            min_tokens: self.min_tokens,
+            stop: self.stop.clone(),
+            top_logprobs: self.top_logprobs,
+        }
+    }
+
+    /// The sampling rules ([`SamplingParams::validate`]), with the flags' names.
     pub fn check(&self) -> Result<()> {
-        if !(self.temperature.is_finite() && self.temperature >= 0.0) {
-            bail!(
-                "--temperature must be a finite number >= 0, not {}",
-                self.temperature
-            );
-        }
-        if self.max_tokens == 0 {
-            bail!("--max-tokens must be at least 1");
-        }
-        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
-            bail!("--top-p must be in (0, 1], not {}", self.top_p);
-        }
-        if !(0.0..1.0).contains(&self.min_p) {
-            bail!("--min-p must be in [0, 1), not {}", self.min_p);
-        }
-        if self.min_tokens > self.max_tokens {
-            bail!(
-                "--min-tokens {} is more than --max-tokens {}",
-                self.min_tokens,
-                self.max_tokens
-            );
-        }
-        let most = sprout::sched::MAX_TOP_LOGPROBS;
-        if self.top_logprobs > most {
-            bail!(
-                "--top-logprobs must be at most {most}, not {}",
-                self.top_logprobs
-            );
-        }
-        if self.stop.iter().any(String::is_empty) {
-            bail!("--stop needs a non-empty string");
-        }
-        Ok(())
+        self.params()
+            .validate()
+            .map_err(|e| anyhow!(e.message_for(&format!("--{}", e.param.replace('_', "-")))))
     }
 }
 

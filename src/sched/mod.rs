@@ -16,6 +16,7 @@ mod plan;
 mod request;
 mod scheduler;
 mod sequence;
+mod validate;
 
 pub use block_map::{BlockUse, SeqBlocks, block_map};
 pub use plan::{BlockCopy, Chunk, DRAWN, Draw, DrawResult, StepPlan, Target};
@@ -25,3 +26,4 @@ pub use request::{
 };
 pub use scheduler::{SchedError, Scheduler, SchedulerConfig, SchedulerStats};
 pub use sequence::SeqId;
+pub use validate::SamplingError;

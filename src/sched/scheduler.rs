@@ -30,10 +30,9 @@ use crate::kv::{BlockHash, BlockId, BlockPool};
 
 use super::block_map::SeqBlocks;
 use super::plan::{BlockCopy, Chunk, DRAWN, Draw, DrawResult, StepPlan, Target};
-use super::request::{
-    FinishReason, FinishedSample, MAX_TOP_LOGPROBS, Request, RequestId, SamplingParams,
-};
+use super::request::{FinishReason, FinishedSample, Request, RequestId, SamplingParams};
 use super::sequence::{Role, SeqId, Sequence};
+use super::validate::SamplingError;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct SchedulerConfig {
@@ -78,10 +77,8 @@ pub enum SchedError {
     EmptyPrompt,
     #[error("a request needs at least one sample (n = 0)")]
     NoSamples,
-    #[error("max_tokens must be at least 1")]
-    NoTokens,
-    #[error("{0}")]
-    BadSampling(String),
+    #[error(transparent)]
+    BadSampling(#[from] SamplingError),
     #[error("the prompt has {len} tokens; the model's context holds {max}")]
     PromptTooLong { len: usize, max: usize },
     #[error(
@@ -197,43 +194,7 @@ impl Scheduler {
                 return Err(SchedError::EmptyCompletion);
             }
         }
-        if request.params.max_tokens == 0 {
-            return Err(SchedError::NoTokens);
-        }
-        let p = &request.params;
-        if !(p.temperature.is_finite() && p.temperature >= 0.0) {
-            return Err(SchedError::BadSampling(format!(
-                "temperature {} is not a finite number >= 0",
-                p.temperature
-            )));
-        }
-        if !(p.top_p > 0.0 && p.top_p <= 1.0) {
-            return Err(SchedError::BadSampling(format!(
-                "top_p {} is not in (0, 1]",
-                p.top_p
-            )));
-        }
-        if !(0.0..1.0).contains(&p.min_p) {
-            return Err(SchedError::BadSampling(format!(
-                "min_p {} is not in [0, 1)",
-                p.min_p
-            )));
-        }
-        if p.min_tokens > p.max_tokens {
-            return Err(SchedError::BadSampling(format!(
-                "min_tokens {} is more than max_tokens {}",
-                p.min_tokens, p.max_tokens
-            )));
-        }
-        if p.top_logprobs > MAX_TOP_LOGPROBS {
-            return Err(SchedError::BadSampling(format!(
-                "top_logprobs {} is more than {MAX_TOP_LOGPROBS}",
-                p.top_logprobs
-            )));
-        }
-        if p.stop.iter().any(String::is_empty) {
-            return Err(SchedError::BadSampling("a stop string is empty".into()));
-        }
+        request.params.validate()?;
         if len >= max {
             return Err(SchedError::PromptTooLong { len, max });
         }
@@ -543,6 +504,7 @@ impl Scheduler {
                     request: seq.request,
                     request_index: request.index,
                     sample_index,
+                    key_index: request.params.key_index(request.index),
                     position: seq.tokens.len() as u32,
                     seed: request.params.seed,
                     temperature: request.params.temperature,
@@ -606,10 +568,10 @@ impl Scheduler {
         }
         for target in &plan.targets {
             let id = plan.chunks[target.chunk].seq;
-            if let Some(seq) = self.seqs.get_mut(&id) {
-                if seq.scoring {
-                    seq.pending_scores += 1;
-                }
+            if let Some(seq) = self.seqs.get_mut(&id)
+                && seq.scoring
+            {
+                seq.pending_scores += 1;
             }
         }
         self.advanced = true;

@@ -191,6 +191,18 @@ fn default_kv_mib() -> u64 {
 }
 
 impl RolloutOptions {
+    /// The sampling parameters the options ask for (no stop tokens).
+    fn params(&self) -> SamplingParams {
+        SamplingParams {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            seed: self.seed,
+            max_tokens: self.max_tokens,
+            ..SamplingParams::default()
+        }
+    }
+
     /// The first thing wrong with the options, as the page should say it.
     fn check(&self) -> Result<(), String> {
         if self.prompt.trim().is_empty() {
@@ -199,18 +211,9 @@ impl RolloutOptions {
         if !(1..=MAX_SAMPLES).contains(&self.n) {
             return Err(format!("G must be from 1 to {MAX_SAMPLES}, not {}", self.n));
         }
-        if self.max_tokens == 0 {
-            return Err("max tokens must be at least 1".into());
-        }
-        if !(self.temperature.is_finite() && self.temperature >= 0.0) {
-            return Err(format!(
-                "temperature must be a number >= 0, not {}",
-                self.temperature
-            ));
-        }
-        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
-            return Err(format!("top-p must be in (0, 1], not {}", self.top_p));
-        }
+        self.params()
+            .validate()
+            .map_err(|e| e.message_for(&e.param.replace('_', "-")))?;
         if self.kv_mib == 0 {
             return Err("the KV memory must be at least 1 MiB".into());
         }
@@ -291,13 +294,8 @@ async fn run_rollout(
             prompt: prompt.clone(),
             n,
             params: SamplingParams {
-                temperature: options.temperature,
-                top_k: options.top_k,
-                top_p: options.top_p,
-                seed: options.seed,
-                max_tokens: options.max_tokens,
                 stop_ids: decoder.config.eos_token_ids.clone(),
-                ..SamplingParams::default()
+                ..options.params()
             },
             forced: Vec::new(),
         })
