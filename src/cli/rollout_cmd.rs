@@ -10,11 +10,12 @@ use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, anyhow, bail};
 use clap::Args;
 
 use crate::cli::bootstrap::{self, Kernels};
 use crate::cli::cli_args::{EngineArgs, ModelArg, SamplingArgs};
+use crate::cli::json_out;
 use crate::cli::prompts_file::{self, LineError, LineParams, PromptInput, PromptLine};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
@@ -88,8 +89,8 @@ impl OrderedWriter<'_> {
                 let token_text = |id| tokenizer.decode_with(&[id], false).unwrap_or_default();
                 let line = SampleRecord::new(s, text, token_text, &params, self.provenance);
                 match &mut self.kept {
-                    Some(kept) => kept.push(sprout::trajectory::to_json_value(&line)?),
-                    None => writeln!(self.out, "{}", serde_json::to_string(&line)?)?,
+                    Some(kept) => kept.push(json_out::to_value(&line)?),
+                    None => writeln!(self.out, "{}", json_out::to_line(&line)?)?,
                 }
             }
             self.out.flush()?;
@@ -235,17 +236,20 @@ pub fn run(backend: BackendChoice, args: RolloutArgs) -> Result<()> {
         "preemptions": s.preemptions,
         "peak_kv_blocks": s.peak_kv_blocks,
         "kv_blocks": engine.num_blocks(),
-        "wall_s": wall_s,
-        "generated_tokens_per_s": s.generated_tokens as f64 / wall_s,
+        "wall_s": json_out::finite("wall_s", wall_s)?,
+        "generated_tokens_per_s": json_out::finite(
+            "generated_tokens_per_s",
+            s.generated_tokens as f64 / wall_s,
+        )?,
     });
     if args.json {
         if !errors.is_empty() {
-            summary["errors"] = serde_json::to_value(&errors)?;
+            summary["errors"] = json_out::to_value(&errors)?;
         }
         if let Some(kept) = writer.kept.take() {
             summary["sample_lines"] = serde_json::Value::Array(kept);
         }
-        println!("{}", serde_json::to_string(&summary)?);
+        println!("{}", json_out::to_line(&summary)?);
     } else {
         eprintln!(
             "{} samples, {} generated tokens in {wall_s:.2} s ({:.1} tokens/s); prefill computed \
@@ -301,22 +305,29 @@ fn build_request(
             stop_ids.push(id);
         }
     }
+    let base = a.params();
+    let params = SamplingParams {
+        temperature: p.temperature.unwrap_or(base.temperature),
+        seed: p.seed.unwrap_or(base.seed),
+        own_seed: p.seed.is_some(),
+        max_tokens: p.max_tokens.unwrap_or(base.max_tokens),
+        top_k: p.top_k.unwrap_or(base.top_k),
+        top_p: p.top_p.unwrap_or(base.top_p),
+        min_p: p.min_p.unwrap_or(base.min_p),
+        stop_ids,
+        min_tokens: p.min_tokens.unwrap_or(base.min_tokens),
+        stop: p.stop.clone().unwrap_or(base.stop),
+        top_logprobs: p.top_logprobs.unwrap_or(base.top_logprobs),
+    };
+    // The flags were checked already, so a broken rule comes from the line.
+    params
+        .validate()
+        .map_err(|e| anyhow!(e.message_for(&format!("\"{}\"", e.param))))?;
     Ok(Request {
         index,
         prompt,
         n: p.n.unwrap_or(args.n),
-        params: SamplingParams {
-            temperature: p.temperature.unwrap_or(args.sampling.temperature),
-            seed: p.seed.unwrap_or(args.sampling.seed),
-            max_tokens: p.max_tokens.unwrap_or(args.sampling.max_tokens),
-            top_k: p.top_k.unwrap_or(args.sampling.top_k),
-            top_p: p.top_p.unwrap_or(args.sampling.top_p),
-            min_p: p.min_p.unwrap_or(args.sampling.min_p),
-            stop_ids,
-            min_tokens: p.min_tokens.unwrap_or(a.min_tokens),
-            stop: p.stop.clone().unwrap_or_else(|| a.stop.clone()),
-            top_logprobs: p.top_logprobs.unwrap_or(a.top_logprobs),
-        },
+        params,
         forced: Vec::new(),
     })
 }

@@ -107,6 +107,7 @@ mod tests {
             request: RequestId(0),
             request_index: 0,
             sample_index,
+            key_index: 0,
             position: 0,
             seed: 0,
             temperature: 1.0,

@@ -209,7 +209,7 @@ impl StepRunner {
             .map(|(draw, &row)| {
                 SampleKey::new(
                     draw.seed,
-                    draw.request_index,
+                    draw.key_index,
                     draw.sample_index,
                     draw.position,
                     row,

@@ -46,6 +46,9 @@ pub struct Draw {
     pub request: RequestId,
     pub request_index: u32,
     pub sample_index: u32,
+    /// The index in the draw's random key: the request's index, or 0 for a request with
+    /// its own seed ([`crate::sched::SamplingParams::key_index`]).
+    pub key_index: u32,
     /// The position the drawn token will have.
     pub position: u32,
     pub seed: u64,

@@ -18,6 +18,11 @@ pub struct SamplingParams {
     /// Keep tokens at least min_p times as likely as the most likely one (0: all).
     pub min_p: f32,
     pub seed: u64,
+    /// Whether `seed` is the request's own (a prompts-file line's `"seed"`) rather than the
+    /// run's: an own seed keys the draws by (seed, 0, sample, position), so the samples
+    /// do not depend on where the request stands in its batch; a run's seed keys them by
+    /// (seed, request index, sample, position), so the prompts of one run differ.
+    pub own_seed: bool,
     /// At least 1.
     pub max_tokens: usize,
     /// Any of these ends a sample (and is kept as its last token).
@@ -48,6 +53,7 @@ impl Default for SamplingParams {
             top_p: 1.0,
             min_p: 0.0,
             seed: 0,
+            own_seed: false,
             max_tokens: 16,
             stop_ids: Vec::new(),
             min_tokens: 0,
@@ -63,6 +69,12 @@ impl SamplingParams {
     pub fn is_plain(&self) -> bool {
         self.temperature == 1.0 && self.top_k == 0 && self.top_p >= 1.0 && self.min_p <= 0.0
     }
+
+    /// The index that keys a draw of request `request_index` together with the seed, the
+    /// sample index and the position (see [`SamplingParams::own_seed`]).
+    pub fn key_index(&self, request_index: u32) -> u32 {
+        if self.own_seed { 0 } else { request_index }
+    }
 }
 
 /// One prompt, sampled `n` times (a group): the prompt is computed once and its blocks are
@@ -70,7 +82,8 @@ impl SamplingParams {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Request {
     /// The prompt's index in its batch: part of every draw's random key, together with the
-    /// seed, the sample index and the position.
+    /// seed, the sample index and the position, unless the request has its own seed
+    /// ([`SamplingParams::own_seed`]).
     pub index: u32,
     pub prompt: Vec<u32>,
     /// Samples in the group, at least 1.
