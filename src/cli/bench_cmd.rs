@@ -39,6 +39,7 @@ use sprout::sched::{FinishReason, Request, RequestId, SamplingParams};
 use crate::cli::bench_workload::{Lengths, SampleSpec, Workload};
 use crate::cli::bootstrap::{self, Kernels};
 use crate::cli::cli_args::{EngineArgs, LoadArgs, ModelArg};
+use crate::cli::json_out;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -231,7 +232,7 @@ pub fn run(backend: BackendChoice, args: BenchArgs) -> Result<()> {
     if args.json {
         let modes: serde_json::Map<String, serde_json::Value> = results
             .iter()
-            .map(|(m, r)| Ok((m.name().to_string(), serde_json::to_value(r)?)))
+            .map(|(m, r)| Ok((m.name().to_string(), json_out::to_value(r)?)))
             .collect::<Result<_>>()?;
         let out = json!({
             "workload": {
@@ -251,10 +252,10 @@ pub fn run(backend: BackendChoice, args: BenchArgs) -> Result<()> {
                 "driver": gpu.adapter.driver,
                 "driver_info": gpu.adapter.driver_info,
             },
-            "tuning": decoder.tuned_from(),
+            "tuning": json_out::to_value(&decoder.tuned_from())?,
             "modes": modes,
         });
-        println!("{}", serde_json::to_string(&out)?);
+        println!("{}", json_out::to_line(&out)?);
     } else {
         println!("{}", opened.describe_kernels());
         print_table(&results);

@@ -2,6 +2,8 @@
 //! `sprout tune` has measured it.
 
 use anyhow::Result;
+
+use crate::cli::json_out;
 use sprout::gpu::{AdapterSummary, BackendChoice, list_adapters, tune_file};
 
 pub fn run(backend: BackendChoice, json: bool) -> Result<()> {
@@ -23,12 +25,12 @@ pub fn run(backend: BackendChoice, json: bool) -> Result<()> {
             .iter()
             .zip(&tuned)
             .map(|(a, t)| {
-                let mut v = serde_json::to_value(a)?;
+                let mut v = json_out::to_value(a)?;
                 v["tune_file"] = serde_json::json!(t);
                 Ok(v)
             })
             .collect::<Result<_>>()?;
-        println!("{}", serde_json::to_string_pretty(&list)?);
+        println!("{}", json_out::to_pretty(&list)?);
         return Ok(());
     }
     if adapters.is_empty() {

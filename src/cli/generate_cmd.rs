@@ -11,6 +11,7 @@ use sprout::gpu::BackendChoice;
 
 use crate::cli::bootstrap::{self, Kernels};
 use crate::cli::cli_args::{ModelArg, SamplingArgs};
+use crate::cli::json_out;
 
 #[derive(Args)]
 pub struct GenerateArgs {
@@ -68,13 +69,13 @@ pub fn run(backend: BackendChoice, args: GenerateArgs) -> Result<()> {
         "prompt_token_ids": prompt_ids,
         "samples": [{
             "token_ids": sample.token_ids,
-            "logprobs": sample.logprobs,
+            "logprobs": json_out::to_value(&sample.logprobs)?,
             "text": text,
             "finish_reason": sample.finish_reason,
         }],
         "model": opened.info,
         "device": gpu.adapter,
     });
-    println!("{}", serde_json::to_string(&out)?);
+    println!("{}", json_out::to_line(&out)?);
     Ok(())
 }

@@ -6,8 +6,12 @@
 //! Lines with the same prompt form one request whose prompt is computed once and shared by
 //! its completions, and all requests run batched; the kernels compute a row the same way
 //! whatever shares its batch, so scoring a rollout with the model and adapter that produced
-//! it gives back exactly its `logprobs`. A line that cannot be used is reported with its
-//! number and copied through without scores.
+//! it gives back exactly its `logprobs`.
+//!
+//! A line that cannot be scored (not JSON, no ids, a token id outside the model's
+//! vocabulary, ...) is an error reported with its line number; it is still copied to the
+//! output, without scores, so nothing is lost, and the command exits 1 after writing
+//! everything. A score that is not a finite number is never written (JSON has no NaN).
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -24,6 +28,7 @@ use sprout::sched::{Request, SamplingParams};
 
 use crate::cli::bootstrap::{self, Kernels};
 use crate::cli::cli_args::{EngineArgs, ModelArg};
+use crate::cli::json_out;
 
 #[derive(Args)]
 pub struct ScoreArgs {
@@ -42,7 +47,15 @@ pub struct ScoreArgs {
     engine: EngineArgs,
 }
 
-/// One usable input line.
+/// One non-blank input line: its number, its text, and what it asks to score (or why it
+/// cannot be scored).
+struct Input {
+    number: usize,
+    text: String,
+    parsed: Result<Line, String>,
+}
+
+/// What a usable line asks to score.
 struct Line {
     record: serde_json::Map<String, Value>,
     prompt: Vec<u32>,
@@ -80,18 +93,37 @@ fn parse(text: &str) -> Result<Line, String> {
     })
 }
 
+/// The first id of `line` outside a vocabulary of `vocab` tokens, as an error.
+fn check_vocabulary(line: &Line, vocab: usize) -> Result<(), String> {
+    for (key, list) in [
+        ("prompt_token_ids", &line.prompt),
+        ("token_ids", &line.completion),
+    ] {
+        if let Some(bad) = list.iter().find(|&&id| id as usize >= vocab) {
+            return Err(format!(
+                "\"{key}\" holds {bad}, outside the model's vocabulary of {vocab} tokens"
+            ));
+        }
+    }
+    Ok(())
+}
+
 pub fn run(backend: BackendChoice, args: ScoreArgs) -> Result<()> {
     let config = args.engine.config()?;
     let file =
         File::open(&args.input).with_context(|| format!("opening {}", args.input.display()))?;
-    // Every non-blank line, in order: parsed, or its text and why it was not.
-    let mut lines: Vec<Result<Line, (usize, String, String)>> = Vec::new();
+    let mut lines: Vec<Input> = Vec::new();
     for (i, text) in BufReader::new(file).lines().enumerate() {
         let text = text.with_context(|| format!("reading {}", args.input.display()))?;
         if text.trim().is_empty() {
             continue;
         }
-        lines.push(parse(&text).map_err(|e| (i + 1, text, e)));
+        let parsed = parse(&text);
+        lines.push(Input {
+            number: i + 1,
+            text,
+            parsed,
+        });
     }
     if lines.is_empty() {
         bail!("{} holds no records", args.input.display());
@@ -102,12 +134,20 @@ pub fn run(backend: BackendChoice, args: ScoreArgs) -> Result<()> {
 
     let opened = bootstrap::open(backend, args.model.open()?, Kernels::Tuned)?;
     let mut engine = opened.engine(&config)?;
+    let vocab = opened.decoder.config.vocab_size;
+    for input in &mut lines {
+        if let Ok(line) = &input.parsed
+            && let Err(e) = check_vocabulary(line, vocab)
+        {
+            input.parsed = Err(e);
+        }
+    }
 
     // Lines with the same prompt form one request; completions with no tokens need no
     // computation (their score is the empty list).
     let mut groups: BTreeMap<Vec<u32>, Vec<usize>> = BTreeMap::new();
-    for (i, line) in lines.iter().enumerate() {
-        match line {
+    for (i, input) in lines.iter().enumerate() {
+        match &input.parsed {
             Ok(line) if !line.completion.is_empty() => {
                 groups.entry(line.prompt.clone()).or_default().push(i);
             }
@@ -116,7 +156,7 @@ pub fn run(backend: BackendChoice, args: ScoreArgs) -> Result<()> {
     }
     let mut scores: Vec<Option<Vec<f32>>> = lines
         .iter()
-        .map(|l| match l {
+        .map(|l| match &l.parsed {
             Ok(l) if l.completion.is_empty() => Some(Vec::new()),
             _ => None,
         })
@@ -127,6 +167,7 @@ pub fn run(backend: BackendChoice, args: ScoreArgs) -> Result<()> {
             .iter()
             .map(|&i| {
                 lines[i]
+                    .parsed
                     .as_ref()
                     .expect("grouped lines parsed")
                     .completion
@@ -151,7 +192,7 @@ pub fn run(backend: BackendChoice, args: ScoreArgs) -> Result<()> {
             Ok(_) => members.push(group),
             Err(e) => {
                 for &i in &group {
-                    eprintln!("warning: {} line {}: {e}", args.input.display(), i + 1);
+                    lines[i].parsed = Err(e.to_string());
                 }
                 members.push(Vec::new());
             }
@@ -181,31 +222,33 @@ pub fn run(backend: BackendChoice, args: ScoreArgs) -> Result<()> {
     bar.finish_and_clear();
 
     let mut failed = 0;
-    for (line, score) in lines.into_iter().zip(scores) {
-        match (line, score) {
-            (Ok(mut line), Some(score)) => {
-                line.record.insert(
-                    "scored_logprobs".into(),
-                    sprout::trajectory::to_json_value(&score)?,
+    for (input, score) in lines.iter_mut().zip(scores) {
+        match (&mut input.parsed, score) {
+            (Ok(line), Some(score)) => {
+                line.record
+                    .insert("scored_logprobs".into(), json_out::to_value(&score)?);
+                writeln!(out, "{}", json_out::to_line(&line.record)?)?;
+            }
+            (parsed, _) => {
+                failed += 1;
+                let why = match parsed {
+                    Err(why) => why.as_str(),
+                    Ok(_) => "the engine returned no scores",
+                };
+                eprintln!(
+                    "error: {} line {}: {why}",
+                    args.input.display(),
+                    input.number
                 );
-                writeln!(out, "{}", serde_json::to_string(&line.record)?)?;
-            }
-            (Ok(line), None) => {
-                failed += 1;
-                writeln!(out, "{}", serde_json::to_string(&line.record)?)?;
-            }
-            (Err((number, text, why)), _) => {
-                failed += 1;
-                eprintln!("warning: {} line {number}: {why}", args.input.display());
-                writeln!(out, "{text}")?;
+                writeln!(out, "{}", input.text)?;
             }
         }
     }
     out.flush()?;
     let s = engine.stats();
     let summary = json!({
-        "records": total + failed,
-        "scored_records": total,
+        "records": lines.len(),
+        "scored_records": lines.len() - failed,
         "failed_records": failed,
         "prompt_tokens": s.prompt_tokens,
         "prefill_tokens_computed": s.prefill_tokens_computed,
@@ -213,15 +256,23 @@ pub fn run(backend: BackendChoice, args: ScoreArgs) -> Result<()> {
         "scored_tokens": s.scored_tokens,
         "steps": s.steps,
         "preemptions": s.preemptions,
-        "wall_s": wall_s,
+        "wall_s": json_out::finite("wall_s", wall_s)?,
     });
     if args.json {
-        println!("{}", serde_json::to_string(&summary)?);
+        println!("{}", json_out::to_line(&summary)?);
     } else {
         eprintln!(
             "scored {} tokens of {total} completions in {wall_s:.2} s ({} prompt tokens \
              computed for {} prompt tokens); {failed} lines failed",
             s.scored_tokens, s.prefill_tokens_computed, s.prompt_tokens
+        );
+    }
+    if failed > 0 {
+        bail!(
+            "{failed} of {} lines of {} could not be scored (see above); {} holds them unscored",
+            lines.len(),
+            args.input.display(),
+            args.out.display()
         );
     }
     Ok(())

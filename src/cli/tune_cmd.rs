@@ -28,6 +28,7 @@ use sprout::model::decoder::Decoder;
 
 use crate::cli::bootstrap::{self, Kernels};
 use crate::cli::cli_args::{LoadArgs, ModelArg};
+use crate::cli::json_out;
 
 #[derive(Args)]
 pub struct TuneArgs {
@@ -131,10 +132,10 @@ pub fn run(backend: BackendChoice, args: TuneArgs) -> Result<()> {
             "path": path.display().to_string(),
             "adapter": gpu.adapter,
             "model": opened.info.name,
-            "matmul": measured.matmul,
-            "attention": measured.attention,
+            "matmul": json_out::to_value(&measured.matmul)?,
+            "attention": json_out::to_value(&measured.attention)?,
         });
-        println!("{}", serde_json::to_string(&out)?);
+        println!("{}", json_out::to_line(&out)?);
     } else {
         print_table(&measured);
         println!("tuned {}: {}", gpu.adapter.label(), path.display());

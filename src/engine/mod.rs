@@ -234,6 +234,16 @@ impl<'d> Engine<'d> {
                 "prompt token {bad} is outside the vocabulary of {vocab}"
             )));
         }
+        if let Some(bad) = request
+            .forced
+            .iter()
+            .flatten()
+            .find(|&&id| id as usize >= vocab)
+        {
+            return Err(SproutError::Shape(format!(
+                "completion token {bad} is outside the vocabulary of {vocab}"
+            )));
+        }
         if !request.params.stop.is_empty() && self.tokenizer.is_none() {
             return Err(SproutError::Shape(
                 "stop strings need the engine to have the tokenizer (Engine::with_tokenizer)"

@@ -22,6 +22,7 @@ use sprout::gpu::{AdapterSummary, BackendChoice, Gpu, list_adapters};
 
 use crate::cli::bootstrap::{self, Kernels};
 use crate::cli::cli_args::ModelArg;
+use crate::cli::json_out;
 use compare::{LOGPROB_TOLERANCE, compare};
 use goldens::{CaseResult, Goldens};
 use kernels::KERNEL_TOLERANCE;
@@ -75,7 +76,7 @@ pub fn run(backend: BackendChoice, args: CheckArgs) -> Result<()> {
             model_sha256,
             cases,
         };
-        println!("{}", serde_json::to_string_pretty(&goldens)?);
+        println!("{}", json_out::to_pretty(&goldens)?);
         return Ok(());
     }
 
@@ -139,11 +140,11 @@ pub fn run(backend: BackendChoice, args: CheckArgs) -> Result<()> {
             "logprob_tolerance": LOGPROB_TOLERANCE,
             "kernel_tolerance": KERNEL_TOLERANCE,
             "adapters": labels,
-            "rows": rows,
+            "rows": json_out::to_value(&rows)?,
             "regressions": regressions,
             "passed": regressions.is_empty(),
         });
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        println!("{}", json_out::to_pretty(&report)?);
     } else {
         println!(
             "model {} ({} goldens); log-prob tolerance {LOGPROB_TOLERANCE:.0e}, kernel \
