@@ -49,12 +49,20 @@ fn load(gpu: &Arc<Gpu>, source: &mut dyn WeightSource) -> Decoder {
     Decoder::load(gpu.clone(), source, &mut |_, _| {}).unwrap()
 }
 
+/// The largest |a - b|, or NaN when either side holds a NaN (`f32::max` would drop it, and
+/// a NaN log-prob would pass as a perfect match).
 fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
     a.iter()
         .zip(b)
         .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
+        .fold(0.0, |worst, d| {
+            if worst.is_nan() || d.is_nan() {
+                f32::NAN
+            } else {
+                worst.max(d)
+            }
+        })
 }
 
 fn check_tiny(name: &str) {

@@ -83,6 +83,13 @@ fn summary() -> &'static Mutex<BTreeMap<(String, &'static str), Tally>> {
     SUMMARY.get_or_init(Default::default)
 }
 
+/// A case that cannot run here: reported ignored, and failing if someone runs it anyway
+/// (`--include-ignored`), so it can never count as passed.
+fn not_run(name: String, why: &str) -> Trial {
+    let why = format!("not run: {why}");
+    Trial::test(name, move || Err(why.into())).with_ignored_flag(true)
+}
+
 /// One trial per (adapter, case); a failing placeholder when a GPU is required and absent.
 pub fn trials(cases: Vec<Case>) -> Vec<Trial> {
     let gpus = gpus();
@@ -98,7 +105,10 @@ pub fn trials(cases: Vec<Case>) -> Vec<Trial> {
         return cases
             .into_iter()
             .map(|c| {
-                Trial::test(format!("{}::{}", c.kernel, c.name), || Ok(())).with_ignored_flag(true)
+                not_run(
+                    format!("{}::{}", c.kernel, c.name),
+                    "no GPU adapter was found",
+                )
             })
             .collect();
     }
@@ -124,12 +134,12 @@ pub fn trials(cases: Vec<Case>) -> Vec<Trial> {
         let one_at_a_time = Arc::new(Mutex::new(()));
         let serial = gpu.adapter.backend == "gl";
         for case in &cases {
-            if let Some((feature, has)) = case.needs {
-                if !has(gpu) {
-                    let name = format!("{label}::{}::{} (needs {feature})", case.kernel, case.name);
-                    trials.push(Trial::test(name, || Ok(())).with_ignored_flag(true));
-                    continue;
-                }
+            if let Some((feature, has)) = case.needs
+                && !has(gpu)
+            {
+                let name = format!("{label}::{}::{} (needs {feature})", case.kernel, case.name);
+                trials.push(not_run(name, &format!("{label} lacks {feature}")));
+                continue;
             }
             let gpu = gpu.clone();
             let run = case.run.clone();

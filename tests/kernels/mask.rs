@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 
 use sprout::gpu::Gpu;
-use sprout::gpu::kernels::mask::{MASKED_LOGIT, encode};
+use sprout::gpu::kernels::mask::{MASKED_LOGIT, WORKGROUP, encode};
 use sprout::gpu::kernels::sample::{self, RowParams, SampleKey};
 use sprout::gpu::kernels::softmax::{self, Extra, RowStats};
 use sprout::reference::mask as reference;
@@ -259,5 +259,31 @@ pub fn cases() -> Vec<Case> {
         Ok(exact())
     }));
     cases.push(Case::new("mask", "masked-top-never-drawn", end_to_end));
+    // More workgroups than one grid dimension holds: the dispatch folds into two
+    // dimensions, and the workgroups of the grid's second row must run too.
+    cases.push(
+        Case::new("mask", "2d-grid", |gpu| {
+            let (rows, vocab) = (2, 1000);
+            let logits = Rng::new(35).vec(rows * vocab, 10.0);
+            let n = two_row_grid_pairs(gpu);
+            // Every pair names logit (0, 0) but the last workgroup's, which name row 1's
+            // first WORKGROUP logits: only that workgroup, past the first grid row, masks
+            // them.
+            let mut pairs = vec![0u32; 2 * n];
+            for (i, pair) in pairs[2 * (n - WORKGROUP)..].chunks_mut(2).enumerate() {
+                pair.copy_from_slice(&[1, i as u32]);
+            }
+            check(gpu, &logits, vocab, rows, &pairs)
+        })
+        .needing(
+            "a binding for (workgroups per dimension + 1) x 64 pairs",
+            |gpu| (two_row_grid_pairs(gpu) * 8) as u64 <= gpu.caps.max_binding,
+        ),
+    );
     cases
+}
+
+/// Pairs enough for one more workgroup than a grid dimension holds.
+fn two_row_grid_pairs(gpu: &Gpu) -> usize {
+    (gpu.caps.max_workgroups_per_dim as usize + 1) * WORKGROUP
 }
