@@ -28,6 +28,11 @@ fn main() {
     };
     println!("cargo:rustc-env=SPROUT_GIT_COMMIT={commit}");
     println!("cargo:rerun-if-changed=build.rs");
+    // What the binary is built from: an edit there makes the tree dirty without touching
+    // the git index, and cargo rebuilds the crate for it anyway.
+    for path in ["src", "shaders", "Cargo.toml", "Cargo.lock"] {
+        println!("cargo:rerun-if-changed={path}");
+    }
     // Only files that exist: cargo treats a watched file that is missing as changed, and
     // would rerun this script (and recompile the crate) on every build.
     let Some(git_dir) = git(&["rev-parse", "--absolute-git-dir"]) else {

@@ -58,6 +58,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    cli::runtime_dir::ensure();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Devices { json } => devices_cmd::run(cli.backend, json),

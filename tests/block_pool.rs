@@ -367,10 +367,10 @@ impl Model {
 
     fn allocate(&mut self) -> Option<BlockId> {
         let id = self.free.pop_front()?;
-        if let Some(hash) = self.hashes[id as usize].take() {
-            if self.map.get(&hash) == Some(&id) {
-                self.map.remove(&hash);
-            }
+        if let Some(hash) = self.hashes[id as usize].take()
+            && self.map.get(&hash) == Some(&id)
+        {
+            self.map.remove(&hash);
         }
         self.refs[id as usize] = 1;
         Some(id)

@@ -628,10 +628,10 @@ proptest! {
                     }
                 }
                 Op::FinishSample(i, k) => {
-                    if let Some((id, _)) = ids.get(i) {
-                        if s.generated(*id, k).is_some() {
-                            got.push(s.finish_sample(*id, k, FinishReason::Stop).unwrap());
-                        }
+                    if let Some((id, _)) = ids.get(i)
+                        && s.generated(*id, k).is_some()
+                    {
+                        got.push(s.finish_sample(*id, k, FinishReason::Stop).unwrap());
                     }
                 }
             }

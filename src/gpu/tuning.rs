@@ -138,12 +138,11 @@ impl KernelChoices {
 
     /// The shape for `m` rows at `key` on an adapter with `caps`.
     pub fn matmul_shape(&self, caps: &Capabilities, key: MatmulKey, m: usize) -> MatmulShape {
-        if let Some(shapes) = self.matmul.get(&key) {
-            if let Some((_, shape)) = shapes.iter().find(|(rows, _)| m <= *rows) {
-                if shape.runs_on(caps) {
-                    return *shape;
-                }
-            }
+        if let Some(shapes) = self.matmul.get(&key)
+            && let Some((_, shape)) = shapes.iter().find(|(rows, _)| m <= *rows)
+            && shape.runs_on(caps)
+        {
+            return *shape;
         }
         self.default_shape(caps, key, m)
     }
@@ -172,7 +171,6 @@ impl KernelChoices {
 #[cfg(test)]
 pub(crate) fn tests_caps() -> Capabilities {
     Capabilities {
-        shader_f16: false,
         subgroups: false,
         subgroup_min_size: 0,
         timestamps: false,
