@@ -1,0 +1,278 @@
+//! The command line end to end on the tiny Llama fixture: the seed rule, the sampling
+//! rules' messages, `sprout score` on bad lines, and the drivers' runtime-directory noise.
+//!
+//! They run the release binary on the GPU: with no adapter the commands fail, and so do
+//! these tests.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn tiny_llama() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-llama")
+}
+
+fn sprout(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sprout"))
+        .args(args)
+        .output()
+        .expect("running sprout")
+}
+
+/// Runs sprout, which must succeed; its stdout.
+fn sprout_ok(args: &[&str]) -> String {
+    let out = sprout(args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "sprout {args:?} failed: {stderr}");
+    String::from_utf8(out.stdout).expect("UTF-8 output")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn records(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The token ids of each sample of prompt `index`, by sample index.
+fn samples_of(records: &[Value], index: u64) -> Vec<Value> {
+    records
+        .iter()
+        .filter(|r| r["prompt_index"] == index)
+        .map(|r| r["token_ids"].clone())
+        .collect()
+}
+
+/// A rollout of `lines` (a prompts file) on the tiny model: its records.
+fn rollout_file(dir: &Path, name: &str, lines: &[String], extra: &[&str]) -> Vec<Value> {
+    let (prompts, out) = (
+        dir.join(format!("{name}.jsonl")),
+        dir.join(format!("{name}.out")),
+    );
+    std::fs::write(&prompts, lines.join("\n") + "\n").unwrap();
+    let model = tiny_llama();
+    let mut args = vec![
+        "rollout",
+        "--model",
+        model.to_str().unwrap(),
+        "--prompts",
+        prompts.to_str().unwrap(),
+        "-n",
+        "3",
+        "--max-tokens",
+        "12",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend(extra);
+    sprout_ok(&args);
+    records(&out)
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("sprout-cli-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn a_line_with_its_own_seed_samples_alike_wherever_it_stands_and_alone() {
+    let dir = scratch("seed");
+    let own = r#"{"prompt": "the seed rule", "seed": 1}"#.to_string();
+    let others: Vec<String> = (0..4)
+        .map(|i| format!(r#"{{"prompt": "other prompt {i}"}}"#))
+        .collect();
+    // Line 5 of five, then line 1.
+    let mut fifth = others.clone();
+    fifth.push(own.clone());
+    let mut first = vec![own];
+    first.extend(others);
+    let at_five = samples_of(&rollout_file(&dir, "fifth", &fifth, &["--seed", "7"]), 4);
+    let at_one = samples_of(&rollout_file(&dir, "first", &first, &["--seed", "9"]), 0);
+
+    let out = dir.join("alone.out");
+    let model = tiny_llama();
+    sprout_ok(&[
+        "rollout",
+        "--model",
+        model.to_str().unwrap(),
+        "--prompt",
+        "the seed rule",
+        "-n",
+        "3",
+        "--max-tokens",
+        "12",
+        "--seed",
+        "1",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let alone = samples_of(&records(&out), 0);
+
+    assert_eq!(at_five.len(), 3);
+    assert_ne!(at_five[0], at_five[1], "the samples of a group differ");
+    assert_eq!(
+        at_five, alone,
+        "line 5 with seed 1 against --prompt --seed 1"
+    );
+    assert_eq!(
+        at_one, alone,
+        "line 1 with seed 1 against --prompt --seed 1"
+    );
+}
+
+#[test]
+fn lines_without_a_seed_are_keyed_by_their_index() {
+    let dir = scratch("index");
+    let line = r#"{"prompt": "the same prompt"}"#.to_string();
+    let got = rollout_file(&dir, "twice", &[line.clone(), line], &["--seed", "3"]);
+    assert_ne!(
+        samples_of(&got, 0),
+        samples_of(&got, 1),
+        "two lines of one run must not repeat each other's samples"
+    );
+}
+
+#[test]
+fn a_broken_sampling_rule_names_the_flag_or_field_and_value() {
+    let model = tiny_llama();
+    let model = model.to_str().unwrap();
+    for (flag, value, message) in [
+        ("--top-p", "0", "--top-p must be in (0, 1], not 0"),
+        (
+            "--temperature",
+            "-1",
+            "--temperature must be a finite number >= 0, not -1",
+        ),
+        ("--min-p", "1", "--min-p must be in [0, 1), not 1"),
+        (
+            "--top-logprobs",
+            "21",
+            "--top-logprobs must be at most 20, not 21",
+        ),
+    ] {
+        let out = sprout(&["rollout", "--model", model, "--prompt", "x", flag, value]);
+        assert_eq!(out.status.code(), Some(1), "{flag} {value}");
+        let err = stderr(&out);
+        assert!(err.contains(&format!("error: {message}")), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+
+    let dir = scratch("rules");
+    let prompts = dir.join("p.jsonl");
+    std::fs::write(
+        &prompts,
+        "{\"prompt\": \"fine\"}\n{\"prompt\": \"x\", \"top_p\": 1.5}\n\
+         {\"prompt\": \"x\", \"min_tokens\": 50, \"max_tokens\": 4}\n",
+    )
+    .unwrap();
+    let out = sprout(&[
+        "rollout",
+        "--model",
+        model,
+        "--prompts",
+        prompts.to_str().unwrap(),
+        "--max-tokens",
+        "4",
+    ]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("line 2: \"top_p\" must be in (0, 1], not 1.5"),
+        "{err}"
+    );
+    assert!(
+        err.contains("line 3: \"min_tokens\" must be at most max_tokens (4), not 50"),
+        "{err}"
+    );
+}
+
+#[test]
+fn score_refuses_ids_outside_the_vocabulary_with_the_line_number_and_counts_every_line() {
+    let dir = scratch("score");
+    let model = tiny_llama();
+    let model = model.to_str().unwrap();
+    let rollout = dir.join("rollout.jsonl");
+    sprout_ok(&[
+        "rollout",
+        "--model",
+        model,
+        "--prompt",
+        "score me",
+        "-n",
+        "3",
+        "--max-tokens",
+        "6",
+        "--ignore-eos",
+        "--out",
+        rollout.to_str().unwrap(),
+    ]);
+    let mut lines = records(&rollout);
+    // Line 2 names a token past the 384-token vocabulary; line 4 has no tokens to score
+    // (a valid, empty score); line 5 is not JSON.
+    lines[1]["token_ids"][2] = 384.into();
+    let mut empty = lines[0].clone();
+    empty["token_ids"] = Value::Array(Vec::new());
+    lines.push(empty);
+    let mut text: Vec<String> = lines.iter().map(Value::to_string).collect();
+    text.push("{not json".into());
+    let input = dir.join("in.jsonl");
+    std::fs::write(&input, text.join("\n") + "\n").unwrap();
+
+    let scored = dir.join("scored.jsonl");
+    let out = sprout(&[
+        "score",
+        "--model",
+        model,
+        "--in",
+        input.to_str().unwrap(),
+        "--out",
+        scored.to_str().unwrap(),
+        "--json",
+    ]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("line 2: \"token_ids\" holds 384, outside the model's vocabulary of 384"),
+        "{err}"
+    );
+    assert!(err.contains("line 5:"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["records"], 5, "{summary}");
+    assert_eq!(summary["scored_records"], 3, "{summary}");
+    assert_eq!(summary["failed_records"], 2, "{summary}");
+
+    // Every line is kept, in order; the scored ones equal their rollout's log-probs.
+    let written = std::fs::read_to_string(&scored).unwrap();
+    let written: Vec<&str> = written.lines().collect();
+    assert_eq!(written.len(), 5);
+    assert_eq!(written[4], "{not json");
+    let second: Value = serde_json::from_str(written[1]).unwrap();
+    assert!(second.get("scored_logprobs").is_none(), "{second}");
+    for i in [0, 2] {
+        let r: Value = serde_json::from_str(written[i]).unwrap();
+        assert_eq!(r["scored_logprobs"], r["logprobs"], "line {}", i + 1);
+    }
+    let r: Value = serde_json::from_str(written[3]).unwrap();
+    assert_eq!(r["scored_logprobs"], Value::Array(Vec::new()));
+}
+
+#[test]
+fn no_runtime_directory_warning_reaches_the_user() {
+    let out = Command::new(env!("CARGO_BIN_EXE_sprout"))
+        .arg("devices")
+        .env_remove("XDG_RUNTIME_DIR")
+        .output()
+        .expect("running sprout");
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("XDG_RUNTIME_DIR"), "{err}");
+    assert!(!String::from_utf8_lossy(&out.stdout).trim().is_empty());
+}
