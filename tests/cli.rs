@@ -276,3 +276,30 @@ fn no_runtime_directory_warning_reaches_the_user() {
     assert!(!err.contains("XDG_RUNTIME_DIR"), "{err}");
     assert!(!String::from_utf8_lossy(&out.stdout).trim().is_empty());
 }
+
+#[test]
+fn generate_refuses_the_flags_it_would_ignore() {
+    let model = tiny_llama();
+    let model = model.to_str().unwrap();
+    for flag in [["--top-k", "3"], ["--stop", "x"], ["--top-logprobs", "2"]] {
+        let out = sprout(&[
+            "generate", "--model", model, "--prompt", "x", flag[0], flag[1],
+        ]);
+        assert_eq!(out.status.code(), Some(1), "{flag:?}");
+        let err = stderr(&out);
+        assert!(
+            err.contains(&format!("use sprout rollout for {}", flag[0])),
+            "{err}"
+        );
+    }
+    let text = sprout_ok(&[
+        "generate",
+        "--model",
+        model,
+        "--prompt",
+        "x",
+        "--max-tokens",
+        "3",
+    ]);
+    assert!(!text.is_empty());
+}

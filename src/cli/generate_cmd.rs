@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use clap::Args;
 
 use serde_json::json;
@@ -29,6 +29,7 @@ pub struct GenerateArgs {
 
 pub fn run(backend: BackendChoice, args: GenerateArgs) -> Result<()> {
     args.sampling.check()?;
+    refuse_unused_flags(&args.sampling)?;
     let opened = bootstrap::open(backend, args.model.open()?, Kernels::Tuned)?;
     let (decoder, tokenizer, gpu) = (&opened.decoder, opened.tokenizer()?, &opened.gpu);
     let prompt_ids = tokenizer.encode(&args.prompt)?;
@@ -78,4 +79,25 @@ pub fn run(backend: BackendChoice, args: GenerateArgs) -> Result<()> {
     });
     println!("{}", json_out::to_line(&out)?);
     Ok(())
+}
+
+/// `generate` samples with temperature alone: a truncation or stop flag would be silently
+/// ignored, so it is an error that points at `rollout`, which has them all.
+fn refuse_unused_flags(s: &SamplingArgs) -> Result<()> {
+    let given = [
+        ("--top-k", s.top_k != 0),
+        ("--top-p", s.top_p != 1.0),
+        ("--min-p", s.min_p != 0.0),
+        ("--min-tokens", s.min_tokens != 0),
+        ("--stop", !s.stop.is_empty()),
+        ("--stop-token-ids", !s.stop_token_ids.is_empty()),
+        ("--top-logprobs", s.top_logprobs != 0),
+    ];
+    match given.iter().find(|(_, given)| *given) {
+        Some((flag, _)) => bail!(
+            "sprout generate samples with --temperature, --seed, --max-tokens and --ignore-eos \
+             only; use sprout rollout for {flag}"
+        ),
+        None => Ok(()),
+    }
 }
