@@ -82,7 +82,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }))?;
 
     let mut out = std::io::BufWriter::new(std::fs::File::create(&out_path)?);
-    // to_json_value keeps f32 values in their shortest form (json! would widen them).
+    // to_json_value keeps f32 values in their shortest form (json! would widen them) and
+    // refuses a NaN or infinity (json! would write it as null).
     let f32s = |v: &[f32]| sprout::trajectory::to_json_value(&v);
     for s in &samples {
         let line = json!({

@@ -157,8 +157,57 @@ impl SampleRecord {
 /// `value` as a JSON value whose f32 numbers keep their shortest form (`-2.1097965`):
 /// `serde_json::to_value` widens an f32 to f64 and writes every digit of that
 /// (`-2.1097965240478516`), which reads back as the same f32 but no longer as the same text.
-pub fn to_json_value<T: Serialize>(value: &T) -> serde_json::Result<serde_json::Value> {
+/// A NaN or an infinity is an error naming where it is ([`check_finite`]), never `null`.
+pub fn to_json_value<T: Serialize + ?Sized>(value: &T) -> serde_json::Result<serde_json::Value> {
+    check_finite(value).map_err(serde::ser::Error::custom)?;
     serde_json::from_str(&serde_json::to_string(value)?)
+}
+
+/// Fails on the first non-finite number in `value`, naming its path
+/// (`"logprobs"[3] is NaN, and JSON has no such number`).
+///
+/// `serde_json` writes a NaN or an infinity as `null`, so a broken log-prob would reach a
+/// trainer as a missing value: every writer of JSON checks here first.
+pub fn check_finite<T: Serialize + ?Sized>(value: &T) -> Result<(), String> {
+    let captured = serde_value::to_value(value).map_err(|e| e.to_string())?;
+    first_non_finite(&captured, &mut String::new())
+}
+
+fn first_non_finite(value: &serde_value::Value, path: &mut String) -> Result<(), String> {
+    use serde_value::Value;
+    let bad = match value {
+        Value::F32(x) if !x.is_finite() => Some(*x as f64),
+        Value::F64(x) if !x.is_finite() => Some(*x),
+        _ => None,
+    };
+    if let Some(x) = bad {
+        let at = if path.is_empty() { "the value" } else { path };
+        return Err(format!("{at} is {x}, and JSON has no such number"));
+    }
+    let mark = path.len();
+    match value {
+        Value::Seq(items) => {
+            for (i, item) in items.iter().enumerate() {
+                path.push_str(&format!("[{i}]"));
+                first_non_finite(item, path)?;
+                path.truncate(mark);
+            }
+        }
+        Value::Map(map) => {
+            for (key, item) in map {
+                match key {
+                    Value::String(k) => path.push_str(&format!("\"{k}\"")),
+                    _ => path.push_str("[key]"),
+                }
+                first_non_finite(key, path)?;
+                first_non_finite(item, path)?;
+                path.truncate(mark);
+            }
+        }
+        Value::Option(Some(inner)) | Value::Newtype(inner) => first_non_finite(inner, path)?,
+        _ => {}
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -169,5 +218,36 @@ mod tests {
         assert_eq!(v.to_string(), "[-2.1097965,-0.00015640259]");
         let widened = serde_json::to_value(vec![-2.1097965f32]).unwrap();
         assert_ne!(widened.to_string(), "[-2.1097965]");
+    }
+
+    #[derive(serde::Serialize)]
+    struct Record {
+        logprobs: Vec<f32>,
+        nested: Option<Vec<Vec<f64>>>,
+    }
+
+    #[test]
+    fn a_non_finite_number_is_an_error_naming_where_it_is() {
+        let r = Record {
+            logprobs: vec![-1.0, -2.0, -3.0, f32::NAN],
+            nested: None,
+        };
+        let e = super::to_json_value(&r).unwrap_err().to_string();
+        assert!(e.contains("\"logprobs\"[3] is NaN"), "{e}");
+        let r = Record {
+            logprobs: vec![],
+            nested: Some(vec![vec![0.0], vec![1.0, f64::NEG_INFINITY]]),
+        };
+        let e = super::check_finite(&r).unwrap_err();
+        assert!(e.contains("\"nested\"[1][1] is -inf"), "{e}");
+        assert!(super::check_finite(&f32::INFINITY).is_err());
+        let fine = Record {
+            logprobs: vec![-0.5],
+            nested: Some(vec![vec![2.0]]),
+        };
+        assert_eq!(
+            super::to_json_value(&fine).unwrap().to_string(),
+            r#"{"logprobs":[-0.5],"nested":[[2.0]]}"#
+        );
     }
 }

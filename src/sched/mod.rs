@@ -5,7 +5,9 @@
 //! blocks they write, the copies to make first and the tokens to draw); the GPU runner
 //! executes the plan and hands back the drawn tokens, and [`Scheduler::update`] applies
 //! them. Everything about batching, prefix reuse and preemption is decided here and can be
-//! tested on the CPU in microseconds (tests/scheduler.rs).
+//! tested on the CPU in microseconds (tests/scheduler.rs). A request's sampling
+//! parameters are checked by [`SamplingParams::validate`], the one set of rules every
+//! front end also calls.
 //!
 //! Invariants, checked by [`Scheduler::check`] after every step in the property test:
 //! a block's reference count equals the number of block tables that hold it; no block is
