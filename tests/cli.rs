@@ -75,6 +75,28 @@ fn rollout_file(dir: &Path, name: &str, lines: &[String], extra: &[&str]) -> Vec
     records(&out)
 }
 
+/// The samples of `prompt` run alone (`--prompt`) with `--seed seed`, as the files are.
+fn rollout_alone(dir: &Path, prompt: &str, seed: &str) -> Vec<Value> {
+    let out = dir.join(format!("alone-{seed}.out"));
+    let model = tiny_llama();
+    sprout_ok(&[
+        "rollout",
+        "--model",
+        model.to_str().unwrap(),
+        "--prompt",
+        prompt,
+        "-n",
+        "3",
+        "--max-tokens",
+        "12",
+        "--seed",
+        seed,
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    samples_of(&records(&out), 0)
+}
+
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("sprout-cli-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -96,24 +118,7 @@ fn a_line_with_its_own_seed_samples_alike_wherever_it_stands_and_alone() {
     let at_five = samples_of(&rollout_file(&dir, "fifth", &fifth, &["--seed", "7"]), 4);
     let at_one = samples_of(&rollout_file(&dir, "first", &first, &["--seed", "9"]), 0);
 
-    let out = dir.join("alone.out");
-    let model = tiny_llama();
-    sprout_ok(&[
-        "rollout",
-        "--model",
-        model.to_str().unwrap(),
-        "--prompt",
-        "the seed rule",
-        "-n",
-        "3",
-        "--max-tokens",
-        "12",
-        "--seed",
-        "1",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    let alone = samples_of(&records(&out), 0);
+    let alone = rollout_alone(&dir, "the seed rule", "1");
 
     assert_eq!(at_five.len(), 3);
     assert_ne!(at_five[0], at_five[1], "the samples of a group differ");
@@ -128,15 +133,28 @@ fn a_line_with_its_own_seed_samples_alike_wherever_it_stands_and_alone() {
 }
 
 #[test]
-fn lines_without_a_seed_are_keyed_by_their_index() {
+fn lines_without_a_seed_are_keyed_by_the_run_seed_and_their_index() {
     let dir = scratch("index");
     let line = r#"{"prompt": "the same prompt"}"#.to_string();
-    let got = rollout_file(&dir, "twice", &[line.clone(), line], &["--seed", "3"]);
+    let twice = rollout_file(
+        &dir,
+        "twice",
+        &[line.clone(), line.clone()],
+        &["--seed", "3"],
+    );
     assert_ne!(
-        samples_of(&got, 0),
-        samples_of(&got, 1),
+        samples_of(&twice, 0),
+        samples_of(&twice, 1),
         "two lines of one run must not repeat each other's samples"
     );
+    // Index 0 is what the prompt alone gets; index 1 does not depend on what line 1 holds.
+    assert_eq!(
+        samples_of(&twice, 0),
+        rollout_alone(&dir, "the same prompt", "3")
+    );
+    let other = r#"{"prompt": "something else entirely"}"#.to_string();
+    let after_other = rollout_file(&dir, "other", &[other, line], &["--seed", "3"]);
+    assert_eq!(samples_of(&twice, 1), samples_of(&after_other, 1));
 }
 
 #[test]

@@ -100,7 +100,7 @@ fn smollm2_has_every_tensor_in_its_format() {
 /// Opening and reading every tensor once: each byte is copied once, from the file into
 /// the tensor's own buffer. Prints the time (a measurement, not an assertion).
 #[test]
-fn smollm2_reads_every_tensor_once() {
+fn smollm2_reads_every_tensor_at_its_size() {
     let path = smollm2_path();
     let start = Instant::now();
     let mut model = GgufModel::open(&path).unwrap();
@@ -435,11 +435,15 @@ fn a_sharded_safetensors_directory_reads_back() {
     .unwrap();
     let mut model = SafetensorsDir::open(&dir.0).unwrap();
     assert_eq!(model.config().eos_token_ids, vec![3, 5]);
-    for name in TensorName::all(&model.config().clone()) {
-        assert_eq!(
-            model.read(&name.to_string()).unwrap().format,
-            WeightFormat::F16
-        );
+    let c = model.config().clone();
+    let by_name: HashMap<_, _> = tensors.iter().map(|(n, _, b)| (n.clone(), b)).collect();
+    // Every tensor, from both shards, with its own bytes and shape.
+    for name in TensorName::all(&c) {
+        let t = model.read(&name.to_string()).unwrap();
+        let bytes = by_name[&sprout::model::safetensors_dir::hf_name(name)];
+        assert_eq!(&t.bytes, bytes, "{name}");
+        assert_eq!(t.format, WeightFormat::F16);
+        assert_eq!((t.rows, t.cols), name.shape(&c), "{name}");
     }
     // A missing shard names itself.
     std::fs::remove_file(dir.0.join("model-00002-of-00002.safetensors")).unwrap();

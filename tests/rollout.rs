@@ -284,9 +284,14 @@ fn smollm2_samples_are_batch_invariant() {
             request(1, ids("Write a haiku about the sea."), 4, 8),
             request(2, ids("def fibonacci(n):"), 4, 8),
         ];
+        // In a batch with room for all (whole prompts, no preemption), and in one that
+        // chunks prompts 7 tokens at a time and preempts.
+        let (roomy, stats) = run(&decoder, &config(64, 256), &batch);
+        assert_eq!(stats.preemptions, 0, "{label}: {stats:?}");
+        assert_eq!(first_prompt(&roomy), want, "{label}: in a roomy batch");
         let (out, stats) = run(&decoder, &config(6, 7), &batch);
         assert!(stats.preemptions > 0, "{label}: {stats:?}");
-        assert_eq!(first_prompt(&out), want, "{label}");
+        assert_eq!(first_prompt(&out), want, "{label}: chunked and preempted");
         let distinct: std::collections::HashSet<_> = want.iter().map(|s| &s.1).collect();
         assert_eq!(distinct.len(), 4, "{label}: samples should differ");
     }

@@ -324,7 +324,7 @@ fn a_tiny_pool_preempts_and_recomputes_to_the_same_outputs() {
             s.add_request(request(i as u32, p.clone(), 3, 20)).unwrap();
         }
         let out = drain(&mut s, &mut model);
-        (by_sample(out), s.stats().clone())
+        (outputs(out), s.stats().clone())
     };
     let (roomy, roomy_stats) = run(1000, 64);
     let (tight, tight_stats) = run(12, 64);

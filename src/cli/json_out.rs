@@ -83,6 +83,13 @@ mod tests {
                 .to_string()
                 .contains("rate")
         );
-        assert!(finite("rate", f64::INFINITY).is_err());
+        for bad in [f64::INFINITY, f64::NEG_INFINITY] {
+            assert!(
+                finite("rate", bad)
+                    .unwrap_err()
+                    .to_string()
+                    .contains("rate")
+            );
+        }
     }
 }

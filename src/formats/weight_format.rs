@@ -277,15 +277,32 @@ mod tests {
         for format in WeightFormat::ALL {
             let bytes = quantize(format, &values, 64).unwrap();
             let back = dequantize(format, &bytes, 2, 64).unwrap();
-            let step = match format {
-                WeightFormat::F32 => 0.0,
-                WeightFormat::F16 => 2e-3,
-                WeightFormat::Bf16 => 2e-2,
-                WeightFormat::Q8_0 => 2.0 / 127.0,
-                WeightFormat::Q4_0 | WeightFormat::Q4_1 => 4.0 / 7.5,
-            };
-            for (a, b) in values.iter().zip(&back) {
-                assert!((a - b).abs() <= step, "{format}: {a} vs {b}");
+            // One step of each 32-value block's grid (floats: of each value's own).
+            for (block, got) in values.chunks(32).zip(back.chunks(32)) {
+                let amax = block.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+                let (lo, hi) = block
+                    .iter()
+                    .fold((f32::MAX, f32::MIN), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+                for (a, b) in block.iter().zip(got) {
+                    let step = match format {
+                        WeightFormat::F32 => 0.0,
+                        WeightFormat::F16 => a.abs() / 1024.0,
+                        WeightFormat::Bf16 => a.abs() / 128.0,
+                        WeightFormat::Q8_0 => amax / 127.0,
+                        WeightFormat::Q4_0 => amax / 8.0,
+                        WeightFormat::Q4_1 => (hi - lo) / 15.0,
+                    };
+                    // A quantized block's scale (and Q4_1's minimum) are stored as f16:
+                    // allow for their rounding.
+                    let allowed = match format {
+                        WeightFormat::F32 | WeightFormat::F16 | WeightFormat::Bf16 => step,
+                        _ => step + amax / 1024.0,
+                    };
+                    assert!(
+                        (a - b).abs() <= allowed,
+                        "{format}: {a} vs {b} (step {step})"
+                    );
+                }
             }
         }
     }

@@ -207,6 +207,12 @@ mod tests {
         write(&path, &file).unwrap();
         assert_eq!(read(&path, &adapter("580.159")).unwrap(), Some(file));
         assert_eq!(read(&path, &adapter("580.160")).unwrap(), None);
+        let mut other_gpu = adapter("580.159");
+        other_gpu.name = "NVIDIA H100".into();
+        assert_eq!(read(&path, &other_gpu).unwrap(), None);
+        let mut other_backend = adapter("580.159");
+        other_backend.backend = "gl".into();
+        assert_eq!(read(&path, &other_backend).unwrap(), None);
         assert_eq!(read(&dir.join("absent.json"), &adapter("x")).unwrap(), None);
         std::fs::write(&path, "{").unwrap();
         assert!(read(&path, &adapter("580.159")).is_err());

@@ -283,5 +283,11 @@ mod tests {
         assert_eq!(max_abs_delta(&[1.0, 2.0], &[1.0, 2.5]), 0.5);
         assert_eq!(max_abs_delta(&[1.0], &[1.0, 2.0]), f64::INFINITY);
         assert_eq!(max_abs_delta(&[f32::NAN], &[1.0]), f64::INFINITY);
+        assert_eq!(max_abs_delta(&[f32::INFINITY], &[1.0]), f64::INFINITY);
+        // Both infinite: equal as numbers, but no finite log-prob or output is that.
+        assert_eq!(
+            max_abs_delta(&[f32::INFINITY], &[f32::INFINITY]),
+            f64::INFINITY
+        );
     }
 }
