@@ -191,7 +191,7 @@ fn qkv(gpu: &Gpu, i: &Inputs, shape: MatmulShape, bias: bool) -> (Vec<f32>, Vec<
         gpu.upload(&vec![f32::NAN; i.m * q_dim]),
     );
     let (k_pool, v_pool) = (gpu.upload(&sentinel), gpu.upload(&sentinel));
-    let table = RopeTable::new(gpu, HEAD_DIM, THETA, TABLE);
+    let table = RopeTable::new(gpu, HEAD_DIM, THETA, TABLE).expect("a small table fits");
     let out = QkvOut {
         table: &table,
         rows: &rows,
@@ -414,7 +414,7 @@ fn past_table(gpu: &Gpu) -> Result<Outcome, String> {
     let rows = gpu.upload(&[[0u32, TABLE as u32, 2, 0]]);
     let q = gpu.zeros(q_dim);
     let (k_pool, v_pool) = (gpu.zeros(4 * kv_dim), gpu.zeros(4 * kv_dim));
-    let table = RopeTable::new(gpu, HEAD_DIM, THETA, TABLE);
+    let table = RopeTable::new(gpu, HEAD_DIM, THETA, TABLE).expect("a small table fits");
     for shape in shapes_on(gpu) {
         let out = QkvOut {
             table: &table,
