@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Makes the hostile model files of tests/hostile_models.rs and runs the CLI (`rollout`;
-# `bench --load-format dummy` for a config.json) on each: every
-# run must exit 1 within seconds with an `error:` line naming the problem, never panic,
-# and stay under 1 GB of resident memory. Prints one line per file: exit status, seconds,
-# peak RSS in MB, and the error. Usage: scripts/hostile_files.sh [DIR] (default: a
-# temporary directory). Needs GNU time (/usr/bin/time).
+# Makes the hostile model files of tests/hostile_models.rs and runs the CLI on each
+# (`rollout`; `bench --load-format dummy` for a config.json): every run must exit 1 within
+# seconds with an `error:` line naming the problem, never panic, and stay under 1 GB of
+# resident memory. Prints one line per file: exit status, seconds, peak RSS in MB and the
+# error. Usage: scripts/hostile_files.sh [DIR] (default: a temporary directory). Needs GNU
+# time (/usr/bin/time).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir="${1:-$(mktemp -d)}"

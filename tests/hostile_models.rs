@@ -412,6 +412,16 @@ fn safetensors_ranges_that_overlap() {
 }
 
 #[test]
+fn a_vocab_size_of_zero_never_reaches_the_engine() {
+    let mut config = sprout::model::dummy::builtin_config("tiny-llama").unwrap();
+    config.vocab_size = 0;
+    let err = sprout::model::decoder::check_supported(&config).unwrap_err();
+    assert_eq!(err.to_string(), "vocab_size is 0");
+    let err = sprout::model::dummy::DummyWeights::new(config, WeightFormat::F16, 0).err();
+    assert_eq!(err.unwrap().to_string(), "vocab_size is 0");
+}
+
+#[test]
 fn dummy_weights_for_a_config_of_a_trillion_layers() {
     check("dummy_layers_huge.json");
 }

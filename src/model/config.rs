@@ -60,8 +60,9 @@ impl ModelConfig {
     }
 
     /// An error naming the field and its value unless every size is positive and every
-    /// product the decoder forms from them fits in `usize`. Layer counts are checked
-    /// against the tensors present by each source, before this.
+    /// product the decoder forms from them fits in `usize`. A file's reader also checks
+    /// the layer count against the layers whose tensors it holds
+    /// ([`crate::model::names::check_layer_count`]) before listing them.
     pub fn validate(&self) -> Result<(), SproutError> {
         let sizes = [
             ("vocab_size", self.vocab_size),
