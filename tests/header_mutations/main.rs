@@ -62,7 +62,7 @@ fn run_mutants<M>(
 ) -> u64 {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let mut rng = SplitMix64::new(seed);
-    let mut opened = 0;
+    let (mut opened, mut most) = (0, 0);
     for i in 0..MUTANTS {
         let (m, done) = mutant(&mut rng);
         let base = counting_alloc::mark();
@@ -73,8 +73,9 @@ fn run_mutants<M>(
             Err(_) => panic!("mutant {i} ({done}) panicked"),
         }
         assert!(peak <= CAP, "mutant {i} ({done}) held {peak} bytes at once");
+        most = most.max(peak);
     }
-    eprintln!("{opened} of {MUTANTS} mutants opened");
+    eprintln!("{opened} of {MUTANTS} mutants opened; the most held at once: {most} bytes");
     opened
 }
 
