@@ -85,7 +85,25 @@ impl WeightFormat {
                 block: self.block_len(),
             });
         }
-        Ok(cols / self.block_len() * self.block_bytes())
+        (cols / self.block_len())
+            .checked_mul(self.block_bytes())
+            .ok_or(FormatError::TooLarge {
+                format: self,
+                rows: 1,
+                cols,
+            })
+    }
+
+    /// Bytes of `rows` rows of `cols` elements, checked: sizes come from files, and a
+    /// wrapped product would size a buffer wrongly instead of failing.
+    pub fn matrix_bytes(self, rows: usize, cols: usize) -> Result<usize, FormatError> {
+        self.row_bytes(cols)?
+            .checked_mul(rows)
+            .ok_or(FormatError::TooLarge {
+                format: self,
+                rows,
+                cols,
+            })
     }
 }
 
@@ -112,6 +130,12 @@ pub enum FormatError {
         cols: usize,
         got: usize,
         want: usize,
+    },
+    #[error("{rows} rows of {cols} {format} values take more bytes than this machine can address")]
+    TooLarge {
+        format: WeightFormat,
+        rows: usize,
+        cols: usize,
     },
 }
 
@@ -175,15 +199,17 @@ pub fn dequantize(
     cols: usize,
 ) -> Result<Vec<f32>, FormatError> {
     let row_bytes = format.row_bytes(cols)?;
-    if bytes.len() != rows * row_bytes {
+    let want = format.matrix_bytes(rows, cols)?;
+    if bytes.len() != want {
         return Err(FormatError::WrongSize {
             format,
             rows,
             cols,
             got: bytes.len(),
-            want: rows * row_bytes,
+            want,
         });
     }
+    // The bytes are present, so the values (at most 8 per byte) can be allocated.
     let mut out = vec![0.0f32; rows * cols];
     for (o, b) in out
         .chunks_exact_mut(cols.max(1))
@@ -256,6 +282,20 @@ mod tests {
         assert_eq!(WeightFormat::Q4_1.row_bytes(64), Ok(40));
         assert_eq!(WeightFormat::F16.row_bytes(7), Ok(14));
         assert!(WeightFormat::Q4_1.row_bytes(48).is_err());
+    }
+
+    #[test]
+    fn sizes_past_the_address_space_are_errors() {
+        let huge = usize::MAX / 2 + 1;
+        assert!(matches!(
+            WeightFormat::F32.row_bytes(huge),
+            Err(FormatError::TooLarge { .. })
+        ));
+        assert!(matches!(
+            WeightFormat::Q8_0.matrix_bytes(huge, 64),
+            Err(FormatError::TooLarge { .. })
+        ));
+        assert_eq!(WeightFormat::Q8_0.matrix_bytes(3, 64), Ok(204));
     }
 
     #[test]

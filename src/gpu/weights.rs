@@ -66,13 +66,14 @@ impl GpuWeight {
         limit: u64,
     ) -> Result<GpuWeight, SproutError> {
         let file_row_bytes = format.row_bytes(cols)?;
-        if bytes.len() != rows * file_row_bytes {
+        let want = format.matrix_bytes(rows, cols)?;
+        if bytes.len() != want {
             return Err(FormatError::WrongSize {
                 format,
                 rows,
                 cols,
                 got: bytes.len(),
-                want: rows * file_row_bytes,
+                want,
             }
             .into());
         }

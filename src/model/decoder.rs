@@ -185,6 +185,13 @@ impl Decoder {
     ) -> Result<Decoder, SproutError> {
         let config = source.config().clone();
         check_supported(&config)?;
+        // Before any weight: a context too long for the adapter fails at once.
+        let rope = RopeTable::new(
+            &gpu,
+            config.head_dim,
+            config.rope_theta,
+            config.max_positions,
+        )?;
         let per_layer = if config.has_qkv_bias() { 12 } else { 9 };
         let total = 2 + usize::from(!config.tied_embeddings) + config.n_layers * per_layer;
         let mut l = Loader {
@@ -250,7 +257,6 @@ impl Decoder {
             });
         }
         let final_norm = gpu.upload(&l.vector("final_norm", hidden)?);
-        let rope = RopeTable::new(&gpu, hd, config.rope_theta, config.max_positions);
         let choices = RwLock::new(KernelChoices::defaults(gpu.cpu_shaped_defaults()));
         Ok(Decoder {
             gpu,
@@ -505,6 +511,7 @@ impl Decoder {
 /// Whether `Decoder::load` can run a model of this shape, checked before anything is
 /// uploaded: a caller replacing a loaded model can keep the old one when this fails.
 pub fn check_supported(c: &ModelConfig) -> Result<(), SproutError> {
+    c.validate()?;
     let max = attention::MAX_HEAD_DIM;
     if c.head_dim == 0 || !c.head_dim.is_multiple_of(4) || c.head_dim > max {
         return Err(SproutError::Model(format!(
@@ -532,7 +539,10 @@ struct Loader<'a> {
 impl Loader<'_> {
     fn read(&mut self, name: &str, rows: usize, cols: usize) -> Result<TensorData, SproutError> {
         let t = self.source.read(name)?;
-        if t.rows * t.cols != rows * cols || (rows > 1 && (t.rows, t.cols) != (rows, cols)) {
+        // A vector may come as one row or one column; a product that overflows matches
+        // nothing (the config's own products were checked by `validate`).
+        let same_len = t.rows.checked_mul(t.cols) == rows.checked_mul(cols);
+        if !same_len || (rows > 1 && (t.rows, t.cols) != (rows, cols)) {
             return Err(SproutError::Model(format!(
                 "tensor {name} is {}x{}, but the model's config implies {rows}x{cols}",
                 t.rows, t.cols

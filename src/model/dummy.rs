@@ -35,6 +35,13 @@ pub const BUILTIN_CONFIGS: [&str; 5] = [
     "tiny-qwen2",
 ];
 
+/// The most layers dummy weights are drawn for: several times the deepest published
+/// decoder. A file's layer count is bounded by the tensors it holds; a config alone is not.
+pub const MAX_LAYERS: usize = 1024;
+
+/// The most bytes one dummy tensor may take (a 128k x 8k f32 embedding is 4 GiB).
+pub const MAX_TENSOR_BYTES: u64 = 1 << 34;
+
 /// The config dummy weights are drawn for when none is named.
 pub const DEFAULT_DUMMY_MODEL: &str = "smollm2-135m";
 
@@ -95,17 +102,38 @@ pub struct DummyWeights {
 
 impl DummyWeights {
     /// Weights for `config` with every matrix stored in `format`, drawn from `seed`; an
-    /// error naming the tensor when `format` cannot store one of its matrices' rows.
+    /// error naming the tensor when `format` cannot store one of its matrices' rows or a
+    /// tensor or the layer count exceeds what dummy weights are drawn for.
     pub fn new(config: ModelConfig, format: WeightFormat, seed: u64) -> Result<Self, SproutError> {
-        for name in TensorName::all(&config) {
+        config.validate()?;
+        // No file bounds these: the config is all there is.
+        if config.n_layers > MAX_LAYERS {
+            return Err(SproutError::Model(format!(
+                "dummy weights: n_layers {} exceeds the {MAX_LAYERS} layers dummy weights are \
+                 drawn for",
+                config.n_layers
+            )));
+        }
+        for name in TensorName::one_of_each(&config) {
             let (rows, cols) = name.shape(&config);
-            if !is_vector(name) && format.row_bytes(cols).is_err() {
+            let stored = match is_vector(name) {
+                true => WeightFormat::F32,
+                false => format,
+            };
+            if stored.row_bytes(cols).is_err() {
                 return Err(SproutError::Model(format!(
                     "dummy weights: tensor {name} is {rows} x {cols}, but {format} stores \
                      each row in blocks of {} values and {cols} is not a multiple of {}; \
                      choose f32, f16 or bf16 for this model",
                     format.block_len(),
                     format.block_len()
+                )));
+            }
+            let bytes = stored.matrix_bytes(rows, cols).ok();
+            if bytes.is_none_or(|b| b as u64 > MAX_TENSOR_BYTES) {
+                return Err(SproutError::Model(format!(
+                    "dummy weights: tensor {name} of {rows} x {cols} {stored} values exceeds \
+                     the {MAX_TENSOR_BYTES} bytes a dummy tensor may take"
                 )));
             }
         }
@@ -166,8 +194,7 @@ impl WeightSource for DummyWeights {
             });
         }
         let format = self.format;
-        let row_bytes = format.row_bytes(cols)?;
-        let mut bytes = Vec::with_capacity(rows * row_bytes);
+        let mut bytes = Vec::with_capacity(format.matrix_bytes(rows, cols)?);
         let chunk_rows = (CHUNK_VALUES / cols.max(1)).max(1);
         let mut values = vec![0.0f32; chunk_rows * cols];
         let scale = 1.0 / (cols.max(1) as f32).sqrt();

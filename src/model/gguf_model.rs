@@ -18,7 +18,8 @@
 //! `<|end|>`, `<end_of_turn>`. The eos id comes first; the rest are in ascending order.
 //!
 //! Invariant: opening checks that every tensor the config needs is present, of a supported
-//! type and of the right shape, so a `GgufModel` that opened can be read whole.
+//! type and of the right shape, so a `GgufModel` that opened can be read whole. The layer
+//! count is checked against the `blk.N` tensors present before it sizes anything.
 
 use std::fs::File;
 use std::io::{Read, Seek};
@@ -177,6 +178,10 @@ pub fn config_from_gguf<R>(file: &GgufFile<R>) -> Result<ModelConfig, SproutErro
             ))),
         }
     };
+    let n_layers = usize_of("block_count")?;
+    names::check_layer_count(&key("block_count"), n_layers, |n| {
+        file.tensor(&gguf_name(n)).is_some()
+    })?;
     let hidden_size = usize_of("embedding_length")?;
     let n_heads = usize_of("attention.head_count")?;
     let n_kv_heads = match meta.u64(&key("attention.head_count_kv"))? {
@@ -274,12 +279,12 @@ pub fn config_from_gguf<R>(file: &GgufFile<R>) -> Result<ModelConfig, SproutErro
             eos_token_ids.push(id);
         }
     }
-    Ok(ModelConfig {
+    let config = ModelConfig {
         architecture,
         vocab_size,
         hidden_size,
         intermediate_size: usize_of("feed_forward_length")?,
-        n_layers: usize_of("block_count")?,
+        n_layers,
         n_heads,
         n_kv_heads,
         head_dim,
@@ -297,7 +302,9 @@ pub fn config_from_gguf<R>(file: &GgufFile<R>) -> Result<ModelConfig, SproutErro
         tied_embeddings: file.tensor("output.weight").is_none(),
         bos_token_id: token_id("tokenizer.ggml.bos_token_id")?,
         eos_token_ids,
-    })
+    };
+    config.validate()?;
+    Ok(config)
 }
 
 #[cfg(test)]

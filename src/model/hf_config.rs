@@ -5,7 +5,9 @@
 //! absent). Defaults as transformers': `num_key_value_heads` = heads, `head_dim` =
 //! hidden / heads, `rope_theta` 10000, `tie_word_embeddings` false. Anything sprout would
 //! compute differently (rope scaling, another activation, Llama attention or MLP biases,
-//! sliding windows) is an error naming the field. RoPE pairs are half-split.
+//! sliding windows) is an error naming the field, as is a size of 0. RoPE pairs are
+//! half-split. The layer count is checked against the tensors present by the directory's
+//! reader, which has them.
 
 use serde::Deserialize;
 
@@ -121,6 +123,19 @@ pub fn config_from_hf(
     if c.mlp_bias == Some(true) {
         return bad("mlp_bias is true: biases on the MLP are not supported".into());
     }
+    let sizes = [
+        ("vocab_size", Some(c.vocab_size)),
+        ("hidden_size", Some(c.hidden_size)),
+        ("intermediate_size", Some(c.intermediate_size)),
+        ("num_hidden_layers", Some(c.num_hidden_layers)),
+        ("num_attention_heads", Some(c.num_attention_heads)),
+        ("num_key_value_heads", c.num_key_value_heads),
+        ("head_dim", c.head_dim),
+        ("max_position_embeddings", Some(c.max_position_embeddings)),
+    ];
+    if let Some((field, _)) = sizes.iter().find(|(_, v)| *v == Some(0)) {
+        return bad(format!("{field} is 0"));
+    }
     let n_heads = c.num_attention_heads;
     let n_kv_heads = c.num_key_value_heads.unwrap_or(n_heads);
     if n_heads == 0 || n_kv_heads == 0 || !n_heads.is_multiple_of(n_kv_heads) {
@@ -166,7 +181,7 @@ pub fn config_from_hf(
             c.vocab_size
         ));
     }
-    Ok(ModelConfig {
+    let config = ModelConfig {
         architecture,
         vocab_size: c.vocab_size,
         hidden_size: c.hidden_size,
@@ -185,5 +200,9 @@ pub fn config_from_hf(
             .as_ref()
             .and_then(|b| b.ids().first().copied()),
         eos_token_ids,
-    })
+    };
+    config
+        .validate()
+        .map_err(|e| SproutError::Model(format!("config.json: {e}")))?;
+    Ok(config)
 }

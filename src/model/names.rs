@@ -130,9 +130,21 @@ impl TensorName {
     }
 
     /// Every tensor `config` needs, in file order: embedding, layers, final norm, head.
+    /// Its length grows with `n_layers`: a layer count read from a file is checked
+    /// against the file's tensors ([`check_layer_count`]) before this is called.
     pub fn all(config: &ModelConfig) -> Vec<TensorName> {
+        Self::first_layers(config, config.n_layers)
+    }
+
+    /// The tensors of every kind `config` needs, with layer 0 standing for every layer:
+    /// what checks that depend on a tensor's kind but not on its layer go through.
+    pub fn one_of_each(config: &ModelConfig) -> Vec<TensorName> {
+        Self::first_layers(config, config.n_layers.min(1))
+    }
+
+    fn first_layers(config: &ModelConfig, layers: usize) -> Vec<TensorName> {
         let mut names = vec![TensorName::Embed];
-        for i in 0..config.n_layers {
+        for i in 0..layers {
             names.extend(LayerTensor::ALL.map(|t| TensorName::Layer(i, t)));
         }
         names.extend([TensorName::FinalNorm, TensorName::LmHead]);
@@ -169,6 +181,26 @@ impl fmt::Display for TensorName {
             TensorName::Layer(i, t) => write!(f, "layers.{i}.{}", t.suffix()),
         }
     }
+}
+
+/// An error unless layers `0..n_layers` each have their first tensor (the attention
+/// norm) in a source: `field` is the file's name for the layer count, for the message.
+/// Runs before anything is sized by the count; `has` answers from the source's own
+/// tensor table, so the count of layers present is bounded by that table's size.
+pub fn check_layer_count(
+    field: &str,
+    n_layers: usize,
+    has: impl Fn(TensorName) -> bool,
+) -> Result<(), SproutError> {
+    let present = (0..n_layers)
+        .take_while(|&i| has(TensorName::Layer(i, LayerTensor::AttnNorm)))
+        .count();
+    if present < n_layers {
+        return Err(SproutError::Model(format!(
+            "{field} {n_layers} exceeds the {present} layers whose tensors are present"
+        )));
+    }
+    Ok(())
 }
 
 /// The error for a canonical name that a source does not have.
@@ -245,6 +277,23 @@ mod tests {
         assert_eq!(
             TensorName::parse("layers.1.down").unwrap().shape(&qwen),
             (8, 12)
+        );
+        assert_eq!(TensorName::one_of_each(&qwen).len(), 1 + 12 + 2);
+    }
+
+    #[test]
+    fn a_layer_count_past_the_tensors_present_is_named() {
+        let has = |n: TensorName| matches!(n, TensorName::Layer(i, _) if i < 3);
+        assert!(check_layer_count("block_count", 3, has).is_ok());
+        let err = check_layer_count("block_count", usize::MAX, has)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            format!(
+                "block_count {} exceeds the 3 layers whose tensors are present",
+                usize::MAX
+            )
         );
     }
 

@@ -8,15 +8,18 @@
 //! then the data; offsets are relative to the data's start. Only the header is read when a
 //! file is opened; each tensor's bytes are read by seeking to its range when asked for.
 //!
-//! Invariants: opening checks every byte range against the file's size and every tensor
-//! the config needs for presence, dtype (F32, F16, BF16) and shape, so a directory that
-//! opened can be read whole. RoPE pairs are half-split (Hugging Face's `rotate_half`).
+//! Invariants: opening validates each header with the `safetensors` crate (contiguous,
+//! non-overlapping ranges; checked element counts), checks the ranges against the file's
+//! size, the layer count against the layers present, and every tensor the config needs
+//! for presence, dtype (F32, F16, BF16) and shape, so a directory that opened can be read
+//! whole. RoPE pairs are half-split (Hugging Face's `rotate_half`).
 
 use std::collections::{BTreeSet, HashMap};
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
+use safetensors::tensor::Metadata;
 use serde::Deserialize;
 
 use crate::error::SproutError;
@@ -173,6 +176,9 @@ impl<R: Read + Seek> SafetensorsDir<R> {
         let config = config_from_hf(config_json, generation_config_json, |n| {
             tensors.contains_key(n)
         })?;
+        names::check_layer_count("num_hidden_layers", config.n_layers, |n| {
+            tensors.contains_key(&hf_name(n))
+        })?;
         for name in TensorName::all(&config) {
             let stored = hf_name(name);
             let entry = tensors.get(&stored).ok_or_else(|| {
@@ -264,7 +270,10 @@ pub fn hf_name(name: TensorName) -> String {
     }
 }
 
-/// Reads a safetensors header; every entry's range is checked against the file's size.
+/// Reads a safetensors header through the `safetensors` crate's own validation (offsets
+/// contiguous from 0, so no two tensors overlap; element counts and byte sizes computed
+/// with checked arithmetic and matched to each range), then checks that the data the
+/// header describes lies inside the file.
 fn read_header<R: Read + Seek>(
     reader: &mut R,
     shard: usize,
@@ -288,58 +297,35 @@ fn read_header<R: Read + Seek>(
     }
     let mut header = vec![0u8; n as usize];
     reader.read_exact(&mut header)?;
-    let json: HashMap<String, serde_json::Value> = serde_json::from_slice(&header)
-        .map_err(|e| bad(format!("the safetensors header is not valid JSON: {e}")))?;
-    #[derive(Deserialize)]
-    struct RawEntry {
-        dtype: String,
-        shape: Vec<usize>,
-        data_offsets: [u64; 2],
-    }
+    let metadata: Metadata = serde_json::from_slice(&header)
+        .map_err(|e| bad(format!("the safetensors header is invalid: {e}")))?;
     let data_start = 8 + n;
-    let mut entries = Vec::with_capacity(json.len());
-    for (name, value) in json {
-        if name == "__metadata__" {
-            continue;
-        }
-        let raw: RawEntry = serde_json::from_value(value)
-            .map_err(|e| bad(format!("bad header entry for tensor {name}: {e}")))?;
-        let [begin, end] = raw.data_offsets;
-        if end < begin || data_start.checked_add(end).is_none_or(|e| e > file_len) {
-            return Err(bad(format!(
-                "tensor {name}'s bytes {begin}..{end} are not inside the file (truncated?)"
-            )));
-        }
-        let elem_bytes = match raw.dtype.as_str() {
-            "F64" | "I64" | "U64" => 8,
-            "F32" | "I32" | "U32" => 4,
-            "F16" | "BF16" | "I16" | "U16" => 2,
-            "I8" | "U8" | "BOOL" | "F8_E4M3" | "F8_E5M2" => 1,
-            _ => 0, // an unknown dtype: its size is checked only if it is ever used
-        };
-        let elems = raw
-            .shape
-            .iter()
-            .try_fold(1u64, |a, &d| a.checked_mul(d as u64));
-        if elem_bytes > 0 && elems.and_then(|e| e.checked_mul(elem_bytes)) != Some(end - begin) {
-            return Err(bad(format!(
-                "tensor {name} of shape {:?} and dtype {} does not match its {} bytes",
-                raw.shape,
-                raw.dtype,
-                end - begin
-            )));
-        }
-        entries.push((
-            name,
-            Entry {
-                shard,
-                dtype: raw.dtype,
-                shape: raw.shape,
-                start: data_start + begin,
-                len: end - begin,
-            },
-        ));
+    let data_len = metadata.data_len() as u64;
+    if data_start
+        .checked_add(data_len)
+        .is_none_or(|end| end > file_len)
+    {
+        return Err(bad(format!(
+            "truncated: its header places {data_len} bytes of tensors after byte \
+             {data_start}, but the file has {file_len} bytes"
+        )));
     }
+    let entries = metadata
+        .offset_keys()
+        .into_iter()
+        .filter_map(|name| {
+            let info = metadata.info(&name)?;
+            let (begin, end) = info.data_offsets;
+            let entry = Entry {
+                shard,
+                dtype: info.dtype.to_string(),
+                shape: info.shape.clone(),
+                start: data_start + begin as u64,
+                len: (end - begin) as u64,
+            };
+            Some((name, entry))
+        })
+        .collect();
     Ok(entries)
 }
 

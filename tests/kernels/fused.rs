@@ -191,7 +191,7 @@ fn qkv(gpu: &Gpu, i: &Inputs, shape: MatmulShape, bias: bool) -> (Vec<f32>, Vec<
         gpu.upload(&vec![f32::NAN; i.m * q_dim]),
     );
     let (k_pool, v_pool) = (gpu.upload(&sentinel), gpu.upload(&sentinel));
-    let table = RopeTable::new(gpu, HEAD_DIM, THETA, TABLE);
+    let table = RopeTable::new(gpu, HEAD_DIM, THETA, TABLE).expect("a small table fits");
     let out = QkvOut {
         table: &table,
         rows: &rows,
@@ -415,7 +415,7 @@ fn past_table(gpu: &Gpu) -> Result<Outcome, String> {
     let rows = gpu.upload(&[[0u32, TABLE as u32, 2, 0]]);
     let projected = reference::matmul::matmul(&i.normed(), &p.w, 1, i.k, n);
     let v_want = &projected[q_dim + kv_dim..];
-    let table = RopeTable::new(gpu, HEAD_DIM, THETA, TABLE);
+    let table = RopeTable::new(gpu, HEAD_DIM, THETA, TABLE).expect("a small table fits");
     let slot = 2 * kv_dim..3 * kv_dim;
     let mut worst = Outcome {
         nmse: 0.0,

@@ -8,7 +8,10 @@
 //! u64 byte length and UTF-8 bytes. A tensor's `dims[0]` is its row length.
 //!
 //! Invariants: opening reads only the header (through a small buffer) and checks every
-//! length against the file's size before allocating, so a corrupt or truncated file is an
+//! count and length against the file's size before it sizes a loop or an allocation
+//! (counts times the smallest item they count, with checked arithmetic), every tensor's
+//! element count against ggml's i64 limit, and every supported tensor's bytes for lying
+//! inside the file without overlapping another's, so a corrupt or truncated file is an
 //! error naming what was being read, never a panic or a huge allocation; tensor bytes are
 //! read on demand by seeking, so the file is never held in memory whole. Any reader that
 //! is `Read + Seek` works: a `File` natively, a `Cursor<&[u8]>` in the browser.
@@ -33,6 +36,10 @@ pub const DEFAULT_ALIGNMENT: u64 = 32;
 const MAX_ARRAY_DEPTH: usize = 4;
 /// ggml's `GGML_MAX_DIMS`.
 const MAX_DIMS: u32 = 4;
+/// The smallest tensor info: an empty name (u64 length), n_dims, one dim, type, offset.
+const MIN_TENSOR_INFO_BYTES: u64 = 8 + 4 + 8 + 4 + 8;
+/// The smallest metadata entry: an empty key (u64 length), the type, a one-byte value.
+const MIN_METADATA_ENTRY_BYTES: u64 = 8 + 4 + 1;
 
 /// A ggml tensor type id, as stored in the file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -217,7 +224,9 @@ impl<R: Read + Seek> GgufFile<R> {
         Ok(file)
     }
 
+    /// Every tensor of a supported type lies inside the file, and no two overlap.
     fn check_tensors(&self, file_len: u64) -> Result<(), SproutError> {
+        let mut ranges = Vec::with_capacity(self.tensors.len());
         for t in &self.tensors {
             if !t.offset.is_multiple_of(self.alignment) {
                 return Err(SproutError::Model(format!(
@@ -233,11 +242,22 @@ impl<R: Read + Seek> GgufFile<R> {
                 .and_then(|s| s.checked_add(size));
             if end.is_none_or(|end| end > file_len) {
                 return Err(SproutError::Model(format!(
-                    "GGUF file is truncated: tensor {} ({} bytes at offset {}) ends past the \
-                     end of the file ({file_len} bytes)",
-                    t.name,
-                    size,
-                    self.data_offset.saturating_add(t.offset)
+                    "GGUF file is truncated or corrupt: tensor {} ({} bytes at offset {} of \
+                     the data section, which starts at byte {}) ends past the end of the file \
+                     ({file_len} bytes)",
+                    t.name, size, t.offset, self.data_offset
+                )));
+            }
+            // Inside the file, so the end cannot overflow.
+            ranges.push((t.offset, t.offset + size, &t.name));
+        }
+        ranges.sort_unstable();
+        for pair in ranges.windows(2) {
+            let ((a_start, a_end, a), (b_start, _, b)) = (pair[0], pair[1]);
+            if b_start < a_end {
+                return Err(SproutError::Model(format!(
+                    "tensors {a} and {b} overlap: {a} spans offsets {a_start}..{a_end} of the \
+                     data section and {b} starts at offset {b_start}"
                 )));
             }
         }
@@ -344,6 +364,9 @@ impl<R: Read> Parser<R> {
         }
         let n_tensors = self.u64()?;
         let n_kv = self.u64()?;
+        // Counts size loops and tables: each must fit in the bytes that remain.
+        self.need_count("tensor count", n_tensors, MIN_TENSOR_INFO_BYTES)?;
+        self.need_count("metadata count", n_kv, MIN_METADATA_ENTRY_BYTES)?;
         let mut metadata = GgufMetadata::default();
         for i in 0..n_kv {
             self.context = format!("metadata entry {i} of {n_kv}");
@@ -360,7 +383,13 @@ impl<R: Read> Parser<R> {
             None => DEFAULT_ALIGNMENT,
             Some(v) => match v.as_u64() {
                 Some(a) if a.is_power_of_two() => a,
-                _ => return Err(format!("alignment {v:?} is not a power of two")),
+                Some(a) => return Err(format!("general.alignment {a} is not a power of two")),
+                None => {
+                    return Err(format!(
+                        "general.alignment is a {} where an integer was expected",
+                        v.type_name()
+                    ));
+                }
             },
         };
         let mut tensors = Vec::with_capacity(n_tensors.min(1 << 16) as usize);
@@ -379,6 +408,11 @@ impl<R: Read> Parser<R> {
             if dims.contains(&0) {
                 return Err(format!("a dimension of 0 in {dims:?}"));
             }
+            // ggml's limit: the element count must fit in an i64.
+            let elements = dims.iter().try_fold(1u64, |a, &d| a.checked_mul(d));
+            if elements.is_none_or(|e| e > i64::MAX as u64) {
+                return Err(format!("dims {dims:?}, whose element count overflows"));
+            }
             let ggml_type = GgmlType(self.u32()?);
             let offset = self.u64()?;
             if !seen.insert(name.clone()) {
@@ -392,14 +426,17 @@ impl<R: Read> Parser<R> {
             });
         }
         self.context = "the data section".into();
-        let data_offset = self.pos.div_ceil(alignment) * alignment;
-        if !tensors.is_empty() && data_offset > self.len {
-            return Err(format!(
-                "GGUF file is truncated: its data section would start at byte {data_offset}, \
-                 past its end ({} bytes)",
-                self.len
-            ));
-        }
+        let data_offset = match self.pos.div_ceil(alignment).checked_mul(alignment) {
+            Some(o) if o <= self.len || tensors.is_empty() => o,
+            o => {
+                return Err(format!(
+                    "GGUF file is truncated: its data section would start at byte {}, past \
+                     its end ({} bytes)",
+                    o.map_or("2^64 or later".into(), |o| o.to_string()),
+                    self.len
+                ));
+            }
+        };
         Ok(Header {
             version,
             metadata,
@@ -407,6 +444,19 @@ impl<R: Read> Parser<R> {
             alignment,
             data_offset,
         })
+    }
+
+    /// Fails unless `count` items of at least `min_bytes` each fit in the bytes left.
+    fn need_count(&self, what: &str, count: u64, min_bytes: u64) -> Result<(), String> {
+        let left = self.len - self.pos;
+        if count.checked_mul(min_bytes).is_none_or(|n| n > left) {
+            return Err(format!(
+                "GGUF file is truncated or corrupt: {what} {count} needs at least {min_bytes} \
+                 bytes each, but {left} bytes are left at byte {}",
+                self.pos
+            ));
+        }
+        Ok(())
     }
 
     /// Fails unless `n` more bytes exist.
@@ -467,8 +517,8 @@ impl<R: Read> Parser<R> {
                 }
                 let elem = self.u32()?;
                 let count = self.u64()?;
-                // Every element takes at least one byte: a count past the file's end is corrupt.
-                self.need(count)?;
+                // A count whose elements cannot fit in the rest of the file is corrupt.
+                self.need_count("array length", count, min_value_bytes(elem))?;
                 let mut items = Vec::with_capacity(count.min(1 << 20) as usize);
                 for _ in 0..count {
                     items.push(self.value(elem, depth + 1)?);
@@ -480,6 +530,19 @@ impl<R: Read> Parser<R> {
             12 => GgufValue::F64(f64::from_le_bytes(self.array()?)),
             t => return Err(format!("unknown metadata value type {t}")),
         })
+    }
+}
+
+/// The fewest bytes a metadata value of type `ty` takes: its fixed size, a string's or
+/// an array's length field (an unknown type fails when its first element is read).
+fn min_value_bytes(ty: u32) -> u64 {
+    match ty {
+        0 | 1 | 7 => 1,
+        2 | 3 => 2,
+        4..=6 => 4,
+        8 | 10..=12 => 8,
+        9 => 12,
+        _ => 1,
     }
 }
 

@@ -4,9 +4,11 @@
 //! Angles are `pos * freq[i]`, `freq[i] = theta^(-2i / head_dim)`. Their cos and sin are
 //! never computed on the GPU (WGSL's are accurate only near [-pi, pi]): a [`RopeTable`] is
 //! built once on the CPU in f64 and uploaded as f32. A position outside the table gives
-//! NaN (size the table to the longest context). No reductions: each value is independent
+//! NaN (size the table to the longest context); a table the adapter cannot bind is an
+//! error, never a panic (the context length is read from a model file). No reductions: each value is independent
 //! of the batch.
 
+use crate::error::SproutError;
 use crate::gpu::{Gpu, Tensor};
 
 /// Which values of a head are rotated together.
@@ -54,28 +56,46 @@ pub struct RopeTable {
 
 impl RopeTable {
     /// The standard table: `freq[i] = theta^(-2i / head_dim)`.
-    pub fn new(gpu: &Gpu, head_dim: usize, theta: f64, max_positions: usize) -> RopeTable {
+    pub fn new(
+        gpu: &Gpu,
+        head_dim: usize,
+        theta: f64,
+        max_positions: usize,
+    ) -> Result<RopeTable, SproutError> {
         Self::with_frequencies(gpu, &frequencies(head_dim, theta), max_positions)
     }
 
-    /// A table for any per-pair frequencies (scaled variants compute their own).
-    pub fn with_frequencies(gpu: &Gpu, frequencies: &[f64], max_positions: usize) -> RopeTable {
-        assert!(
-            !frequencies.is_empty(),
-            "rope: a head needs at least one pair"
-        );
-        let bytes = max_positions as u64 * frequencies.len() as u64 * 8;
-        assert!(
-            bytes <= gpu.caps.max_binding,
-            "rope: a table of {max_positions} positions x {} pairs ({bytes} bytes) exceeds the \
-             adapter's storage-binding limit of {} bytes",
-            frequencies.len(),
-            gpu.caps.max_binding
-        );
-        RopeTable {
+    /// A table for any per-pair frequencies (scaled variants compute their own). The
+    /// context length comes from a model file: a table larger than the adapter can bind
+    /// is an error naming it, checked before anything is computed or allocated.
+    pub fn with_frequencies(
+        gpu: &Gpu,
+        frequencies: &[f64],
+        max_positions: usize,
+    ) -> Result<RopeTable, SproutError> {
+        let too_large = || {
+            SproutError::Model(format!(
+                "context length {max_positions}: its rope table of {max_positions} positions x \
+                 {} pairs exceeds the adapter's storage-binding limit of {} bytes",
+                frequencies.len(),
+                gpu.caps.max_binding
+            ))
+        };
+        if frequencies.is_empty() {
+            return Err(SproutError::Model(
+                "rope: a head needs at least one pair of values".into(),
+            ));
+        }
+        let bytes = (max_positions as u64)
+            .checked_mul(frequencies.len() as u64 * 8)
+            .ok_or_else(too_large)?;
+        if bytes > gpu.caps.max_binding {
+            return Err(too_large());
+        }
+        Ok(RopeTable {
             values: gpu.upload(&table_values(frequencies, max_positions)),
             head_dim: frequencies.len() * 2,
             max_positions,
-        }
+        })
     }
 }
