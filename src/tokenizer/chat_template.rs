@@ -45,10 +45,10 @@ impl ChatTemplate {
         let template = self.env.get_template("chat").expect("added in new");
         template
             .render(minijinja::context! {
-                messages => messages,
+                messages => minijinja::value::Serde(messages),
                 add_generation_prompt => true,
-                bos_token => self.bos_token,
-                eos_token => self.eos_token,
+                bos_token => self.bos_token.as_str(),
+                eos_token => self.eos_token.as_str(),
             })
             .map_err(|e| SproutError::Model(format!("rendering the chat template: {e}")))
     }
@@ -66,6 +66,17 @@ mod tests {
             role: "user".into(),
             content: text.into(),
         }
+    }
+
+    /// Found by fuzzing: a template that repeats an empty tuple 5e10 times ran for as
+    /// many steps under minijinja 2; a repeat is now bounded by its length.
+    #[test]
+    fn huge_repeats_of_sequences_end_at_once() {
+        let t = ChatTemplate::new("{{9*(50000000000*() ) }}", "", "").unwrap();
+        t.render(&[user("hi")]).unwrap();
+        let t = ChatTemplate::new("{{ [1] * 50000000000 }}", "", "").unwrap();
+        let err = t.render(&[user("hi")]).unwrap_err().to_string();
+        assert!(err.contains("too large"), "{err}");
     }
 
     #[test]
