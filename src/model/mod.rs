@@ -4,6 +4,7 @@
 //! ids is `crate::tokenizer`.
 
 pub mod config;
+mod config_check;
 pub mod decoder;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod default_model;
