@@ -7,7 +7,7 @@ use sprout::gpu::BackendChoice;
 
 mod cli;
 
-use cli::{bench_cmd, check, devices_cmd, generate_cmd, rollout_cmd, score_cmd, tune_cmd};
+use cli::{bench_cmd, check, devices_cmd, generate_cmd, rollout_cmd, score_cmd, serve, tune_cmd};
 
 #[derive(Parser)]
 #[command(
@@ -38,6 +38,9 @@ enum Command {
     Rollout(rollout_cmd::RolloutArgs),
     /// Add teacher-forced log-probabilities (`scored_logprobs`) to rollout records.
     Score(score_cmd::ScoreArgs),
+    /// Serve the model over HTTP with OpenAI's completions API: every client's requests
+    /// join one continuous batch.
+    Serve(serve::ServeArgs),
     /// Run one rollout workload in several batching modes and compare their speed.
     Bench(bench_cmd::BenchArgs),
     /// Time every kernel variant at the model's shapes on this adapter and keep the
@@ -65,6 +68,7 @@ fn main() -> ExitCode {
         Command::Generate(args) => generate_cmd::run(cli.backend, args),
         Command::Rollout(args) => rollout_cmd::run(cli.backend, args),
         Command::Score(args) => score_cmd::run(cli.backend, args),
+        Command::Serve(args) => serve::run(cli.backend, args),
         Command::Bench(args) => bench_cmd::run(cli.backend, args),
         Command::Tune(args) => tune_cmd::run(cli.backend, args),
         Command::Check(args) => check::run(cli.backend, args),

@@ -1,8 +1,9 @@
 //! The `sprout` command line: one module per command, the arguments several commands
 //! share, the inputs only the command line reads (the prompts file, the bench workload),
 //! and the one bootstrap that opens the GPU, the model and the engine for a command;
-//! `json_out` is the one way a command writes JSON (never a NaN as `null`) and
-//! `runtime_dir` keeps the drivers' `XDG_RUNTIME_DIR` warning away.
+//! `serve` is the HTTP server (`sprout serve`), `json_out` is the one way a command writes
+//! JSON (never a NaN as `null`) and `runtime_dir` keeps the drivers' `XDG_RUNTIME_DIR`
+//! warning away.
 //!
 //! Everything here is native only and may block, print and exit; the library (`sprout`)
 //! stays free of both so that it compiles to wasm32.
@@ -19,4 +20,5 @@ pub mod prompts_file;
 pub mod rollout_cmd;
 pub mod runtime_dir;
 pub mod score_cmd;
+pub mod serve;
 pub mod tune_cmd;

@@ -1,0 +1,176 @@
+//! `sprout serve`: an OpenAI-compatible HTTP server over one engine.
+//!
+//! - `engine_thread`: the OS thread that owns the GPU, the model and the engine, and runs
+//!   every request's prompts in one continuous batch;
+//! - `routes`: the HTTP routes, the API-key check, the queue limit and the access log;
+//! - `openai`: the API's request and response shapes;
+//! - `error`: refusals in OpenAI's error body.
+//!
+//! The HTTP side runs on a tokio runtime; it tokenizes, checks and shapes, and talks to
+//! the engine thread only through its channels. SIGINT or SIGTERM stops accepting
+//! connections, aborts what is in flight (clients get what their samples had, with
+//! finish reason "abort") and exits 0.
+
+mod engine_thread;
+mod error;
+mod openai;
+mod routes;
+
+use std::hash::{BuildHasher, Hasher};
+use std::io::IsTerminal;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicUsize};
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use sprout::gpu::BackendChoice;
+
+use crate::cli::cli_args::{EngineArgs, ModelArg};
+use engine_thread::Command;
+use routes::AppState;
+
+#[derive(Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    model: ModelArg,
+    /// The address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// The port to listen on (0: any free port, printed once listening).
+    #[arg(long, default_value_t = 8000)]
+    port: u16,
+    /// The model's name in the API (`model` in requests and `/v1/models`); default: the
+    /// model file's or directory's name.
+    #[arg(long)]
+    served_model_name: Option<String>,
+    /// Require `Authorization: Bearer KEY` on the /v1 routes.
+    #[arg(long, env = "SPROUT_API_KEY")]
+    api_key: Option<String>,
+    /// The most samples (each of a request's n counted) queued or running at once; a
+    /// request past it is refused with 503 and Retry-After.
+    #[arg(long, default_value_t = 4096)]
+    max_queued_requests: usize,
+    /// The longest prompt plus max_tokens accepted (default and at most: the model's
+    /// context length).
+    #[arg(long)]
+    max_model_len: Option<usize>,
+    #[command(flatten)]
+    engine: EngineArgs,
+}
+
+pub fn run(backend: BackendChoice, args: ServeArgs) -> Result<()> {
+    init_logging();
+    let config = args.engine.config()?;
+    if args.max_queued_requests == 0 {
+        bail!("--max-queued-requests must be at least 1");
+    }
+    if args.max_model_len == Some(0) {
+        bail!("--max-model-len must be at least 1");
+    }
+    let (engine, facts, thread) = engine_thread::start(backend, args.model, config)?;
+    let max_model_len = match args.max_model_len {
+        Some(n) if n > facts.max_positions => bail!(
+            "--max-model-len {n} is longer than the model's context ({} positions)",
+            facts.max_positions
+        ),
+        Some(n) => n,
+        None => facts.max_positions,
+    };
+    let served_name = args
+        .served_model_name
+        .unwrap_or_else(|| facts.model_name.clone());
+    let state = Arc::new(AppState {
+        engine,
+        facts,
+        served_name,
+        max_model_len,
+        api_key: args.api_key,
+        max_queued: args.max_queued_requests,
+        queued: AtomicUsize::new(0),
+        next_index: AtomicU32::new(0),
+        base_seed: random_seed(),
+        started: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+    });
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let served = runtime.block_on(serve(state.clone(), &args.host, args.port));
+    // Whatever ended the server, end the engine thread too.
+    let _ = state.engine.send(Command::Shutdown);
+    drop(runtime);
+    if thread.join().is_err() {
+        bail!("the engine thread panicked");
+    }
+    served
+}
+
+async fn serve(state: Arc<AppState>, host: &str, port: u16) -> Result<()> {
+    let listener = tokio::net::TcpListener::bind((host, port))
+        .await
+        .with_context(|| format!("listening on {host}:{port}"))?;
+    let address = listener.local_addr()?;
+    // Printed, not logged: scripts and tests read the port from this line.
+    eprintln!("sprout serve: listening on http://{address}");
+    tracing::info!("serving `{}` on http://{address}", state.served_name);
+    let app = routes::router(state.clone());
+    let shutdown_state = state.clone();
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            shutdown_signal().await;
+            tracing::info!("shutting down: aborting the requests in flight");
+            let _ = shutdown_state.engine.send(Command::Shutdown);
+        })
+        .await
+        .context("serving HTTP")
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut terminate) => {
+                tokio::select! {
+                    _ = interrupt => {}
+                    _ = terminate.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = interrupt.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = interrupt.await;
+    }
+}
+
+/// Logs to stderr; `RUST_LOG` picks the level (default: info).
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// A seed that differs from run to run (std's per-process random hasher keys).
+fn random_seed() -> u64 {
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    hasher.finish()
+}
