@@ -5,8 +5,8 @@
 //! never computed on the GPU (WGSL's are accurate only near [-pi, pi]): a [`RopeTable`] is
 //! built once on the CPU in f64 and uploaded as f32. A position outside the table gives
 //! NaN (size the table to the longest context); a table the adapter cannot bind is an
-//! error, never a panic (the context length is read from a model file). No reductions: each value is independent
-//! of the batch.
+//! error, never a panic (the context length is read from a model file). No reductions:
+//! each value is independent of the batch.
 
 use crate::error::SproutError;
 use crate::gpu::{Gpu, Tensor};
