@@ -262,17 +262,26 @@ fn a_later_request_reuses_a_cached_prefix() {
     let system: Vec<u32> = (100..132).collect(); // two full blocks
     let mut a = system.clone();
     a.extend([7, 8, 9]);
-    s.add_request(request(0, a, 1, 4)).unwrap();
+    let first = s.add_request(request(0, a, 1, 4)).unwrap();
+    assert_eq!(s.cached_prompt_tokens(first), None, "not admitted yet");
+    let plan = s.schedule();
+    assert_eq!(s.cached_prompt_tokens(first), Some(0));
+    assert_eq!(s.stats().prefix_cache_query_tokens, 35);
+    let results = model.run(&plan);
+    s.update(&plan, &results.0, &results.1).unwrap();
     drain(&mut s, &mut model);
+    assert_eq!(s.cached_prompt_tokens(first), None, "finished");
     assert_eq!(s.stats().prefix_cache_hit_tokens, 0);
 
     let mut b = system.clone();
     b.extend([5, 6, 7, 8, 9]);
-    s.add_request(request(1, b, 2, 4)).unwrap();
+    let second = s.add_request(request(1, b, 2, 4)).unwrap();
     let plan = s.schedule();
     assert_eq!(plan.chunks[0].start, 32);
     assert_eq!(plan.chunks[0].tokens, vec![5, 6, 7, 8, 9]);
     assert_eq!(s.stats().prefix_cache_hit_tokens, 32);
+    assert_eq!(s.stats().prefix_cache_query_tokens, 35 + 37);
+    assert_eq!(s.cached_prompt_tokens(second), Some(32));
     let results = model.run(&plan);
     s.update(&plan, &results.0, &results.1).unwrap();
     drain(&mut s, &mut model);

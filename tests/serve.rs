@@ -606,8 +606,150 @@ fn bad_requests_get_their_status_and_an_openai_error() {
     assert_eq!(http(port, "GET", "/health", &[], b"").status, 200);
 }
 
-fn health(port: u16) -> Value {
-    http(port, "GET", "/health", &[], b"").json()
+/// `/metrics`: each series (name and labels) with its value.
+fn metrics(port: u16) -> Vec<(String, f64)> {
+    let reply = http(port, "GET", "/metrics", &[], b"");
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    reply
+        .body
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| {
+            let (series, value) = l.rsplit_once(' ').expect("a series and its value");
+            (series.to_string(), value.parse().expect("a number"))
+        })
+        .collect()
+}
+
+/// The value of the series `name` whose labels include each of `labels` (`key="value"`);
+/// panics when there is not exactly one.
+fn metric(all: &[(String, f64)], name: &str, labels: &[&str]) -> f64 {
+    let found: Vec<f64> = all
+        .iter()
+        .filter(|(series, _)| {
+            let (n, rest) = series.split_once('{').unwrap_or((series, ""));
+            n == name && labels.iter().all(|l| rest.contains(l))
+        })
+        .map(|(_, v)| *v)
+        .collect();
+    assert_eq!(found.len(), 1, "{name} {labels:?} in {all:?}");
+    found[0]
+}
+
+/// Waits (60 s at most) until the server runs no request and holds no KV block; the
+/// metrics then.
+fn await_idle(port: u16) -> Vec<(String, f64)> {
+    let start = Instant::now();
+    loop {
+        let m = metrics(port);
+        let running = metric(&m, "vllm:num_requests_running", &[]);
+        let waiting = metric(&m, "vllm:num_requests_waiting", &[]);
+        if running == 0.0 && waiting == 0.0 && metric(&m, "sprout:kv_blocks_in_use", &[]) == 0.0 {
+            return m;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "not idle: {m:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Sends a completion request and returns the connection, its response unread.
+fn send_completion(port: u16, body: &Value) -> TcpStream {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let bytes = request_bytes(
+        port,
+        "POST",
+        "/v1/completions",
+        &[],
+        body.to_string().as_bytes(),
+    );
+    stream.write_all(&bytes).unwrap();
+    stream
+}
+
+/// Waits (60 s at most) until the server runs a request.
+fn await_running(port: u16) {
+    let start = Instant::now();
+    while metric(&metrics(port), "vllm:num_requests_running", &[]) != 1.0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the request never started"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn metrics_have_vllm_s_names_and_count_the_work() {
+    let server = Server::start(&["--served-model-name", "tiny"]);
+    let port = server.port;
+    let before = metrics(port);
+    for (series, _) in &before {
+        assert!(series.contains("model_name=\"tiny\""), "{series}");
+    }
+    let (n, max_tokens) = (4, 8);
+    // Long enough for full blocks, so that the second request finds them cached.
+    let prompt = PROMPT.repeat(8);
+    let body = json!({"prompt": prompt, "n": n, "max_tokens": max_tokens, "ignore_eos": true,
+                      "return_token_ids": true});
+    let first = post(port, &body);
+    assert_eq!(first.status, 200, "{}", first.body);
+    let prompt_len = first.json()["choices"][0]["prompt_token_ids"]
+        .as_array()
+        .unwrap()
+        .len();
+    let m = await_idle(port);
+    let count = |m: &[(String, f64)], name: &str| metric(m, name, &[]) as usize;
+    assert_eq!(count(&m, "vllm:prompt_tokens_total"), prompt_len);
+    assert_eq!(count(&m, "vllm:generation_tokens_total"), n * max_tokens);
+    let length = r#"finished_reason="length""#;
+    assert_eq!(
+        metric(&m, "vllm:request_success_total", &[length]),
+        n as f64
+    );
+    assert_eq!(count(&m, "vllm:time_to_first_token_seconds_count"), n);
+    assert_eq!(
+        count(&m, "vllm:inter_token_latency_seconds_count"),
+        n * (max_tokens - 1)
+    );
+    assert_eq!(count(&m, "vllm:e2e_request_latency_seconds_count"), n);
+    assert_eq!(count(&m, "vllm:request_queue_time_seconds_count"), 1);
+    assert_eq!(metric(&m, "vllm:kv_cache_usage_perc", &[]), 0.0);
+    assert_eq!(count(&m, "vllm:prefix_cache_queries_total"), prompt_len);
+    assert_eq!(count(&m, "vllm:prefix_cache_hits_total"), 0);
+    assert_eq!(count(&m, "vllm:num_preemptions_total"), 0);
+    let first_cached = &first.json()["usage"]["prompt_tokens_details"]["cached_tokens"];
+    assert_eq!(first_cached, 0);
+
+    // The same prompt again: its full blocks come from the cache, and usage says so.
+    let second = post(port, &body);
+    assert_eq!(second.status, 200, "{}", second.body);
+    let m = await_idle(port);
+    let hits = count(&m, "vllm:prefix_cache_hits_total");
+    assert!(hits > 0 && hits < prompt_len, "{hits} of {prompt_len}");
+    let cached = &second.json()["usage"]["prompt_tokens_details"]["cached_tokens"];
+    assert_eq!(cached.as_u64(), Some(hits as u64), "{}", second.body);
+}
+
+/// Every one of the `n` samples was aborted before it made `max_tokens`.
+fn assert_aborted_early(m: &[(String, f64)], n: usize, max_tokens: usize) {
+    let abort = r#"finished_reason="abort""#;
+    let aborted = metric(m, "vllm:request_success_total", &[abort]);
+    assert_eq!(aborted, n as f64, "{m:?}");
+    let generated = metric(m, "vllm:generation_tokens_total", &[]) as usize;
+    assert!(generated < n * max_tokens, "it ran to the end: {m:?}");
+}
+
+#[test]
+fn a_client_that_leaves_before_a_whole_response_is_aborted() {
+    let server = Server::start(&[]);
+    let port = server.port;
+    let (n, max_tokens) = (16, 240);
+    let body = json!({"prompt": PROMPT, "n": n, "max_tokens": max_tokens, "ignore_eos": true});
+    let stream = send_completion(port, &body);
+    await_running(port);
+    drop(stream);
+    let m = await_idle(port);
+    assert_aborted_early(&m, n, max_tokens);
 }
 
 #[test]
@@ -617,16 +759,7 @@ fn a_client_that_leaves_mid_stream_is_aborted_and_sigterm_exits_0() {
     let (n, max_tokens) = (16, 240);
     let body = json!({"prompt": PROMPT, "n": n, "max_tokens": max_tokens, "ignore_eos": true,
                       "stream": true});
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    stream
-        .write_all(&request_bytes(
-            port,
-            "POST",
-            "/v1/completions",
-            &[],
-            body.to_string().as_bytes(),
-        ))
-        .unwrap();
+    let stream = send_completion(port, &body);
     // Read until the first token arrives, then leave.
     let mut reader = BufReader::new(stream);
     let mut line = String::new();
@@ -639,23 +772,8 @@ fn a_client_that_leaves_mid_stream_is_aborted_and_sigterm_exits_0() {
     }
     drop(reader);
 
-    let start = Instant::now();
-    let freed = loop {
-        let h = health(port);
-        if h["aborted_requests"] == 1 && h["requests_running"] == 0 && h["kv_blocks_in_use"] == 0 {
-            break h;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "not aborted: {h}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let generated = freed["generated_tokens"].as_u64().unwrap();
-    assert!(
-        generated < (n * max_tokens) as u64,
-        "it ran to the end: {freed}"
-    );
+    let m = await_idle(port);
+    assert_aborted_early(&m, n, max_tokens);
     let after = post(port, &json!({"prompt": PROMPT, "max_tokens": 4}));
     assert_eq!(after.status, 200, "{}", after.body);
 
@@ -663,14 +781,7 @@ fn a_client_that_leaves_mid_stream_is_aborted_and_sigterm_exits_0() {
     let body = json!({"prompt": PROMPT, "n": n, "max_tokens": max_tokens, "ignore_eos": true,
                       "stream": true});
     let in_flight = std::thread::spawn(move || post(port, &body));
-    let start = Instant::now();
-    while health(port)["requests_running"] != 1 {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "the request never started"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    await_running(port);
     assert_eq!(server.terminate(), Some(0));
     let reply = in_flight.join().unwrap();
     assert_eq!(reply.status, 200);

@@ -155,6 +155,7 @@ mod tests {
             top_logprobs: vec![vec![]; 4],
             finish_reason: FinishReason::Length,
             stopped_by: None,
+            cached_prompt_tokens: 0,
         };
         let cut = find(&s.token_ids, &stops(&["\n\n"]), 0, decode)
             .unwrap()

@@ -124,6 +124,9 @@ pub struct FinishedSample {
     pub finish_reason: FinishReason,
     /// When a stop string ended the sample: which one, and the text cut before it.
     pub stopped_by: Option<StopMatch>,
+    /// Prompt tokens the prefix cache held when the prompt was first admitted (0 when it
+    /// never was: aborted while waiting).
+    pub cached_prompt_tokens: usize,
 }
 
 /// One alternative at a position.

@@ -60,6 +60,9 @@ pub struct SchedulerStats {
     pub prompt_tokens: usize,
     /// Tokens computed as prefill (first computations and recomputations after preemption).
     pub prefill_tokens_computed: usize,
+    /// Tokens looked up in the prefix cache: each admitted sequence's tokens to compute,
+    /// counted at every admission (first, and again after a preemption).
+    pub prefix_cache_query_tokens: usize,
     /// Tokens whose KV came from cached blocks instead of being computed.
     pub prefix_cache_hit_tokens: usize,
     pub generated_tokens: usize,
@@ -113,6 +116,9 @@ struct RequestState {
     request: Request,
     /// Samples not yet finished (all `n` until the root forks).
     unfinished: usize,
+    /// Prompt tokens the prefix cache held when the prompt was first admitted (`None`
+    /// while it has not been).
+    cached_prompt_tokens: Option<usize>,
 }
 
 pub struct Scheduler {
@@ -241,6 +247,7 @@ impl Scheduler {
             RequestState {
                 request,
                 unfinished,
+                cached_prompt_tokens: None,
             },
         );
         Ok(id)
@@ -302,8 +309,16 @@ impl Scheduler {
             self.waiting.pop_front();
             let seq = self.seqs.get_mut(&id).expect("waiting sequence exists");
             seq.prefilling = true;
-            let want = self.fit_rows(id, budget, rows_left);
+            self.stats.prefix_cache_query_tokens += seq.compute_len();
             self.stats.prefix_cache_hit_tokens += hits;
+            if seq.role == Role::Root {
+                let state = self.requests.get_mut(&seq.request);
+                let cached = &mut state
+                    .expect("a sequence's request exists")
+                    .cached_prompt_tokens;
+                cached.get_or_insert(hits);
+            }
+            let want = self.fit_rows(id, budget, rows_left);
             let allocated = self.try_allocate(id, want, &mut plan);
             assert!(allocated, "admit checked that the blocks are free");
             let chunk = self.make_chunk(id, want);
@@ -776,6 +791,7 @@ impl Scheduler {
             top_logprobs: seq.top_logprobs,
             finish_reason: reason,
             stopped_by: None,
+            cached_prompt_tokens: state.cached_prompt_tokens.unwrap_or(0),
         };
         state.unfinished -= 1;
         if state.unfinished == 0 {
@@ -806,6 +822,13 @@ impl Scheduler {
     /// Whether request `id` has samples that have not finished.
     pub fn has_request(&self, id: RequestId) -> bool {
         self.requests.contains_key(&id)
+    }
+
+    /// Once request `id`'s prompt has been admitted (its first chunk scheduled), the
+    /// prompt tokens that came from the prefix cache then; `None` while it waits, and for
+    /// a request that has finished or is unknown.
+    pub fn cached_prompt_tokens(&self, id: RequestId) -> Option<usize> {
+        self.requests.get(&id)?.cached_prompt_tokens
     }
 
     /// The tokens sample `sample_index` of request `id` has generated so far, while it is
@@ -841,8 +864,11 @@ impl Scheduler {
     /// far (a request that had not forked yet returns `n` empty samples). Call it between
     /// steps (after `update`, before the next `schedule`).
     pub fn abort(&mut self, id: RequestId) -> Result<Vec<FinishedSample>, SchedError> {
-        let request = match self.requests.get(&id) {
-            Some(state) => state.request.clone(),
+        let (request, cached) = match self.requests.get(&id) {
+            Some(state) => (
+                state.request.clone(),
+                state.cached_prompt_tokens.unwrap_or(0),
+            ),
             None => return Err(SchedError::UnknownRequest(id)),
         };
         let mut ids: Vec<SeqId> = self.running.to_vec();
@@ -866,6 +892,7 @@ impl Scheduler {
                     top_logprobs: Vec::new(),
                     finish_reason: FinishReason::Abort,
                     stopped_by: None,
+                    cached_prompt_tokens: cached,
                 }));
             } else {
                 out.push(self.finish(seq, FinishReason::Abort));

@@ -9,21 +9,27 @@
 //! Invariants: an engine request is in `live` from the moment it is added until its last
 //! sample has been sent (or it is aborted); a request's events stop after its last
 //! `Finished`. Commands are applied between steps only, as `Engine::abort` requires.
+//!
+//! The thread also keeps [`Metrics`]: after each step it adds the scheduler's new counts,
+//! sets the gauges, and times each request from its arrival (given by the HTTP side) to
+//! its admission, each sample's tokens and each sample's end. A time is taken when the
+//! step that did the work returns.
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
+use std::time::Instant;
 
 use anyhow::{Result, anyhow};
 use sprout::engine::{Engine, EngineConfig};
 use sprout::gpu::BackendChoice;
-use sprout::sched::{FinishedSample, Request, RequestId};
+use sprout::sched::{FinishedSample, Request, RequestId, SchedulerStats};
 use sprout::tokenizer::Tokenizer;
 use tokio::sync::{mpsc as tmpsc, oneshot};
 
 use crate::cli::bootstrap::{self, Kernels};
 use crate::cli::cli_args::ModelArg;
+use crate::cli::serve::metrics::Metrics;
 
 /// What the HTTP side asks of the engine thread.
 pub enum Command {
@@ -33,9 +39,10 @@ pub enum Command {
         requests: Vec<Request>,
         stream_tokens: bool,
         events: tmpsc::UnboundedSender<Event>,
-        /// Per request, the prompt tokens the prefix cache held when it arrived; or why
-        /// the requests could not be queued.
-        reply: oneshot::Sender<Result<Vec<usize>, String>>,
+        /// When the HTTP request arrived (the metrics' clocks start here).
+        arrived: Instant,
+        /// Whether the requests were queued, or why not.
+        reply: oneshot::Sender<Result<(), String>>,
     },
     /// Stop the requests with these indexes (their client went away) and free their blocks.
     Abort { indexes: Vec<u32> },
@@ -71,19 +78,11 @@ pub struct ModelFacts {
     pub model_path: String,
 }
 
-/// Counters the engine thread publishes for `/health`.
-#[derive(Default)]
-pub struct EngineGauges {
-    pub kv_blocks_in_use: AtomicUsize,
-    pub requests_running: AtomicUsize,
-    pub aborted_requests: AtomicUsize,
-    pub generated_tokens: AtomicUsize,
-}
-
 /// The HTTP side's end of the engine thread.
 pub struct EngineHandle {
     commands: mpsc::Sender<Command>,
-    pub gauges: Arc<EngineGauges>,
+    /// What the engine thread measures; the HTTP side only reads it.
+    pub metrics: Arc<Metrics>,
 }
 
 impl EngineHandle {
@@ -96,21 +95,21 @@ impl EngineHandle {
 }
 
 /// Starts the engine thread: it opens the GPU and loads `model` there (the engine borrows
-/// the decoder, so both live on that thread). Returns once the model is loaded.
+/// the decoder, so both live on that thread). Returns once the model is loaded; the
+/// metrics are labelled `served_name` (or the model's name).
 pub fn start(
     backend: BackendChoice,
     model: ModelArg,
     config: EngineConfig,
+    served_name: Option<String>,
 ) -> Result<(EngineHandle, ModelFacts, std::thread::JoinHandle<()>)> {
     let (commands, receiver) = mpsc::channel();
     let (ready_tx, ready_rx) = mpsc::channel();
-    let gauges = Arc::new(EngineGauges::default());
-    let thread_gauges = gauges.clone();
     let thread = std::thread::Builder::new()
         .name("sprout-engine".into())
-        .spawn(move || run(backend, model, config, receiver, ready_tx, thread_gauges))?;
+        .spawn(move || run(backend, model, config, served_name, receiver, ready_tx))?;
     match ready_rx.recv() {
-        Ok(Ok(facts)) => Ok((EngineHandle { commands, gauges }, facts, thread)),
+        Ok(Ok((facts, metrics))) => Ok((EngineHandle { commands, metrics }, facts, thread)),
         Ok(Err(e)) => {
             let _ = thread.join();
             Err(e)
@@ -127,15 +126,59 @@ struct Live {
     id: RequestId,
     events: tmpsc::UnboundedSender<Event>,
     stream_tokens: bool,
+    arrived: Instant,
+    /// Its prompt has been admitted (its queue time observed).
+    admitted: bool,
+    /// Per sample, when its last token was drawn.
+    last_token: Vec<Option<Instant>>,
+}
+
+impl Live {
+    /// Observes the queue time once the prompt is admitted (or has finished, admitted
+    /// within the step).
+    fn note_admission(&mut self, engine: &Engine<'_>, metrics: &Metrics, now: Instant) {
+        let admitted = !engine.scheduler().has_request(self.id)
+            || engine.scheduler().cached_prompt_tokens(self.id).is_some();
+        if admitted && !self.admitted {
+            self.admitted = true;
+            metrics
+                .request_queue_time
+                .observe((now - self.arrived).as_secs_f64());
+        }
+    }
+
+    /// Observes the time to a sample's first token, or since its token before.
+    fn note_token(&mut self, sample_index: u32, metrics: &Metrics, now: Instant) {
+        let Some(last) = self.last_token.get_mut(sample_index as usize) else {
+            return;
+        };
+        match last.replace(now) {
+            None => metrics
+                .time_to_first_token
+                .observe((now - self.arrived).as_secs_f64()),
+            Some(before) => metrics
+                .inter_token_latency
+                .observe((now - before).as_secs_f64()),
+        }
+    }
+
+    /// Sends a finished sample on and counts it.
+    fn finish(&self, sample: FinishedSample, metrics: &Metrics, now: Instant) {
+        metrics.finished(sample.finish_reason);
+        metrics
+            .e2e_request_latency
+            .observe((now - self.arrived).as_secs_f64());
+        let _ = self.events.send(Event::Finished(sample));
+    }
 }
 
 fn run(
     backend: BackendChoice,
     model: ModelArg,
     config: EngineConfig,
+    served_name: Option<String>,
     commands: mpsc::Receiver<Command>,
-    ready: mpsc::Sender<Result<ModelFacts>>,
-    gauges: Arc<EngineGauges>,
+    ready: mpsc::Sender<Result<(ModelFacts, Arc<Metrics>)>>,
 ) {
     let opened = model
         .open()
@@ -176,10 +219,19 @@ fn run(
         model_name: info.name.clone(),
         model_path: info.path.clone(),
     };
-    if ready.send(Ok(facts)).is_err() {
+    let name = served_name.unwrap_or_else(|| facts.model_name.clone());
+    let metrics = match Metrics::new(&name, facts.kv_blocks) {
+        Ok(metrics) => Arc::new(metrics),
+        Err(e) => {
+            let _ = ready.send(Err(anyhow!("setting up the metrics: {e}")));
+            return;
+        }
+    };
+    if ready.send(Ok((facts, metrics.clone()))).is_err() {
         return;
     }
     let mut live: HashMap<u32, Live> = HashMap::new();
+    let mut counted = SchedulerStats::default();
     loop {
         // Block for the next command only when there is nothing to step.
         let first = if engine.has_work() {
@@ -201,17 +253,27 @@ fn run(
                     requests,
                     stream_tokens,
                     events,
+                    arrived,
                     reply,
                 } => {
-                    let added = add(&mut engine, &mut live, requests, stream_tokens, events);
-                    let _ = reply.send(added);
+                    let client = Client {
+                        events,
+                        stream_tokens,
+                        arrived,
+                    };
+                    let _ = reply.send(add(&mut engine, &mut live, requests, client));
                 }
                 Command::Abort { indexes } => {
+                    let now = Instant::now();
                     for index in indexes {
                         if let Some(l) = live.remove(&index) {
-                            // The client is gone: its samples go nowhere.
-                            let _ = engine.abort(l.id);
-                            gauges.aborted_requests.fetch_add(1, Ordering::Relaxed);
+                            // The client is gone: its samples are counted, and go nowhere.
+                            for sample in engine.abort(l.id).unwrap_or_default() {
+                                metrics.finished(sample.finish_reason);
+                                metrics
+                                    .e2e_request_latency
+                                    .observe((now - l.arrived).as_secs_f64());
+                            }
                         }
                     }
                 }
@@ -219,19 +281,24 @@ fn run(
             }
         }
         if shutdown {
+            let now = Instant::now();
             for (_, l) in live.drain() {
                 for sample in engine.abort(l.id).unwrap_or_default() {
-                    let _ = l.events.send(Event::Finished(sample));
+                    l.finish(sample, &metrics, now);
                 }
             }
-            publish(&engine, &live, &gauges);
+            publish(&engine, &live, &metrics, &mut counted);
             return;
         }
         if engine.has_work() {
             match pollster::block_on(engine.step()) {
                 Ok(step) => {
+                    let now = Instant::now();
+                    for l in live.values_mut() {
+                        l.note_admission(&engine, &metrics, now);
+                    }
                     for d in step.drawn {
-                        let Some(l) = live.get(&d.request_index) else {
+                        let Some(l) = live.get_mut(&d.request_index) else {
                             continue;
                         };
                         // A draw planned ahead for a sample that has finished since is
@@ -241,7 +308,11 @@ fn run(
                                 .finished
                                 .iter()
                                 .any(|s| s.request == l.id && s.sample_index == d.sample_index);
-                        if l.stream_tokens && open {
+                        if !open {
+                            continue;
+                        }
+                        l.note_token(d.sample_index, &metrics, now);
+                        if l.stream_tokens {
                             let _ = l.events.send(Event::Token {
                                 request_index: d.request_index,
                                 sample_index: d.sample_index,
@@ -251,7 +322,7 @@ fn run(
                     }
                     for sample in step.finished {
                         if let Some(l) = live.get(&sample.request_index) {
-                            let _ = l.events.send(Event::Finished(sample));
+                            l.finish(sample, &metrics, now);
                         }
                     }
                     // Only after sending: several samples of a request may finish at once.
@@ -268,8 +339,15 @@ fn run(
                 }
             }
         }
-        publish(&engine, &live, &gauges);
+        publish(&engine, &live, &metrics, &mut counted);
     }
+}
+
+/// Where one HTTP request's events go, and when it arrived.
+struct Client {
+    events: tmpsc::UnboundedSender<Event>,
+    stream_tokens: bool,
+    arrived: Instant,
 }
 
 /// Adds every request of one HTTP request, or none: a refusal aborts those already added.
@@ -277,60 +355,55 @@ fn add(
     engine: &mut Engine<'_>,
     live: &mut HashMap<u32, Live>,
     requests: Vec<Request>,
-    stream_tokens: bool,
-    events: tmpsc::UnboundedSender<Event>,
-) -> Result<Vec<usize>, String> {
+    client: Client,
+) -> Result<(), String> {
     let mut added = Vec::new();
-    let mut cached = Vec::new();
     for request in requests {
-        let index = request.index;
-        cached.push(cached_prefix(engine, &request.prompt));
+        let (index, n) = (request.index, request.n);
         match engine.add_request(request) {
-            Ok(id) => added.push((index, id)),
+            Ok(id) => added.push((index, n, id)),
             Err(e) => {
-                for (_, id) in added {
+                for (_, _, id) in added {
                     let _ = engine.abort(id);
                 }
                 return Err(e.to_string());
             }
         }
     }
-    for (index, id) in added {
+    for (index, n, id) in added {
         live.insert(
             index,
             Live {
                 id,
-                events: events.clone(),
-                stream_tokens,
+                events: client.events.clone(),
+                stream_tokens: client.stream_tokens,
+                arrived: client.arrived,
+                admitted: false,
+                last_token: vec![None; n],
             },
         );
     }
-    Ok(cached)
+    Ok(())
 }
 
-/// Prompt tokens whose blocks the prefix cache holds now: the leading full blocks found
-/// by hash, short of the last prompt token (which is always computed, to draw from).
-fn cached_prefix(engine: &Engine<'_>, prompt: &[u32]) -> usize {
-    let config = engine.scheduler().config();
-    if !config.prefix_caching || prompt.is_empty() {
-        return 0;
-    }
-    let bs = config.block_size;
-    let pool = engine.scheduler().pool();
-    let hits = sprout::kv::block_hashes(prompt, bs, config.weights_version)
-        .iter()
-        .take_while(|h| pool.lookup(h).is_some())
-        .count();
-    (hits * bs).min((prompt.len() - 1) / bs * bs)
-}
-
-fn publish(engine: &Engine<'_>, live: &HashMap<u32, Live>, gauges: &EngineGauges) {
+/// Sets the gauges and adds the scheduler's counts since `counted`.
+fn publish(
+    engine: &Engine<'_>,
+    live: &HashMap<u32, Live>,
+    metrics: &Metrics,
+    counted: &mut SchedulerStats,
+) {
     let s = engine.scheduler();
-    gauges
-        .kv_blocks_in_use
-        .store(s.pool().num_used(), Ordering::Relaxed);
-    gauges.requests_running.store(live.len(), Ordering::Relaxed);
-    gauges
-        .generated_tokens
-        .store(engine.stats().generated_tokens, Ordering::Relaxed);
+    let (used, total) = (s.pool().num_used(), s.config().num_blocks);
+    metrics.kv_blocks_in_use.set(used as i64);
+    metrics
+        .kv_cache_usage_perc
+        .set(used as f64 / total.max(1) as f64);
+    let running = live.values().filter(|l| l.admitted).count();
+    metrics.num_requests_running.set(running as i64);
+    metrics
+        .num_requests_waiting
+        .set((live.len() - running) as i64);
+    metrics.count(counted, s.stats());
+    *counted = s.stats().clone();
 }

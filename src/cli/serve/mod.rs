@@ -3,6 +3,7 @@
 //! - `engine_thread`: the OS thread that owns the GPU, the model and the engine, and runs
 //!   every request's prompts in one continuous batch;
 //! - `routes`: the HTTP routes, the API-key check, the queue limit and the access log;
+//! - `metrics`: `/metrics`, under vLLM's names;
 //! - `openai`: the API's request and response shapes;
 //! - `error`: refusals in OpenAI's error body.
 //!
@@ -13,6 +14,7 @@
 
 mod engine_thread;
 mod error;
+mod metrics;
 mod openai;
 mod routes;
 
@@ -67,7 +69,8 @@ pub fn run(backend: BackendChoice, args: ServeArgs) -> Result<()> {
     if args.max_model_len == Some(0) {
         bail!("--max-model-len must be at least 1");
     }
-    let (engine, facts, thread) = engine_thread::start(backend, args.model, config)?;
+    let (engine, facts, thread) =
+        engine_thread::start(backend, args.model, config, args.served_model_name.clone())?;
     let max_model_len = match args.max_model_len {
         Some(n) if n > facts.max_positions => bail!(
             "--max-model-len {n} is longer than the model's context ({} positions)",

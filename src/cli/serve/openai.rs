@@ -264,7 +264,7 @@ pub struct Usage {
 
 #[derive(Serialize)]
 pub struct PromptTokensDetails {
-    /// Prompt tokens the prefix cache held when the request arrived.
+    /// Prompt tokens whose KV came from the prefix cache when each prompt was admitted.
     pub cached_tokens: usize,
 }
 

@@ -1,5 +1,5 @@
-//! The HTTP routes: `POST /v1/completions`, `GET /v1/models`, `GET /health`, with the
-//! API-key check and one access-log line per request.
+//! The HTTP routes: `POST /v1/completions`, `GET /v1/models`, `GET /health`,
+//! `GET /metrics`, with the API-key check and one access-log line per request.
 //!
 //! A completion request becomes one engine request per prompt, each sampled `n` times,
 //! all joining the engine's one continuous batch. Its choices are indexed
@@ -68,6 +68,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route_layer(middleware::from_fn_with_state(state.clone(), check_key));
     Router::new()
         .route("/health", get(health))
+        .route("/metrics", get(metrics))
         .merge(v1)
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
@@ -147,16 +148,21 @@ async fn not_found(request: HttpRequest) -> ApiError {
 }
 
 async fn health(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
-    let g = &state.engine.gauges;
+    let m = &state.engine.metrics;
     Json(json!({
         "status": "ok",
-        "requests_running": g.requests_running.load(Ordering::Relaxed),
+        "requests_running": m.num_requests_running.get(),
+        "requests_waiting": m.num_requests_waiting.get(),
         "queued_samples": state.queued.load(Ordering::Relaxed),
-        "kv_blocks_in_use": g.kv_blocks_in_use.load(Ordering::Relaxed),
+        "kv_blocks_in_use": m.kv_blocks_in_use.get(),
         "kv_blocks": state.facts.kv_blocks,
-        "aborted_requests": g.aborted_requests.load(Ordering::Relaxed),
-        "generated_tokens": g.generated_tokens.load(Ordering::Relaxed),
     }))
+}
+
+async fn metrics(State(state): State<Arc<AppState>>) -> Result<Response, ApiError> {
+    let text = state.engine.metrics.render().map_err(internal)?;
+    let kind = "text/plain; version=0.0.4; charset=utf-8";
+    Ok(([(header::CONTENT_TYPE, kind)], text).into_response())
 }
 
 async fn models(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
@@ -202,13 +208,13 @@ struct Job {
     prompts: Vec<Vec<u32>>,
     /// The engine index of the first prompt; prompt i has `base + i`.
     base: u32,
-    cached: usize,
 }
 
 async fn completions(
     State(state): State<Arc<AppState>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
+    let arrived = Instant::now();
     let body = body.map_err(|e| ApiError::status(e.status(), e.body_text()))?;
     let request = CompletionRequest::parse(&body)?;
     if let Some(model) = &request.model
@@ -260,11 +266,12 @@ async fn completions(
             requests,
             stream_tokens,
             events,
+            arrived,
             reply,
         })
         .map_err(|e| ApiError::status(StatusCode::SERVICE_UNAVAILABLE, e))?;
-    let cached = match added.await {
-        Ok(Ok(cached)) => cached.iter().sum(),
+    match added.await {
+        Ok(Ok(())) => {}
         Ok(Err(e)) => {
             pending.done = true;
             return Err(ApiError::bad("prompt", e));
@@ -275,7 +282,7 @@ async fn completions(
                 "the engine has stopped",
             ));
         }
-    };
+    }
     let created = now_s();
     let job = Job {
         id: format!("cmpl-{created}-{base}"),
@@ -283,7 +290,6 @@ async fn completions(
         request,
         prompts,
         base,
-        cached,
     };
     if job.request.stream {
         Ok(stream_response(state, job, receiver, pending))
@@ -424,9 +430,19 @@ fn choice_index(job: &Job, s: &FinishedSample) -> usize {
     prompt * job.request.n + s.sample_index as usize
 }
 
-fn usage(job: &Job, completion_tokens: usize) -> Usage {
+/// The usage of `job`, whose finished samples gave `completion_tokens` and, summed over
+/// its prompts (each counted once), `cached_tokens`.
+fn usage(job: &Job, completion_tokens: usize, cached_tokens: usize) -> Usage {
     let prompt_tokens = job.prompts.iter().map(Vec::len).sum();
-    Usage::new(prompt_tokens, completion_tokens, job.cached)
+    Usage::new(prompt_tokens, completion_tokens, cached_tokens)
+}
+
+/// A prompt's cached tokens, counted once: from its first sample.
+fn cached_share(s: &FinishedSample) -> usize {
+    match s.sample_index {
+        0 => s.cached_prompt_tokens,
+        _ => 0,
+    }
 }
 
 async fn whole_response(
@@ -452,13 +468,14 @@ async fn whole_response(
         .map(|s| finished_choice(state, &job, s))
         .collect::<Result<Vec<_>, _>>()?;
     let completion_tokens = samples.iter().map(|s| s.token_ids.len()).sum();
+    let cached_tokens = samples.iter().map(cached_share).sum();
     let body = Completion {
         id: &job.id,
         object: "text_completion",
         created: job.created,
         model: &state.served_name,
         choices,
-        usage: Some(usage(&job, completion_tokens)),
+        usage: Some(usage(&job, completion_tokens, cached_tokens)),
     };
     let text = json_out::to_line(&body).map_err(internal)?;
     Ok(([(header::CONTENT_TYPE, "application/json")], text).into_response())
@@ -484,6 +501,7 @@ struct Streaming {
     pending: Pending,
     samples: Vec<StreamedSample>,
     completion_tokens: usize,
+    cached_tokens: usize,
     /// Lines ready to send.
     out: VecDeque<String>,
     ended: bool,
@@ -508,6 +526,7 @@ fn stream_response(
             })
             .collect(),
         completion_tokens: 0,
+        cached_tokens: 0,
         out: VecDeque::new(),
         ended: false,
     };
@@ -645,6 +664,7 @@ impl Streaming {
         let first = !std::mem::replace(&mut sample.started, true);
         sample.finished = true;
         self.completion_tokens += s.token_ids.len();
+        self.cached_tokens += cached_share(&s);
         let ids = r.return_token_ids;
         let choice = Choice {
             index,
@@ -659,7 +679,7 @@ impl Streaming {
         if self.samples.iter().all(|s| s.finished) {
             self.pending.done = true;
             if self.job.request.include_usage {
-                let usage = usage(&self.job, self.completion_tokens);
+                let usage = usage(&self.job, self.completion_tokens, self.cached_tokens);
                 self.chunk(Vec::new(), Some(usage));
             }
             self.end();
