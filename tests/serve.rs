@@ -189,13 +189,11 @@ fn http(port: u16, method: &str, path: &str, headers: &[&str], body: &[u8]) -> R
 }
 
 fn post(port: u16, body: &Value) -> Reply {
-    http(
-        port,
-        "POST",
-        "/v1/completions",
-        &[],
-        body.to_string().as_bytes(),
-    )
+    post_to(port, "/v1/completions", body)
+}
+
+fn post_to(port: u16, path: &str, body: &Value) -> Reply {
+    http(port, "POST", path, &[], body.to_string().as_bytes())
 }
 
 /// The `data:` payloads of an event stream, `[DONE]` included.
@@ -416,6 +414,293 @@ fn completions_whole_and_streamed_equal_the_rollout_command_bitwise() {
     assert_eq!(busy.json()["choices"].as_array().unwrap().len(), 3);
 }
 
+/// A ChatML template (SmolLM2-Instruct's, without its default system prompt).
+const CHATML: &str = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + \
+                      message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}\
+                      {% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+/// What a streamed chat choice adds up to.
+#[derive(Default, Debug)]
+struct StreamedChat {
+    role: Option<String>,
+    content: String,
+    token_ids: Vec<u64>,
+    logprobs: Vec<u32>,
+    finish_reason: Option<String>,
+}
+
+fn gather_chat_stream(body: &str, choices: usize) -> (Vec<StreamedChat>, Option<Value>) {
+    let payloads = events(body);
+    assert_eq!(
+        payloads.last().map(String::as_str),
+        Some("[DONE]"),
+        "{body}"
+    );
+    let mut out: Vec<StreamedChat> = (0..choices).map(|_| StreamedChat::default()).collect();
+    let mut usage = None;
+    for p in &payloads[..payloads.len() - 1] {
+        let chunk: Value = serde_json::from_str(p).unwrap();
+        assert_eq!(chunk["object"], "chat.completion.chunk", "{p}");
+        if !chunk["usage"].is_null() {
+            usage = Some(chunk["usage"].clone());
+        }
+        for c in chunk["choices"].as_array().unwrap() {
+            let s = &mut out[c["index"].as_u64().unwrap() as usize];
+            assert!(s.finish_reason.is_none(), "a chunk after the last: {p}");
+            let delta = &c["delta"];
+            if let Some(role) = delta["role"].as_str() {
+                assert!(s.role.is_none(), "the role twice: {p}");
+                s.role = Some(role.to_string());
+            }
+            s.content.push_str(delta["content"].as_str().unwrap());
+            if let Some(t) = c.get("token_ids") {
+                s.token_ids.extend(ids(t));
+            }
+            for entry in c["logprobs"]["content"].as_array().into_iter().flatten() {
+                s.logprobs
+                    .push((entry["logprob"].as_f64().unwrap() as f32).to_bits());
+            }
+            if let Some(r) = c["finish_reason"].as_str() {
+                s.finish_reason = Some(r.to_string());
+            }
+        }
+    }
+    (out, usage)
+}
+
+#[test]
+fn chat_whole_and_streamed_equal_the_completion_of_the_rendered_prompt() {
+    let template = std::env::temp_dir().join(format!("sprout-chatml-{}.jinja", std::process::id()));
+    std::fs::write(&template, CHATML).unwrap();
+    let server = Server::start(&["--chat-template", template.to_str().unwrap()]);
+    let _ = std::fs::remove_file(&template);
+    let port = server.port;
+    let messages = json!([{"role": "system", "content": "Be brief."},
+                          {"role": "user", "content": [{"type": "text", "text": "Say "},
+                                                       {"type": "text", "text": "something"}]}]);
+    let request = json!({"messages": messages, "n": 3, "seed": 2, "max_tokens": 8,
+                         "return_token_ids": true, "logprobs": true, "top_logprobs": 2});
+    let reply = post_to(port, "/v1/chat/completions", &request);
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let chat = reply.json();
+    assert_eq!(chat["object"], "chat.completion");
+    assert!(
+        chat["id"].as_str().unwrap().starts_with("chatcmpl-"),
+        "{chat}"
+    );
+    let prompt = ids(&chat["prompt_token_ids"]);
+
+    // The template rendered the messages: the same text as a completion prompt gives the
+    // same tokens, and that completion the same samples.
+    let rendered = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nSay \
+                    something<|im_end|>\n<|im_start|>assistant\n";
+    let same = json!({"prompt": rendered, "n": 3, "seed": 2, "max_tokens": 8,
+                      "return_token_ids": true, "logprobs": 2});
+    let completion = post(port, &same).json();
+    let choices = completion["choices"].as_array().unwrap();
+    assert_eq!(ids(&choices[0]["prompt_token_ids"]), prompt);
+    let chat_choices = chat["choices"].as_array().unwrap();
+    assert_eq!(chat_choices.len(), 3);
+    for (k, (c, t)) in chat_choices.iter().zip(choices).enumerate() {
+        assert_eq!(c["index"], k);
+        assert_eq!(c["message"]["role"], "assistant");
+        assert_eq!(c["message"]["content"], t["text"], "sample {k}");
+        assert_eq!(ids(&c["token_ids"]), ids(&t["token_ids"]), "sample {k}");
+        assert_eq!(c["finish_reason"], t["finish_reason"]);
+        assert_eq!(
+            bits(&c["sprout"]["logprobs"]),
+            bits(&t["sprout"]["logprobs"])
+        );
+        let content = c["logprobs"]["content"].as_array().unwrap();
+        let logprobs: Vec<u32> = content
+            .iter()
+            .map(|e| (e["logprob"].as_f64().unwrap() as f32).to_bits())
+            .collect();
+        assert_eq!(
+            logprobs,
+            bits(&t["logprobs"]["token_logprobs"]),
+            "sample {k}"
+        );
+        for (e, token) in content
+            .iter()
+            .zip(t["logprobs"]["tokens"].as_array().unwrap())
+        {
+            assert_eq!(&e["token"], token);
+            let bytes: Vec<u64> = ids(&e["bytes"]);
+            let utf8: Vec<u64> = token.as_str().unwrap().bytes().map(u64::from).collect();
+            assert_eq!(bytes, utf8);
+            assert_eq!(e["top_logprobs"].as_array().unwrap().len(), 2, "{e}");
+        }
+    }
+    assert_eq!(chat["usage"]["prompt_tokens"], prompt.len());
+    assert_eq!(
+        chat["usage"]["completion_tokens"],
+        completion["usage"]["completion_tokens"]
+    );
+
+    // Streamed, with and without log-probs.
+    for logprobs in [true, false] {
+        let mut body = request.clone();
+        body["stream"] = json!(true);
+        body["stream_options"] = json!({"include_usage": true});
+        body["logprobs"] = json!(logprobs);
+        if !logprobs {
+            body["top_logprobs"] = Value::Null;
+        }
+        let reply = post_to(port, "/v1/chat/completions", &body);
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        let first: Value = serde_json::from_str(&events(&reply.body)[0]).unwrap();
+        assert_eq!(ids(&first["prompt_token_ids"]), prompt, "{first}");
+        let (streamed, usage) = gather_chat_stream(&reply.body, 3);
+        for (s, c) in streamed.iter().zip(chat_choices) {
+            assert_eq!(s.role.as_deref(), Some("assistant"));
+            assert_eq!(s.content, c["message"]["content"].as_str().unwrap());
+            assert_eq!(s.token_ids, ids(&c["token_ids"]));
+            assert_eq!(s.finish_reason.as_deref(), c["finish_reason"].as_str());
+            if logprobs {
+                assert_eq!(s.logprobs, bits(&c["sprout"]["logprobs"]));
+            }
+        }
+        assert_eq!(
+            usage.unwrap()["completion_tokens"],
+            chat["usage"]["completion_tokens"]
+        );
+    }
+
+    // Without max_tokens a chat sample may run to the end of the context; past it, a 400.
+    let mut long = request.clone();
+    long["max_tokens"] = json!(1_000_000_000u64);
+    let reply = post_to(port, "/v1/chat/completions", &long);
+    assert_error(&reply, 400, Some("max_tokens"), "maximum context length");
+}
+
+/// Bodies made of the fields both APIs read, each set to a value picked from a list of
+/// awkward ones (wrong types, edges, huge numbers), sent to both routes: every reply is a
+/// success or a refusal in OpenAI's error body, and the server stays up with nothing held.
+#[test]
+fn hostile_bodies_get_an_answer_and_leave_nothing_behind() {
+    let template = std::env::temp_dir().join(format!("sprout-fuzz-{}.jinja", std::process::id()));
+    std::fs::write(&template, CHATML).unwrap();
+    let server = Server::start(&[
+        "--chat-template",
+        template.to_str().unwrap(),
+        "--max-model-len",
+        "24",
+        "--max-queued-requests",
+        "4",
+    ]);
+    let _ = std::fs::remove_file(&template);
+    let port = server.port;
+    let values: Vec<Value> = [
+        "null",
+        "true",
+        "false",
+        "0",
+        "1",
+        "2",
+        "-1",
+        "0.5",
+        "-0.0",
+        "1e308",
+        "-1e308",
+        "18446744073709551615",
+        "4294967296",
+        "340282366920938463463374607431768211456",
+        "\"\"",
+        "\"hi\"",
+        "\"\\u0000\"",
+        "[]",
+        "{}",
+        "[1, 2]",
+        "[[1], [2]]",
+        "[\"a\", \"\"]",
+        "[{\"role\": \"user\", \"content\": \"hi\"}]",
+        "[{\"role\": \"\"}]",
+        "{\"include_usage\": true}",
+        "{\"include_usage\": 3}",
+        "[99999]",
+        "[-1]",
+        "[{\"type\": \"text\", \"text\": 5}]",
+    ]
+    .iter()
+    .map(|v| serde_json::from_str(v).unwrap())
+    .collect();
+    let fields = [
+        "model",
+        "prompt",
+        "messages",
+        "n",
+        "max_tokens",
+        "max_completion_tokens",
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
+        "seed",
+        "stop",
+        "stop_token_ids",
+        "min_tokens",
+        "ignore_eos",
+        "logprobs",
+        "top_logprobs",
+        "return_token_ids",
+        "stream",
+        "stream_options",
+    ];
+    // SplitMix64: a fixed, reproducible sequence of bodies.
+    let mut state = 0x5eed_u64;
+    let mut next = move |below: usize| {
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        ((z ^ (z >> 31)) % below as u64) as usize
+    };
+    let mut statuses = std::collections::BTreeMap::new();
+    for i in 0..400 {
+        let mut body = match i % 2 {
+            0 => json!({"prompt": "hi", "max_tokens": 2}),
+            _ => json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}),
+        };
+        for _ in 0..1 + next(3) {
+            body[fields[next(fields.len())]] = values[next(values.len())].clone();
+        }
+        // Mostly the route the body was made for; now and then the other.
+        let path = ["/v1/completions", "/v1/chat/completions"][(i + usize::from(next(4) == 0)) % 2];
+        let reply = post_to(port, path, &body);
+        *statuses.entry(reply.status).or_insert(0) += 1;
+        match reply.status {
+            200 if body["stream"] == true => {
+                assert_eq!(
+                    events(&reply.body).last().map(String::as_str),
+                    Some("[DONE]")
+                );
+                assert!(
+                    !reply.body.contains("\"error\""),
+                    "{body} -> {}",
+                    reply.body
+                );
+            }
+            200 => {
+                let n = body["n"].as_u64().unwrap_or(1) as usize;
+                let choices = reply.json()["choices"].as_array().unwrap().len();
+                assert!(choices >= n, "{body} -> {}", reply.body);
+            }
+            400 | 404 | 503 => {
+                let error = &reply.json()["error"];
+                assert_eq!(error["code"], reply.status, "{body} -> {}", reply.body);
+                assert!(!error["message"].as_str().unwrap().is_empty());
+            }
+            other => panic!("{body} -> {other}: {}", reply.body),
+        }
+    }
+    eprintln!("replies by status: {statuses:?}");
+    assert!(statuses.get(&200).is_some_and(|&n| n >= 10), "{statuses:?}");
+    assert!(statuses.get(&400).is_some_and(|&n| n >= 20), "{statuses:?}");
+    await_idle(port, 0, "length");
+    assert_eq!(http(port, "GET", "/health", &[], b"").status, 200);
+}
+
 #[test]
 fn models_and_health_describe_the_server() {
     let server = Server::start(&["--served-model-name", "tiny", "--max-model-len", "64"]);
@@ -564,6 +849,38 @@ fn bad_requests_get_their_status_and_an_openai_error() {
             assert_eq!(reply.header("retry-after").as_deref(), Some("1"));
         }
     }
+    // Chat: the body is read as the chat API's, and this model has no template.
+    let chat = |body: &str| {
+        let path = "/v1/chat/completions";
+        http(port, "POST", path, &[auth], body.as_bytes())
+    };
+    let user = r#"[{"role": "user", "content": "hi"}]"#;
+    let chat_cases: Vec<(String, u16, &str, &str)> = vec![
+        ("{}".into(), 400, "messages", "required"),
+        (r#"{"messages": []}"#.into(), 400, "messages", "empty"),
+        (
+            format!(r#"{{"messages": {user}, "top_logprobs": 2}}"#),
+            400,
+            "top_logprobs",
+            "logprobs",
+        ),
+        (
+            format!(r#"{{"messages": {user}, "model": "other"}}"#),
+            404,
+            "model",
+            "other",
+        ),
+        (
+            format!(r#"{{"messages": {user}}}"#),
+            400,
+            "messages",
+            "--chat-template",
+        ),
+    ];
+    for (body, status, param, says) in chat_cases {
+        assert_error(&chat(&body), status, Some(param), says);
+    }
+
     // The most a request may ask is still served.
     let fits = send(r#"{"prompt": [1, 2, 3, 4], "max_tokens": 60, "n": 8}"#);
     assert_eq!(fits.status, 200, "{}", fits.body);
@@ -632,22 +949,41 @@ fn metric(all: &[(String, f64)], name: &str, labels: &[&str]) -> f64 {
         })
         .map(|(_, v)| *v)
         .collect();
-    assert_eq!(found.len(), 1, "{name} {labels:?} in {all:?}");
+    assert_eq!(found.len(), 1, "{name} {labels:?} in\n{}", brief(all));
     found[0]
 }
 
-/// Waits (60 s at most) until the server runs no request and holds no KV block; the
-/// metrics then.
-fn await_idle(port: u16) -> Vec<(String, f64)> {
+/// The metrics without the histograms' buckets, for a failure message.
+fn brief(m: &[(String, f64)]) -> String {
+    m.iter()
+        .filter(|(series, _)| !series.contains("_bucket"))
+        .map(|(series, value)| format!("{series} {value}\n"))
+        .collect()
+}
+
+/// Samples finished with `reason`.
+fn finished(m: &[(String, f64)], reason: &str) -> usize {
+    let label = format!("finished_reason=\"{reason}\"");
+    metric(m, "vllm:request_success_total", &[&label]) as usize
+}
+
+/// Waits (60 s at most) until `samples` samples have finished with `reason` and the server
+/// runs no request and holds no KV block; the metrics then.
+fn await_idle(port: u16, samples: usize, reason: &str) -> Vec<(String, f64)> {
     let start = Instant::now();
     loop {
         let m = metrics(port);
         let running = metric(&m, "vllm:num_requests_running", &[]);
         let waiting = metric(&m, "vllm:num_requests_waiting", &[]);
-        if running == 0.0 && waiting == 0.0 && metric(&m, "sprout:kv_blocks_in_use", &[]) == 0.0 {
+        let blocks = metric(&m, "sprout:kv_blocks_in_use", &[]);
+        if finished(&m, reason) >= samples && running == 0.0 && waiting == 0.0 && blocks == 0.0 {
             return m;
         }
-        assert!(start.elapsed() < Duration::from_secs(60), "not idle: {m:?}");
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "not idle:\n{}",
+            brief(&m)
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -697,7 +1033,7 @@ fn metrics_have_vllm_s_names_and_count_the_work() {
         .as_array()
         .unwrap()
         .len();
-    let m = await_idle(port);
+    let m = await_idle(port, n, "length");
     let count = |m: &[(String, f64)], name: &str| metric(m, name, &[]) as usize;
     assert_eq!(count(&m, "vllm:prompt_tokens_total"), prompt_len);
     assert_eq!(count(&m, "vllm:generation_tokens_total"), n * max_tokens);
@@ -723,7 +1059,7 @@ fn metrics_have_vllm_s_names_and_count_the_work() {
     // The same prompt again: its full blocks come from the cache, and usage says so.
     let second = post(port, &body);
     assert_eq!(second.status, 200, "{}", second.body);
-    let m = await_idle(port);
+    let m = await_idle(port, 2 * n, "length");
     let hits = count(&m, "vllm:prefix_cache_hits_total");
     assert!(hits > 0 && hits < prompt_len, "{hits} of {prompt_len}");
     let cached = &second.json()["usage"]["prompt_tokens_details"]["cached_tokens"];
@@ -734,9 +1070,13 @@ fn metrics_have_vllm_s_names_and_count_the_work() {
 fn assert_aborted_early(m: &[(String, f64)], n: usize, max_tokens: usize) {
     let abort = r#"finished_reason="abort""#;
     let aborted = metric(m, "vllm:request_success_total", &[abort]);
-    assert_eq!(aborted, n as f64, "{m:?}");
+    assert_eq!(aborted, n as f64, "{}", brief(m));
     let generated = metric(m, "vllm:generation_tokens_total", &[]) as usize;
-    assert!(generated < n * max_tokens, "it ran to the end: {m:?}");
+    assert!(
+        generated < n * max_tokens,
+        "it ran to the end:\n{}",
+        brief(m)
+    );
 }
 
 #[test]
@@ -748,7 +1088,7 @@ fn a_client_that_leaves_before_a_whole_response_is_aborted() {
     let stream = send_completion(port, &body);
     await_running(port);
     drop(stream);
-    let m = await_idle(port);
+    let m = await_idle(port, n, "abort");
     assert_aborted_early(&m, n, max_tokens);
 }
 
@@ -772,7 +1112,7 @@ fn a_client_that_leaves_mid_stream_is_aborted_and_sigterm_exits_0() {
     }
     drop(reader);
 
-    let m = await_idle(port);
+    let m = await_idle(port, n, "abort");
     assert_aborted_early(&m, n, max_tokens);
     let after = post(port, &json!({"prompt": PROMPT, "max_tokens": 4}));
     assert_eq!(after.status, 200, "{}", after.body);

@@ -15,6 +15,7 @@ use sprout::gpu::{BackendChoice, Gpu};
 use sprout::model::decoder::Decoder;
 use sprout::model::open::ModelInfo;
 use sprout::tokenizer::Tokenizer;
+use sprout::tokenizer::chat_template::ChatTemplate;
 
 use crate::cli::cli_args::LoadedModel;
 
@@ -79,6 +80,28 @@ pub fn open_on(gpu: Arc<Gpu>, model: LoadedModel, kernels: Kernels) -> Result<Op
 }
 
 impl Opened {
+    /// The chat template to render messages with: `source` when given, else the model's
+    /// own; `None` when there is neither. Its `bos_token` and `eos_token` are the model's.
+    pub fn chat_template(
+        &self,
+        tokenizer: &Tokenizer,
+        source: Option<&str>,
+    ) -> Result<Option<ChatTemplate>> {
+        let Some(source) = source.or(self.chat_template.as_deref()) else {
+            return Ok(None);
+        };
+        let text = |id: Option<u32>| -> Result<String> {
+            Ok(match id {
+                Some(id) => tokenizer.decode_with(&[id], false)?,
+                None => String::new(),
+            })
+        };
+        let c = &self.decoder.config;
+        let bos = text(c.bos_token_id)?;
+        let eos = text(c.eos_token_ids.first().copied())?;
+        Ok(Some(ChatTemplate::new(source, &bos, &eos)?))
+    }
+
     /// The tokenizer, or an error saying that dummy weights have none.
     pub fn tokenizer(&self) -> Result<&Tokenizer> {
         self.tokenizer.as_ref().ok_or_else(|| {

@@ -144,23 +144,7 @@ pub fn run(backend: BackendChoice, args: RolloutArgs) -> Result<()> {
             .trim()
             .to_string(),
     };
-    let template = match &opened.chat_template {
-        Some(source) => {
-            let text = |id: Option<u32>| -> Result<String> {
-                Ok(match id {
-                    Some(id) => tokenizer.decode_with(&[id], false)?,
-                    None => String::new(),
-                })
-            };
-            let c = &decoder.config;
-            let (bos, eos) = (
-                text(c.bos_token_id)?,
-                text(c.eos_token_ids.first().copied())?,
-            );
-            Some(ChatTemplate::new(source, &bos, &eos)?)
-        }
-        None => None,
-    };
+    let template = opened.chat_template(tokenizer, None)?;
     // Each prompt keeps its index among the file's non-blank lines (part of its draw
     // keys), whether or not other lines fail.
     let mut expected = BTreeMap::new();

@@ -25,6 +25,7 @@ use sprout::engine::{Engine, EngineConfig};
 use sprout::gpu::BackendChoice;
 use sprout::sched::{FinishedSample, Request, RequestId, SchedulerStats};
 use sprout::tokenizer::Tokenizer;
+use sprout::tokenizer::chat_template::ChatTemplate;
 use tokio::sync::{mpsc as tmpsc, oneshot};
 
 use crate::cli::bootstrap::{self, Kernels};
@@ -67,6 +68,8 @@ pub enum Event {
 /// What the HTTP side needs to know about the loaded model.
 pub struct ModelFacts {
     pub tokenizer: Tokenizer,
+    /// The template chat messages are rendered with (`None`: the chat route refuses).
+    pub chat_template: Option<ChatTemplate>,
     pub vocab_size: usize,
     pub eos_token_ids: Vec<u32>,
     /// The model's own context length (positions).
@@ -94,20 +97,27 @@ impl EngineHandle {
     }
 }
 
+/// What the server's operator chose besides the model.
+pub struct Labels {
+    /// The name the metrics are labelled with (default: the model's name).
+    pub served_name: Option<String>,
+    /// A chat template's source, in place of the model's own.
+    pub chat_template: Option<String>,
+}
+
 /// Starts the engine thread: it opens the GPU and loads `model` there (the engine borrows
-/// the decoder, so both live on that thread). Returns once the model is loaded; the
-/// metrics are labelled `served_name` (or the model's name).
+/// the decoder, so both live on that thread). Returns once the model is loaded.
 pub fn start(
     backend: BackendChoice,
     model: ModelArg,
     config: EngineConfig,
-    served_name: Option<String>,
+    labels: Labels,
 ) -> Result<(EngineHandle, ModelFacts, std::thread::JoinHandle<()>)> {
     let (commands, receiver) = mpsc::channel();
     let (ready_tx, ready_rx) = mpsc::channel();
     let thread = std::thread::Builder::new()
         .name("sprout-engine".into())
-        .spawn(move || run(backend, model, config, served_name, receiver, ready_tx))?;
+        .spawn(move || run(backend, model, config, labels, receiver, ready_tx))?;
     match ready_rx.recv() {
         Ok(Ok((facts, metrics))) => Ok((EngineHandle { commands, metrics }, facts, thread)),
         Ok(Err(e)) => {
@@ -162,13 +172,12 @@ impl Live {
         }
     }
 
-    /// Sends a finished sample on and counts it.
-    fn finish(&self, sample: FinishedSample, metrics: &Metrics, now: Instant) {
+    /// Counts a finished sample.
+    fn count_finish(&self, sample: &FinishedSample, metrics: &Metrics, now: Instant) {
         metrics.finished(sample.finish_reason);
         metrics
             .e2e_request_latency
             .observe((now - self.arrived).as_secs_f64());
-        let _ = self.events.send(Event::Finished(sample));
     }
 }
 
@@ -176,7 +185,7 @@ fn run(
     backend: BackendChoice,
     model: ModelArg,
     config: EngineConfig,
-    served_name: Option<String>,
+    labels: Labels,
     commands: mpsc::Receiver<Command>,
     ready: mpsc::Sender<Result<(ModelFacts, Arc<Metrics>)>>,
 ) {
@@ -200,6 +209,13 @@ fn run(
             return;
         }
     };
+    let chat_template = match opened.chat_template(tokenizer, labels.chat_template.as_deref()) {
+        Ok(template) => template,
+        Err(e) => {
+            let _ = ready.send(Err(e.context("the chat template")));
+            return;
+        }
+    };
     let info = &opened.info;
     tracing::info!(
         "{} on {} ({}); {}",
@@ -211,6 +227,7 @@ fn run(
     let c = &opened.decoder.config;
     let facts = ModelFacts {
         tokenizer: tokenizer.clone(),
+        chat_template,
         vocab_size: c.vocab_size,
         eos_token_ids: c.eos_token_ids.clone(),
         max_positions: opened.decoder.max_positions(),
@@ -219,7 +236,9 @@ fn run(
         model_name: info.name.clone(),
         model_path: info.path.clone(),
     };
-    let name = served_name.unwrap_or_else(|| facts.model_name.clone());
+    let name = labels
+        .served_name
+        .unwrap_or_else(|| facts.model_name.clone());
     let metrics = match Metrics::new(&name, facts.kv_blocks) {
         Ok(metrics) => Arc::new(metrics),
         Err(e) => {
@@ -269,10 +288,7 @@ fn run(
                         if let Some(l) = live.remove(&index) {
                             // The client is gone: its samples are counted, and go nowhere.
                             for sample in engine.abort(l.id).unwrap_or_default() {
-                                metrics.finished(sample.finish_reason);
-                                metrics
-                                    .e2e_request_latency
-                                    .observe((now - l.arrived).as_secs_f64());
+                                l.count_finish(&sample, &metrics, now);
                             }
                         }
                     }
@@ -284,7 +300,8 @@ fn run(
             let now = Instant::now();
             for (_, l) in live.drain() {
                 for sample in engine.abort(l.id).unwrap_or_default() {
-                    l.finish(sample, &metrics, now);
+                    l.count_finish(&sample, &metrics, now);
+                    let _ = l.events.send(Event::Finished(sample));
                 }
             }
             publish(&engine, &live, &metrics, &mut counted);
@@ -294,6 +311,9 @@ fn run(
             match pollster::block_on(engine.step()) {
                 Ok(step) => {
                     let now = Instant::now();
+                    // Events go out after the metrics are up to date, so that a client
+                    // that has heard of its tokens finds them counted.
+                    let mut outbox = Vec::new();
                     for l in live.values_mut() {
                         l.note_admission(&engine, &metrics, now);
                     }
@@ -313,20 +333,25 @@ fn run(
                         }
                         l.note_token(d.sample_index, &metrics, now);
                         if l.stream_tokens {
-                            let _ = l.events.send(Event::Token {
+                            let token = Event::Token {
                                 request_index: d.request_index,
                                 sample_index: d.sample_index,
                                 token: d.token,
-                            });
+                            };
+                            outbox.push((l.events.clone(), token));
                         }
                     }
                     for sample in step.finished {
                         if let Some(l) = live.get(&sample.request_index) {
-                            l.finish(sample, &metrics, now);
+                            l.count_finish(&sample, &metrics, now);
+                            outbox.push((l.events.clone(), Event::Finished(sample)));
                         }
                     }
-                    // Only after sending: several samples of a request may finish at once.
                     live.retain(|_, l| engine.scheduler().has_request(l.id));
+                    publish(&engine, &live, &metrics, &mut counted);
+                    for (to, event) in outbox {
+                        let _ = to.send(event);
+                    }
                 }
                 Err(e) => {
                     tracing::error!("engine step failed: {e}");

@@ -2,9 +2,12 @@
 //!
 //! - `engine_thread`: the OS thread that owns the GPU, the model and the engine, and runs
 //!   every request's prompts in one continuous batch;
-//! - `routes`: the HTTP routes, the API-key check, the queue limit and the access log;
+//! - `routes`: the HTTP routes, the API-key check, the body limit and the access log;
+//! - `request`: reading the two APIs' request bodies;
+//! - `submit`: checking a request against the model, the queue limit, and queueing it;
+//! - `reply`: answering from the samples, whole or streamed;
+//! - `response`: the two APIs' response shapes;
 //! - `metrics`: `/metrics`, under vLLM's names;
-//! - `openai`: the API's request and response shapes;
 //! - `error`: refusals in OpenAI's error body.
 //!
 //! The HTTP side runs on a tokio runtime; it tokenizes, checks and shapes, and talks to
@@ -15,8 +18,11 @@
 mod engine_thread;
 mod error;
 mod metrics;
-mod openai;
+mod reply;
+mod request;
+mod response;
 mod routes;
+mod submit;
 
 use std::hash::{BuildHasher, Hasher};
 use std::io::IsTerminal;
@@ -45,6 +51,9 @@ pub struct ServeArgs {
     /// model file's or directory's name.
     #[arg(long)]
     served_model_name: Option<String>,
+    /// A Jinja chat template file for /v1/chat/completions, in place of the model's own.
+    #[arg(long, value_name = "FILE")]
+    chat_template: Option<std::path::PathBuf>,
     /// Require `Authorization: Bearer KEY` on the /v1 routes.
     #[arg(long, env = "SPROUT_API_KEY")]
     api_key: Option<String>,
@@ -69,8 +78,22 @@ pub fn run(backend: BackendChoice, args: ServeArgs) -> Result<()> {
     if args.max_model_len == Some(0) {
         bail!("--max-model-len must be at least 1");
     }
-    let (engine, facts, thread) =
-        engine_thread::start(backend, args.model, config, args.served_model_name.clone())?;
+    let chat_template = match &args.chat_template {
+        Some(path) => Some(
+            std::fs::read_to_string(path)
+                .with_context(|| format!("reading the chat template {}", path.display()))?,
+        ),
+        None => None,
+    };
+    let (engine, facts, thread) = engine_thread::start(
+        backend,
+        args.model,
+        config,
+        engine_thread::Labels {
+            served_name: args.served_model_name.clone(),
+            chat_template,
+        },
+    )?;
     let max_model_len = match args.max_model_len {
         Some(n) if n > facts.max_positions => bail!(
             "--max-model-len {n} is longer than the model's context ({} positions)",

@@ -1,0 +1,315 @@
+//! Answering a queued request from its samples: a whole response once every sample has
+//! finished, or a stream of server-sent events.
+//!
+//! Streaming: without stop strings or log-probs a sample's tokens go out as they are
+//! drawn (text held back while it ends inside a character); with either, its content goes
+//! out in one chunk when it finishes. Each sample's last chunk carries its finish reason
+//! and sprout's fields; after the last sample, usage (when asked for) and `[DONE]`.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::body::{Body as HttpBody, Bytes};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+use sprout::sched::FinishedSample;
+use sprout::tokenizer::IncrementalDecoder;
+use tokio::sync::mpsc;
+
+use crate::cli::json_out;
+use crate::cli::serve::engine_thread::Event;
+use crate::cli::serve::error::ApiError;
+use crate::cli::serve::response::{self, Api, Asked, Body, Choice, Piece, Usage};
+use crate::cli::serve::routes::AppState;
+use crate::cli::serve::submit::{Job, Pending, cached_share};
+
+pub fn internal(e: impl std::fmt::Display) -> ApiError {
+    ApiError::status(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+}
+
+/// What the request asked each choice to carry, for a sample of `prompt`.
+fn asked_of<'a>(state: &AppState, job: &Job, prompt: &'a [u32]) -> Asked<'a> {
+    Asked {
+        api: job.api,
+        stream: job.fields.stream,
+        logprobs: job.fields.logprobs.is_some(),
+        return_token_ids: job.fields.return_token_ids,
+        prompt,
+        weights_version: state.facts.weights_version,
+    }
+}
+
+/// Chat with `return_token_ids` names its (one) prompt at the top of the body.
+fn top_prompt(job: &Job) -> Option<Vec<u32>> {
+    (job.api == Api::Chat && job.fields.return_token_ids).then(|| job.prompts[0].clone())
+}
+
+/// The usage of `job`, whose finished samples gave `completion_tokens` and, summed over
+/// its prompts (each counted once), `cached_tokens`.
+fn usage(job: &Job, completion_tokens: usize, cached_tokens: usize) -> Usage {
+    let prompt_tokens = job.prompts.iter().map(Vec::len).sum();
+    Usage::new(prompt_tokens, completion_tokens, cached_tokens)
+}
+
+/// Waits for every sample, then answers with all of them.
+pub async fn whole(
+    state: &AppState,
+    job: Job,
+    mut events: mpsc::UnboundedReceiver<Event>,
+    mut pending: Pending,
+) -> Result<Response, ApiError> {
+    let mut samples: Vec<FinishedSample> = Vec::new();
+    while samples.len() < job.total_samples() {
+        match events.recv().await {
+            Some(Event::Finished(s)) => samples.push(s),
+            Some(Event::Token { .. }) => {}
+            Some(Event::Failed(e)) => return Err(internal(e)),
+            None => return Err(internal("the engine stopped before the request finished")),
+        }
+    }
+    pending.done = true;
+    samples.sort_by_key(|s| job.choice_index(s.request_index, s.sample_index));
+    let tokenizer = &state.facts.tokenizer;
+    let mut choices = Vec::with_capacity(samples.len());
+    for s in &samples {
+        let piece = Piece {
+            index: job.choice_index(s.request_index, s.sample_index),
+            text: response::sample_text(tokenizer, s)?,
+            tokens: &s.token_ids,
+            logprobs: &s.logprobs,
+            top: &s.top_logprobs,
+            text_offset: 0,
+            first: true,
+            finished: Some(s),
+        };
+        let asked = asked_of(state, &job, job.prompt_of(s.request_index));
+        choices.push(response::choice(tokenizer, &asked, piece));
+    }
+    let completion_tokens = samples.iter().map(|s| s.token_ids.len()).sum();
+    let cached_tokens = samples.iter().map(cached_share).sum();
+    let body = Body {
+        id: &job.id,
+        object: job.api.object(false),
+        created: job.created,
+        model: &state.served_name,
+        prompt_token_ids: top_prompt(&job),
+        choices,
+        usage: Some(usage(&job, completion_tokens, cached_tokens)),
+    };
+    let text = json_out::to_line(&body).map_err(internal)?;
+    Ok(([(header::CONTENT_TYPE, "application/json")], text).into_response())
+}
+
+/// A sample's progress in a stream.
+struct StreamedSample {
+    decoder: IncrementalDecoder,
+    /// Tokens sent so far.
+    tokens: Vec<u32>,
+    /// Characters of text sent so far.
+    chars: usize,
+    started: bool,
+    finished: bool,
+}
+
+/// The state a stream carries from one chunk to the next.
+struct Streaming {
+    state: Arc<AppState>,
+    job: Job,
+    events: mpsc::UnboundedReceiver<Event>,
+    pending: Pending,
+    samples: Vec<StreamedSample>,
+    completion_tokens: usize,
+    cached_tokens: usize,
+    /// The stream's first chunk has gone out.
+    began: bool,
+    /// Lines ready to send.
+    out: VecDeque<String>,
+    ended: bool,
+}
+
+/// Answers with a stream of chunks as the samples progress.
+pub fn stream(
+    state: Arc<AppState>,
+    job: Job,
+    events: mpsc::UnboundedReceiver<Event>,
+    pending: Pending,
+) -> Response {
+    let samples = (0..job.total_samples())
+        .map(|_| StreamedSample {
+            decoder: IncrementalDecoder::new(true),
+            tokens: Vec::new(),
+            chars: 0,
+            started: false,
+            finished: false,
+        })
+        .collect();
+    let streaming = Streaming {
+        state,
+        job,
+        events,
+        pending,
+        samples,
+        completion_tokens: 0,
+        cached_tokens: 0,
+        began: false,
+        out: VecDeque::new(),
+        ended: false,
+    };
+    let chunks = futures_util::stream::unfold(streaming, |mut s| async move {
+        loop {
+            if let Some(line) = s.out.pop_front() {
+                return Some((Ok::<_, Infallible>(Bytes::from(line)), s));
+            }
+            if s.ended {
+                return None;
+            }
+            let event = s.events.recv().await;
+            s.handle(event);
+        }
+    });
+    Response::builder()
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(HttpBody::from_stream(chunks))
+        .unwrap_or_else(|e| internal(e).into_response())
+}
+
+impl Streaming {
+    fn chunk(&mut self, choices: Vec<Choice>, usage: Option<Usage>) {
+        let first = !std::mem::replace(&mut self.began, true);
+        let body = Body {
+            id: &self.job.id,
+            object: self.job.api.object(true),
+            created: self.job.created,
+            model: &self.state.served_name,
+            prompt_token_ids: top_prompt(&self.job).filter(|_| first),
+            choices,
+            usage,
+        };
+        match json_out::to_line(&body) {
+            Ok(line) => self.out.push_back(format!("data: {line}\n\n")),
+            Err(e) => self.fail(&e.to_string()),
+        }
+    }
+
+    fn fail(&mut self, message: &str) {
+        let error = json!({"error": {
+            "message": message,
+            "type": "internal_server_error",
+            "param": null,
+            "code": 500,
+        }});
+        self.out.push_back(format!("data: {error}\n\n"));
+        self.end();
+    }
+
+    fn end(&mut self) {
+        self.out.push_back("data: [DONE]\n\n".into());
+        self.ended = true;
+    }
+
+    fn handle(&mut self, event: Option<Event>) {
+        match event {
+            Some(Event::Token {
+                request_index,
+                sample_index,
+                token,
+            }) => self.token(request_index, sample_index, token),
+            Some(Event::Finished(s)) => self.finished(s),
+            Some(Event::Failed(e)) => self.fail(&e),
+            None => self.fail("the engine stopped before the request finished"),
+        }
+    }
+
+    /// A drawn token: its text as far as it is whole.
+    fn token(&mut self, request_index: u32, sample_index: u32, token: u32) {
+        let index = self.job.choice_index(request_index, sample_index);
+        let tokenizer = &self.state.facts.tokenizer;
+        let Some(sample) = self.samples.get_mut(index) else {
+            return;
+        };
+        if sample.finished {
+            return;
+        }
+        let text = match sample.decoder.push(tokenizer, token) {
+            Ok(text) => text.unwrap_or_default(),
+            Err(e) => return self.fail(&e.to_string()),
+        };
+        let offset = sample.chars;
+        sample.tokens.push(token);
+        sample.chars += text.chars().count();
+        let first = !std::mem::replace(&mut sample.started, true);
+        let piece = Piece {
+            index,
+            text,
+            tokens: &[token],
+            logprobs: &[],
+            top: &[],
+            text_offset: offset,
+            first,
+            finished: None,
+        };
+        let asked = asked_of(&self.state, &self.job, self.job.prompt_of(request_index));
+        let choice = response::choice(tokenizer, &asked, piece);
+        self.chunk(vec![choice], None);
+    }
+
+    /// The last chunk of a finished sample: what was not sent yet, and why it ended.
+    fn finished(&mut self, s: FinishedSample) {
+        let index = self.job.choice_index(s.request_index, s.sample_index);
+        let tokenizer = &self.state.facts.tokenizer;
+        let Some(sample) = self.samples.get_mut(index) else {
+            return;
+        };
+        let sent = sample.tokens.len();
+        let text = if sent == 0 {
+            match response::sample_text(tokenizer, &s) {
+                Ok(text) => text,
+                Err(e) => return self.fail(&e.message),
+            }
+        } else if s.token_ids.starts_with(&sample.tokens) {
+            // Tokens streamed one by one: the rest, and the text held back.
+            let mut text = String::new();
+            for &id in &s.token_ids[sent..] {
+                match sample.decoder.push(tokenizer, id) {
+                    Ok(piece) => text.push_str(&piece.unwrap_or_default()),
+                    Err(e) => return self.fail(&e.to_string()),
+                }
+            }
+            match sample.decoder.finish(tokenizer) {
+                Ok(rest) => text.push_str(&rest),
+                Err(e) => return self.fail(&e.to_string()),
+            }
+            text
+        } else {
+            return self.fail("a finished sample differs from the tokens streamed for it");
+        };
+        let first = !std::mem::replace(&mut sample.started, true);
+        sample.finished = true;
+        let piece = Piece {
+            index,
+            text,
+            tokens: &s.token_ids[sent..],
+            logprobs: s.logprobs.get(sent..).unwrap_or_default(),
+            top: s.top_logprobs.get(sent..).unwrap_or_default(),
+            text_offset: sample.chars,
+            first,
+            finished: Some(&s),
+        };
+        let asked = asked_of(&self.state, &self.job, self.job.prompt_of(s.request_index));
+        let choice = response::choice(tokenizer, &asked, piece);
+        self.completion_tokens += s.token_ids.len();
+        self.cached_tokens += cached_share(&s);
+        self.chunk(vec![choice], None);
+        if self.samples.iter().all(|s| s.finished) {
+            self.pending.done = true;
+            if self.job.fields.include_usage {
+                let usage = usage(&self.job, self.completion_tokens, self.cached_tokens);
+                self.chunk(Vec::new(), Some(usage));
+            }
+            self.end();
+        }
+    }
+}

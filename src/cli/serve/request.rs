@@ -1,0 +1,517 @@
+//! Reading request bodies: `POST /v1/completions` and `POST /v1/chat/completions`, every
+//! field type-checked, each error naming its field.
+//!
+//! A body is read field by field from a JSON object rather than derived, so that a wrong
+//! type is a 400 naming the field and the value, never a generic serde message. Fields
+//! this server does not know are ignored, as OpenAI-compatible servers do. Ranges are
+//! checked later, by the one set of sampling rules (`SamplingParams::validate`), except
+//! where the API's shape decides them (`n`, `top_k`, log-prob counts).
+
+use axum::http::StatusCode;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+use sprout::sched::MAX_TOP_LOGPROBS;
+use sprout::tokenizer::chat_template::Message;
+
+use crate::cli::serve::error::ApiError;
+
+/// A prompt as the client gave it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Prompt {
+    Text(String),
+    Ids(Vec<u32>),
+}
+
+/// The fields both APIs share: how to sample, and what to return.
+#[derive(Clone, Debug)]
+pub struct SamplingFields {
+    pub model: Option<String>,
+    pub n: usize,
+    /// `None`: the API's default (16 for completions, the rest of the context for chat).
+    pub max_tokens: Option<usize>,
+    pub temperature: f32,
+    pub top_p: f32,
+    /// 0 (or -1, as vLLM writes it): every token.
+    pub top_k: usize,
+    pub min_p: f32,
+    pub seed: Option<u64>,
+    pub stop: Vec<String>,
+    pub stop_token_ids: Vec<u32>,
+    pub min_tokens: usize,
+    pub ignore_eos: bool,
+    pub return_token_ids: bool,
+    pub stream: bool,
+    pub include_usage: bool,
+    /// Alternatives per position; `None`: no log-probs in the choices.
+    pub logprobs: Option<usize>,
+}
+
+/// A `POST /v1/completions` body.
+#[derive(Clone, Debug)]
+pub struct CompletionRequest {
+    pub prompts: Vec<Prompt>,
+    pub fields: SamplingFields,
+}
+
+/// A `POST /v1/chat/completions` body.
+#[derive(Clone, Debug)]
+pub struct ChatRequest {
+    pub messages: Vec<Message>,
+    pub fields: SamplingFields,
+}
+
+/// OpenAI's default for `max_tokens` in completions.
+pub const DEFAULT_MAX_TOKENS: usize = 16;
+
+/// The value of field `name` of `obj` as a `T`, `None` when absent or null; `what` says
+/// what the field must be, in the error.
+fn field<T: DeserializeOwned>(
+    obj: &Map<String, Value>,
+    name: &str,
+    what: &str,
+) -> Result<Option<T>, ApiError> {
+    match obj.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => serde_json::from_value(v.clone())
+            .map(Some)
+            .map_err(|_| ApiError::bad(name, format!("{name} must be {what}, not {}", short(v)))),
+    }
+}
+
+/// A value's JSON text, cut short for an error message.
+fn short(v: &Value) -> String {
+    let text = v.to_string();
+    match text.char_indices().nth(60) {
+        Some((cut, _)) => format!("{}...", &text[..cut]),
+        None => text,
+    }
+}
+
+/// The body as a JSON object.
+fn object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
+    let value: Value = serde_json::from_slice(body).map_err(|e| {
+        ApiError::status(
+            StatusCode::BAD_REQUEST,
+            format!("the body is not valid JSON: {e}"),
+        )
+    })?;
+    match value {
+        Value::Object(obj) => Ok(obj),
+        other => Err(ApiError::status(
+            StatusCode::BAD_REQUEST,
+            format!("the body must be a JSON object, not {}", short(&other)),
+        )),
+    }
+}
+
+/// At most [`MAX_TOP_LOGPROBS`] alternatives per position.
+fn check_top(name: &str, k: usize) -> Result<usize, ApiError> {
+    match k > MAX_TOP_LOGPROBS {
+        true => Err(ApiError::bad(
+            name,
+            format!("{name} must be at most {MAX_TOP_LOGPROBS}, not {k}"),
+        )),
+        false => Ok(k),
+    }
+}
+
+impl SamplingFields {
+    /// The shared fields of `obj`; `logprobs` is left for the API to read.
+    fn parse(obj: &Map<String, Value>) -> Result<SamplingFields, ApiError> {
+        // i128 holds every JSON integer, so a huge n is refused by the queue, not here.
+        let n: i128 = field(obj, "n", "an integer")?.unwrap_or(1);
+        if n < 1 {
+            return Err(ApiError::bad("n", format!("n must be at least 1, not {n}")));
+        }
+        let top_k: i64 = field(obj, "top_k", "an integer")?.unwrap_or(0);
+        if top_k < -1 {
+            return Err(ApiError::bad(
+                "top_k",
+                format!("top_k must be -1, 0 (every token) or a positive integer, not {top_k}"),
+            ));
+        }
+        let stop = match obj.get("stop") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::String(s)) => vec![s.clone()],
+            Some(_) => field(obj, "stop", "a string or a list of strings")?.unwrap_or_default(),
+        };
+        let stream: bool = field(obj, "stream", "a boolean")?.unwrap_or(false);
+        let include_usage = match obj.get("stream_options") {
+            None | Some(Value::Null) => false,
+            Some(Value::Object(options)) => {
+                if !stream {
+                    return Err(ApiError::bad(
+                        "stream_options",
+                        "stream_options is only allowed when stream is true",
+                    ));
+                }
+                field(options, "include_usage", "a boolean")?.unwrap_or(false)
+            }
+            Some(v) => {
+                return Err(ApiError::bad(
+                    "stream_options",
+                    format!("stream_options must be an object, not {}", short(v)),
+                ));
+            }
+        };
+        let whole = "a non-negative integer";
+        Ok(SamplingFields {
+            model: field(obj, "model", "a string")?,
+            n: usize::try_from(n).unwrap_or(usize::MAX),
+            max_tokens: field(obj, "max_tokens", whole)?,
+            temperature: field(obj, "temperature", "a number")?.unwrap_or(1.0),
+            top_p: field(obj, "top_p", "a number")?.unwrap_or(1.0),
+            top_k: top_k.max(0) as usize,
+            min_p: field(obj, "min_p", "a number")?.unwrap_or(0.0),
+            seed: field(obj, "seed", whole)?,
+            stop,
+            stop_token_ids: field(obj, "stop_token_ids", "a list of token ids")?
+                .unwrap_or_default(),
+            min_tokens: field(obj, "min_tokens", whole)?.unwrap_or(0),
+            ignore_eos: field(obj, "ignore_eos", "a boolean")?.unwrap_or(false),
+            return_token_ids: field(obj, "return_token_ids", "a boolean")?.unwrap_or(false),
+            stream,
+            include_usage,
+            logprobs: None,
+        })
+    }
+}
+
+impl CompletionRequest {
+    pub fn parse(body: &[u8]) -> Result<CompletionRequest, ApiError> {
+        let obj = object(body)?;
+        let prompts = prompts(obj.get("prompt"))?;
+        let mut fields = SamplingFields::parse(&obj)?;
+        let logprobs: Option<usize> = field(&obj, "logprobs", "a non-negative integer")?;
+        fields.logprobs = logprobs.map(|k| check_top("logprobs", k)).transpose()?;
+        Ok(CompletionRequest { prompts, fields })
+    }
+}
+
+impl ChatRequest {
+    pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
+        let obj = object(body)?;
+        let messages = messages(obj.get("messages"))?;
+        let mut fields = SamplingFields::parse(&obj)?;
+        // The newer name wins, as OpenAI's API has it.
+        let whole = "a non-negative integer";
+        if let Some(max) = field(&obj, "max_completion_tokens", whole)? {
+            fields.max_tokens = Some(max);
+        }
+        let logprobs: bool = field(&obj, "logprobs", "a boolean")?.unwrap_or(false);
+        let top: Option<usize> = field(&obj, "top_logprobs", whole)?;
+        fields.logprobs = match (logprobs, top) {
+            (false, Some(_)) => {
+                return Err(ApiError::bad(
+                    "top_logprobs",
+                    "top_logprobs needs logprobs to be true",
+                ));
+            }
+            (false, None) => None,
+            (true, top) => Some(check_top("top_logprobs", top.unwrap_or(0))?),
+        };
+        Ok(ChatRequest { messages, fields })
+    }
+}
+
+/// `prompt`: a string, a list of strings, a list of token ids, or a list of those lists.
+fn prompts(value: Option<&Value>) -> Result<Vec<Prompt>, ApiError> {
+    let wrong = |v: &Value| {
+        ApiError::bad(
+            "prompt",
+            format!(
+                "prompt must be a string, a list of strings, a list of token ids or a list of \
+                 lists of token ids, not {}",
+                short(v)
+            ),
+        )
+    };
+    let empty = || ApiError::bad("prompt", "prompt must not be empty");
+    let ids = |items: &[Value]| -> Result<Vec<u32>, ApiError> {
+        items
+            .iter()
+            .map(|i| {
+                i.as_u64()
+                    .and_then(|id| u32::try_from(id).ok())
+                    .ok_or_else(|| wrong(i))
+            })
+            .collect()
+    };
+    let one = |v: &Value| -> Result<Prompt, ApiError> {
+        match v {
+            Value::String(s) if s.is_empty() => Err(empty()),
+            Value::String(s) => Ok(Prompt::Text(s.clone())),
+            Value::Array(items) if items.is_empty() => Err(empty()),
+            Value::Array(items) => Ok(Prompt::Ids(ids(items)?)),
+            other => Err(wrong(other)),
+        }
+    };
+    match value {
+        None | Some(Value::Null) => Err(ApiError::bad("prompt", "prompt is required")),
+        Some(Value::Array(items)) if items.is_empty() => Err(empty()),
+        // A list of numbers is one prompt of token ids.
+        Some(Value::Array(items)) if items[0].is_number() => Ok(vec![Prompt::Ids(ids(items)?)]),
+        Some(Value::Array(items)) => items.iter().map(one).collect(),
+        Some(v) => Ok(vec![one(v)?]),
+    }
+}
+
+/// `messages`: a non-empty list of `{"role": ..., "content": ...}`, the content a string,
+/// null, or a list of text parts (`{"type": "text", "text": ...}`, joined).
+fn messages(value: Option<&Value>) -> Result<Vec<Message>, ApiError> {
+    let bad = |message: String| ApiError::bad("messages", message);
+    let items = match value {
+        None | Some(Value::Null) => return Err(bad("messages is required".into())),
+        Some(Value::Array(items)) if items.is_empty() => {
+            return Err(bad("messages must not be empty".into()));
+        }
+        Some(Value::Array(items)) => items,
+        Some(v) => return Err(bad(format!("messages must be a list, not {}", short(v)))),
+    };
+    let mut out = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let Value::Object(m) = item else {
+            return Err(bad(format!(
+                "messages[{i}] must be an object, not {}",
+                short(item)
+            )));
+        };
+        let role = match m.get("role") {
+            Some(Value::String(role)) if !role.is_empty() => role.clone(),
+            other => {
+                let given = other.map(short).unwrap_or_else(|| "nothing".into());
+                return Err(bad(format!(
+                    "messages[{i}].role must be a non-empty string, not {given}"
+                )));
+            }
+        };
+        let content = match m.get("content") {
+            None | Some(Value::Null) => String::new(),
+            Some(Value::String(text)) => text.clone(),
+            Some(Value::Array(parts)) => {
+                let mut text = String::new();
+                for part in parts {
+                    match (part.get("type"), part.get("text")) {
+                        (Some(t), Some(Value::String(piece))) if t == "text" => {
+                            text.push_str(piece)
+                        }
+                        _ => {
+                            return Err(bad(format!(
+                                "messages[{i}].content: only text parts \
+                                 ({{\"type\": \"text\", \"text\": ...}}) are supported, not {}",
+                                short(part)
+                            )));
+                        }
+                    }
+                }
+                text
+            }
+            Some(v) => {
+                return Err(bad(format!(
+                    "messages[{i}].content must be a string or a list of text parts, not {}",
+                    short(v)
+                )));
+            }
+        };
+        out.push(Message { role, content });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Any JSON value: scalars of every kind (huge, negative, fractional numbers, odd
+    /// strings) nested in lists and objects.
+    fn any_json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            any::<f64>().prop_map(Value::from),
+            prop_oneof![Just(String::new()), ".{0,12}".prop_map(String::from)]
+                .prop_map(Value::from),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
+                prop::collection::vec(("[a-z_]{1,8}", inner), 0..4)
+                    .prop_map(|kv| Value::Object(kv.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// A body with some of the fields either API reads, each set to any value.
+    fn hostile_body() -> impl Strategy<Value = Vec<u8>> {
+        const FIELDS: &[&str] = &[
+            "model",
+            "prompt",
+            "messages",
+            "n",
+            "max_tokens",
+            "max_completion_tokens",
+            "temperature",
+            "top_p",
+            "top_k",
+            "min_p",
+            "seed",
+            "stop",
+            "stop_token_ids",
+            "min_tokens",
+            "ignore_eos",
+            "logprobs",
+            "top_logprobs",
+            "return_token_ids",
+            "stream",
+            "stream_options",
+        ];
+        prop::collection::vec((prop::sample::select(FIELDS), any_json()), 0..8).prop_map(|fields| {
+            let obj: Map<String, Value> = fields
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect();
+            serde_json::to_vec(&Value::Object(obj)).unwrap()
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(3000))]
+
+        /// No body panics either parser; every refusal is a 400 that says something.
+        #[test]
+        fn any_body_is_read_or_refused_with_a_400(body in hostile_body()) {
+            for result in [
+                CompletionRequest::parse(&body).map(|_| ()),
+                ChatRequest::parse(&body).map(|_| ()),
+            ] {
+                if let Err(e) = result {
+                    prop_assert_eq!(e.status, StatusCode::BAD_REQUEST);
+                    prop_assert!(!e.message.is_empty());
+                }
+            }
+        }
+
+        /// Nor do arbitrary bytes.
+        #[test]
+        fn any_bytes_are_read_or_refused(body in prop::collection::vec(any::<u8>(), 0..64)) {
+            let _ = CompletionRequest::parse(&body);
+            let _ = ChatRequest::parse(&body);
+        }
+    }
+
+    fn parse(body: &str) -> Result<CompletionRequest, ApiError> {
+        CompletionRequest::parse(body.as_bytes())
+    }
+
+    fn chat(body: &str) -> Result<ChatRequest, ApiError> {
+        ChatRequest::parse(body.as_bytes())
+    }
+
+    #[test]
+    fn every_prompt_form_reads() {
+        let p = |body: &str| parse(body).unwrap().prompts;
+        assert_eq!(p(r#"{"prompt": "hi"}"#), vec![Prompt::Text("hi".into())]);
+        assert_eq!(
+            p(r#"{"prompt": ["a", "b"]}"#),
+            vec![Prompt::Text("a".into()), Prompt::Text("b".into())]
+        );
+        assert_eq!(p(r#"{"prompt": [1, 2]}"#), vec![Prompt::Ids(vec![1, 2])]);
+        assert_eq!(
+            p(r#"{"prompt": [[1], [2, 3]]}"#),
+            vec![Prompt::Ids(vec![1]), Prompt::Ids(vec![2, 3])]
+        );
+    }
+
+    #[test]
+    fn a_wrong_type_or_range_names_the_field() {
+        let cases = [
+            (r#"{"prompt": "x", "n": "two"}"#, "n"),
+            (r#"{"prompt": "x", "n": 0}"#, "n"),
+            (r#"{"prompt": "x", "temperature": "hot"}"#, "temperature"),
+            (r#"{"prompt": "x", "logprobs": 21}"#, "logprobs"),
+            (r#"{"prompt": "x", "stop": 3}"#, "stop"),
+            (r#"{"prompt": "x", "top_k": -2}"#, "top_k"),
+            (r#"{"prompt": "x", "stream_options": {}}"#, "stream_options"),
+            (r#"{"prompt": ""}"#, "prompt"),
+            (r#"{"prompt": []}"#, "prompt"),
+            (r#"{"prompt": [1, -1]}"#, "prompt"),
+            (r#"{"prompt": {"a": 1}}"#, "prompt"),
+            (r#"{}"#, "prompt"),
+        ];
+        for (body, param) in cases {
+            let e = parse(body).unwrap_err();
+            assert_eq!(e.status, 400, "{body}");
+            assert_eq!(e.param.as_deref(), Some(param), "{body}: {}", e.message);
+            assert!(e.message.contains(param), "{body}: {}", e.message);
+        }
+        for body in ["{", "[1]", "null"] {
+            assert_eq!(parse(body).unwrap_err().status, 400, "{body}");
+        }
+    }
+
+    #[test]
+    fn the_defaults_are_openai_s() {
+        let r = parse(r#"{"prompt": "x", "top_k": -1, "stop": "a"}"#).unwrap();
+        let f = &r.fields;
+        assert_eq!((f.n, f.max_tokens, f.top_k), (1, None, 0));
+        assert_eq!((f.temperature, f.top_p, f.min_p), (1.0, 1.0, 0.0));
+        assert_eq!(f.stop, vec!["a".to_string()]);
+        assert!(f.logprobs.is_none() && !f.stream && !f.include_usage);
+    }
+
+    #[test]
+    fn chat_messages_and_log_probs_read() {
+        let r = chat(
+            r#"{"messages": [{"role": "system", "content": null},
+                {"role": "user", "content": [{"type": "text", "text": "a"},
+                                             {"type": "text", "text": "b"}]}],
+                "logprobs": true, "top_logprobs": 3, "max_completion_tokens": 9}"#,
+        )
+        .unwrap();
+        let m = |role: &str, content: &str| Message {
+            role: role.into(),
+            content: content.into(),
+        };
+        assert_eq!(r.messages, vec![m("system", ""), m("user", "ab")]);
+        assert_eq!((r.fields.logprobs, r.fields.max_tokens), (Some(3), Some(9)));
+        let r = chat(r#"{"messages": [{"role": "user", "content": "x"}], "logprobs": true}"#);
+        assert_eq!(r.unwrap().fields.logprobs, Some(0));
+    }
+
+    #[test]
+    fn a_bad_chat_body_names_the_field() {
+        let cases = [
+            (r#"{}"#, "messages"),
+            (r#"{"messages": []}"#, "messages"),
+            (r#"{"messages": "hi"}"#, "messages"),
+            (r#"{"messages": [3]}"#, "messages"),
+            (r#"{"messages": [{"content": "x"}]}"#, "messages"),
+            (
+                r#"{"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}"#,
+                "messages",
+            ),
+            (
+                r#"{"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}"#,
+                "top_logprobs",
+            ),
+            (
+                r#"{"messages": [{"role": "user", "content": "x"}], "logprobs": true,
+                    "top_logprobs": 21}"#,
+                "top_logprobs",
+            ),
+            (
+                r#"{"messages": [{"role": "user", "content": "x"}], "logprobs": 2}"#,
+                "logprobs",
+            ),
+        ];
+        for (body, param) in cases {
+            let e = chat(body).unwrap_err();
+            assert_eq!(e.status, 400, "{body}");
+            assert_eq!(e.param.as_deref(), Some(param), "{body}: {}", e.message);
+            assert!(e.message.contains(param), "{body}: {}", e.message);
+        }
+    }
+}

@@ -1,0 +1,384 @@
+//! What clients are sent: the bodies and stream chunks of both APIs, in the shapes vLLM's
+//! clients parse.
+//!
+//! A sample reaches a client as pieces ([`Piece`]): the whole sample in one (a whole
+//! response, or a stream that could not send tokens as they came), or its tokens one by
+//! one and then a last piece that says why it ended. [`choice`] shapes a piece for either
+//! API, so the two differ only in the shape, never in what they report.
+//!
+//! Responses are typed structs written with their f32 numbers in shortest form, and every
+//! one goes through `json_out` first, so a NaN never reaches a client as `null`.
+
+use serde::ser::SerializeMap;
+use serde::{Serialize, Serializer};
+use sprout::sched::{FinishReason, FinishedSample, TopLogprob};
+use sprout::tokenizer::Tokenizer;
+
+use crate::cli::serve::error::ApiError;
+
+/// Which API a request came through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Api {
+    Completions,
+    Chat,
+}
+
+impl Api {
+    /// The `object` of a whole response, or of a stream chunk.
+    pub fn object(self, stream: bool) -> &'static str {
+        match (self, stream) {
+            (Api::Completions, _) => "text_completion",
+            (Api::Chat, false) => "chat.completion",
+            (Api::Chat, true) => "chat.completion.chunk",
+        }
+    }
+
+    /// The prefix of a response's `id`.
+    pub fn id_prefix(self) -> &'static str {
+        match self {
+            Api::Completions => "cmpl",
+            Api::Chat => "chatcmpl",
+        }
+    }
+}
+
+/// One choice of a response or stream chunk, of either API.
+#[derive(Serialize)]
+#[serde(untagged)]
+pub enum Choice {
+    Text(TextChoice),
+    Chat(ChatChoice),
+}
+
+/// A completions choice.
+#[derive(Serialize)]
+pub struct TextChoice {
+    pub index: usize,
+    pub text: String,
+    pub logprobs: Option<Logprobs>,
+    pub finish_reason: Option<FinishReason>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_token_ids: Option<Vec<u32>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token_ids: Option<Vec<u32>>,
+    /// sprout's own fields, on a finished sample.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sprout: Option<SproutFields>,
+}
+
+/// A chat choice: `message` in a whole response, `delta` in a stream chunk.
+#[derive(Serialize)]
+pub struct ChatChoice {
+    pub index: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<ChatMessage>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delta: Option<ChatDelta>,
+    pub logprobs: Option<ChatLogprobs>,
+    pub finish_reason: Option<FinishReason>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token_ids: Option<Vec<u32>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sprout: Option<SproutFields>,
+}
+
+#[derive(Serialize)]
+pub struct ChatMessage {
+    pub role: &'static str,
+    pub content: String,
+}
+
+/// What a stream chunk adds to a chat choice: the role in its first chunk.
+#[derive(Serialize)]
+pub struct ChatDelta {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<&'static str>,
+    pub content: String,
+}
+
+/// OpenAI's completions log-probs: per token its text, log-prob, the most likely
+/// alternatives (text to log-prob) and where its text starts in the completion.
+#[derive(Serialize, Default)]
+pub struct Logprobs {
+    pub tokens: Vec<String>,
+    pub token_logprobs: Vec<f32>,
+    pub top_logprobs: Vec<TopMap>,
+    pub text_offset: Vec<usize>,
+}
+
+/// A position's alternatives as a JSON object, most likely first (a text that two tokens
+/// share keeps the likelier one).
+pub struct TopMap(pub Vec<(String, f32)>);
+
+impl Serialize for TopMap {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(self.0.len()))?;
+        for (text, logprob) in &self.0 {
+            map.serialize_entry(text, logprob)?;
+        }
+        map.end()
+    }
+}
+
+/// OpenAI's chat log-probs: per token its text, log-prob, UTF-8 bytes and alternatives.
+#[derive(Serialize, Default)]
+pub struct ChatLogprobs {
+    pub content: Vec<ChatTokenLogprob>,
+}
+
+#[derive(Serialize)]
+pub struct ChatTokenLogprob {
+    pub token: String,
+    pub logprob: f32,
+    pub bytes: Vec<u8>,
+    pub top_logprobs: Vec<ChatAlternative>,
+}
+
+#[derive(Serialize)]
+pub struct ChatAlternative {
+    pub token: String,
+    pub logprob: f32,
+    pub bytes: Vec<u8>,
+}
+
+/// What sprout returns besides OpenAI's fields.
+#[derive(Serialize)]
+pub struct SproutFields {
+    /// Each token's log-prob under the distribution it was drawn from.
+    pub sampling_logprobs: Vec<f32>,
+    /// Each token's log-prob under the model (temperature 1), as a plain list.
+    pub logprobs: Vec<f32>,
+    pub weights_version: u64,
+    /// The stop string that ended the sample, if one did.
+    pub stop_string: Option<String>,
+}
+
+#[derive(Serialize)]
+pub struct Usage {
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+    pub total_tokens: usize,
+    pub prompt_tokens_details: PromptTokensDetails,
+}
+
+#[derive(Serialize)]
+pub struct PromptTokensDetails {
+    /// Prompt tokens whose KV came from the prefix cache when each prompt was admitted.
+    pub cached_tokens: usize,
+}
+
+impl Usage {
+    pub fn new(prompt_tokens: usize, completion_tokens: usize, cached_tokens: usize) -> Usage {
+        Usage {
+            prompt_tokens,
+            completion_tokens,
+            total_tokens: prompt_tokens + completion_tokens,
+            prompt_tokens_details: PromptTokensDetails { cached_tokens },
+        }
+    }
+}
+
+/// A response body, or one stream chunk (`usage` only in the last, when asked for).
+#[derive(Serialize)]
+pub struct Body<'a> {
+    pub id: &'a str,
+    pub object: &'static str,
+    pub created: u64,
+    pub model: &'a str,
+    /// Chat with `return_token_ids`: the prompt (in the whole response, or the first chunk).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_token_ids: Option<Vec<u32>>,
+    pub choices: Vec<Choice>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+}
+
+/// Part of one sample, to be sent as one choice.
+pub struct Piece<'a> {
+    /// The choice's index: `prompt * n + sample`.
+    pub index: usize,
+    pub text: String,
+    pub tokens: &'a [u32],
+    /// Log-probs and alternatives of `tokens` (empty when not asked for).
+    pub logprobs: &'a [f32],
+    pub top: &'a [Vec<TopLogprob>],
+    /// Characters of the sample's text before this piece.
+    pub text_offset: usize,
+    /// The sample's first piece (it carries the prompt and the chat role).
+    pub first: bool,
+    /// The last piece: the finished sample.
+    pub finished: Option<&'a FinishedSample>,
+}
+
+/// What the request asked each choice to carry.
+pub struct Asked<'a> {
+    pub api: Api,
+    pub stream: bool,
+    pub logprobs: bool,
+    pub return_token_ids: bool,
+    pub prompt: &'a [u32],
+    pub weights_version: u64,
+}
+
+/// `piece` as a choice of `asked.api`.
+pub fn choice(tokenizer: &Tokenizer, asked: &Asked, piece: Piece) -> Choice {
+    let finish_reason = piece.finished.map(|s| s.finish_reason);
+    let sprout = piece
+        .finished
+        .map(|s| sprout_fields(s, asked.weights_version));
+    let token_ids = asked.return_token_ids.then(|| piece.tokens.to_vec());
+    match asked.api {
+        Api::Completions => Choice::Text(TextChoice {
+            index: piece.index,
+            logprobs: asked.logprobs.then(|| {
+                text_logprobs(
+                    tokenizer,
+                    piece.tokens,
+                    piece.logprobs,
+                    piece.top,
+                    piece.text_offset,
+                )
+            }),
+            text: piece.text,
+            finish_reason,
+            prompt_token_ids: (asked.return_token_ids && piece.first)
+                .then(|| asked.prompt.to_vec()),
+            token_ids,
+            sprout,
+        }),
+        Api::Chat => {
+            let (message, delta) = match asked.stream {
+                false => (
+                    Some(ChatMessage {
+                        role: "assistant",
+                        content: piece.text,
+                    }),
+                    None,
+                ),
+                true => (
+                    None,
+                    Some(ChatDelta {
+                        role: piece.first.then_some("assistant"),
+                        content: piece.text,
+                    }),
+                ),
+            };
+            Choice::Chat(ChatChoice {
+                index: piece.index,
+                message,
+                delta,
+                logprobs: asked
+                    .logprobs
+                    .then(|| chat_logprobs(tokenizer, piece.tokens, piece.logprobs, piece.top)),
+                finish_reason,
+                token_ids,
+                sprout,
+            })
+        }
+    }
+}
+
+/// The text of one token by itself, as the log-probs show it.
+pub fn token_text(tokenizer: &Tokenizer, id: u32) -> String {
+    tokenizer.decode_with(&[id], false).unwrap_or_default()
+}
+
+/// The completions log-probs of `tokens`, their text starting `offset` characters into
+/// the completion.
+fn text_logprobs(
+    tokenizer: &Tokenizer,
+    tokens: &[u32],
+    logprobs: &[f32],
+    top: &[Vec<TopLogprob>],
+    mut offset: usize,
+) -> Logprobs {
+    let mut out = Logprobs::default();
+    for (i, (&id, &lp)) in tokens.iter().zip(logprobs).enumerate() {
+        let text = token_text(tokenizer, id);
+        out.text_offset.push(offset);
+        offset += text.chars().count();
+        let mut alternatives: Vec<(String, f32)> = Vec::new();
+        for t in top.get(i).map(Vec::as_slice).unwrap_or_default() {
+            let text = token_text(tokenizer, t.token);
+            if !alternatives.iter().any(|(seen, _)| *seen == text) {
+                alternatives.push((text, t.logprob));
+            }
+        }
+        out.tokens.push(text);
+        out.token_logprobs.push(lp);
+        out.top_logprobs.push(TopMap(alternatives));
+    }
+    out
+}
+
+/// The chat log-probs of `tokens`.
+fn chat_logprobs(
+    tokenizer: &Tokenizer,
+    tokens: &[u32],
+    logprobs: &[f32],
+    top: &[Vec<TopLogprob>],
+) -> ChatLogprobs {
+    let content = tokens
+        .iter()
+        .zip(logprobs)
+        .enumerate()
+        .map(|(i, (&id, &logprob))| {
+            let token = token_text(tokenizer, id);
+            let top_logprobs = top
+                .get(i)
+                .map(Vec::as_slice)
+                .unwrap_or_default()
+                .iter()
+                .map(|t| {
+                    let token = token_text(tokenizer, t.token);
+                    ChatAlternative {
+                        bytes: token.as_bytes().to_vec(),
+                        token,
+                        logprob: t.logprob,
+                    }
+                })
+                .collect();
+            ChatTokenLogprob {
+                bytes: token.as_bytes().to_vec(),
+                token,
+                logprob,
+                top_logprobs,
+            }
+        })
+        .collect();
+    ChatLogprobs { content }
+}
+
+/// The text of a finished sample: cut before its stop string when one ended it.
+pub fn sample_text(tokenizer: &Tokenizer, sample: &FinishedSample) -> Result<String, ApiError> {
+    match &sample.stopped_by {
+        Some(m) => Ok(m.text.clone()),
+        None => tokenizer.decode_with(&sample.token_ids, true).map_err(|e| {
+            ApiError::status(axum::http::StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+        }),
+    }
+}
+
+/// sprout's fields of a finished sample.
+fn sprout_fields(sample: &FinishedSample, weights_version: u64) -> SproutFields {
+    SproutFields {
+        sampling_logprobs: sample.sampling_logprobs.clone(),
+        logprobs: sample.logprobs.clone(),
+        weights_version,
+        stop_string: sample.stopped_by.as_ref().map(|m| m.stop.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn alternatives_serialize_as_an_ordered_object() {
+        let m = TopMap(vec![("b".into(), -0.5), ("a".into(), -1.25)]);
+        assert_eq!(
+            serde_json::to_string(&m).unwrap(),
+            r#"{"b":-0.5,"a":-1.25}"#
+        );
+    }
+}
