@@ -189,6 +189,29 @@ pub fn run(backend: BackendChoice, args: BenchArgs) -> Result<()> {
     let batch = args.batch.unwrap_or(args.n);
     let eos = decoder.config.eos_token_ids.clone();
 
+    // An untimed pass first: the driver compiles pipelines and sizes its caches on first
+    // use (llvmpipe JIT-compiles each shader then), which is start-up, not throughput.
+    // Every prompt and the full batch width, 4 new tokens.
+    let warm = Workload::new(
+        &text_ids,
+        args.prompts,
+        args.prompt_tokens,
+        args.n,
+        args.max_tokens.min(4),
+        Lengths::Fixed,
+    );
+    let hidden = ProgressBar::hidden();
+    run_mode(
+        decoder,
+        &config,
+        &warm,
+        Mode::Sprout,
+        batch,
+        args.seed,
+        &eos,
+        &hidden,
+    )?;
+
     // Every mode's rounds, in the order of `args.modes`.
     let mut rounds: Vec<Vec<ModeResult>> = vec![Vec::new(); args.modes.len()];
     for round in 1..=args.rounds {
