@@ -154,6 +154,24 @@ fn freed_cached_block_is_hit_and_acquire_takes_it_off_free_list() {
 }
 
 #[test]
+fn forgetting_free_hashes_keeps_the_blocks_in_use_named() {
+    let mut pool = BlockPool::new(4);
+    let ids = allocate_n(&mut pool, 3);
+    for (k, &id) in ids.iter().enumerate() {
+        assert!(pool.register(id, h(k as u8)));
+    }
+    pool.release(ids[0]);
+    pool.release(ids[1]);
+    assert_eq!(pool.forget_free_hashes(), 2);
+    assert_eq!((pool.lookup(&h(0)), pool.lookup(&h(1))), (None, None));
+    assert_eq!(pool.hash_of(ids[0]), None);
+    assert_eq!(pool.lookup(&h(2)), Some(ids[2]), "in use: still named");
+    assert_eq!(pool.num_free(), 3, "the blocks themselves stay free");
+    pool.check().unwrap();
+    assert_eq!(pool.forget_free_hashes(), 0);
+}
+
+#[test]
 fn acquire_of_head_and_tail_of_free_list() {
     let mut pool = BlockPool::new(3);
     pool.acquire(0); // head

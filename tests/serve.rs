@@ -1139,3 +1139,143 @@ fn a_client_that_leaves_mid_stream_is_aborted_and_sigterm_exits_0() {
         reply.body
     );
 }
+
+fn admin(port: u16, method: &str, path: &str, body: &str) -> Reply {
+    http(port, method, path, &[], body.as_bytes())
+}
+
+/// Generated tokens so far, from `/metrics`.
+fn generated(port: u16) -> f64 {
+    metric(&metrics(port), "vllm:generation_tokens_total", &[])
+}
+
+#[test]
+fn a_trainer_pauses_resumes_aborts_and_resets_the_prefix_cache() {
+    let server = Server::start(&[]);
+    let port = server.port;
+    let long = json!({"prompt": PROMPT, "n": 2, "max_tokens": 240, "ignore_eos": true,
+                      "stream": true, "request_id": "long-1"});
+    let streaming = std::thread::spawn(move || post(port, &long));
+    await_running(port);
+    // The id is taken while the request is in flight.
+    let same = post(port, &json!({"prompt": PROMPT, "request_id": "long-1"}));
+    assert_error(&same, 400, Some("request_id"), "already in flight");
+
+    // keep: stepping stops at once, and a new request waits.
+    let paused = admin(port, "POST", "/pause?mode=keep", "");
+    assert_eq!(paused.status, 200, "{}", paused.body);
+    assert_eq!(
+        admin(port, "GET", "/is_paused", "").json()["is_paused"],
+        true
+    );
+    let before = generated(port);
+    let short = std::thread::spawn(move || post(port, &json!({"prompt": PROMPT, "max_tokens": 4})));
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(
+        generated(port),
+        before,
+        "tokens were generated while paused"
+    );
+    assert!(!short.is_finished(), "a request ran while paused");
+    let m = metrics(port);
+    assert_eq!(
+        metric(&m, "vllm:num_requests_waiting", &[]),
+        1.0,
+        "{}",
+        brief(&m)
+    );
+
+    // resume: the held request runs, the long one goes on.
+    assert_eq!(admin(port, "POST", "/resume", "").status, 200);
+    assert_eq!(
+        admin(port, "GET", "/is_paused", "").json()["is_paused"],
+        false
+    );
+    let short = short.join().unwrap();
+    assert_eq!(short.status, 200, "{}", short.body);
+    assert!(generated(port) > before);
+
+    // abort by id: the client gets its samples so far, ended by "abort".
+    let unknown = admin(
+        port,
+        "POST",
+        "/abort_requests",
+        r#"{"request_ids": ["long-1", "nope"]}"#,
+    );
+    assert_eq!(unknown.status, 200, "{}", unknown.body);
+    assert_eq!(unknown.json()["aborted_prompts"], 1);
+    assert_eq!(unknown.json()["not_found"], json!(["nope"]));
+    let reply = streaming.join().unwrap();
+    let (streamed, _) = gather_stream(&reply.body, 2);
+    for s in &streamed {
+        assert_eq!(s.finish_reason.as_deref(), Some("abort"), "{}", reply.body);
+        assert!(!s.text.is_empty(), "{}", reply.body);
+    }
+
+    // wait: the pause comes once the request in flight has finished, whole.
+    let body = json!({"prompt": PROMPT, "max_tokens": 30, "ignore_eos": true});
+    let running = std::thread::spawn(move || post(port, &body));
+    await_running(port);
+    let paused = admin(port, "POST", "/pause?mode=wait", "");
+    assert_eq!(paused.status, 200, "{}", paused.body);
+    let finished = running.join().unwrap().json();
+    assert_eq!(finished["choices"][0]["finish_reason"], "length");
+    assert_eq!(finished["usage"]["completion_tokens"], 30);
+    assert_eq!(admin(port, "POST", "/resume", "").status, 200);
+
+    // abort: the request in flight ends at once.
+    let body = json!({"prompt": PROMPT, "max_tokens": 240, "ignore_eos": true});
+    let running = std::thread::spawn(move || post(port, &body));
+    await_running(port);
+    assert_eq!(admin(port, "POST", "/pause", "").json()["mode"], "abort");
+    let cut = running.join().unwrap().json();
+    assert_eq!(cut["choices"][0]["finish_reason"], "abort", "{cut}");
+    assert_eq!(admin(port, "POST", "/resume", "").status, 200);
+    assert_error(
+        &admin(port, "POST", "/pause?mode=later", ""),
+        400,
+        Some("mode"),
+        "later",
+    );
+
+    // reset: a prompt whose blocks were cached is computed again.
+    let long_prompt = json!({"prompt": PROMPT.repeat(8), "max_tokens": 2});
+    assert_eq!(post(port, &long_prompt).status, 200);
+    let again = post(port, &long_prompt).json();
+    assert!(again["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64() > Some(0));
+    let reset = admin(port, "POST", "/reset_prefix_cache", "").json();
+    assert!(reset["forgotten_blocks"].as_u64() > Some(0), "{reset}");
+    let after = post(port, &long_prompt).json();
+    assert_eq!(
+        after["usage"]["prompt_tokens_details"]["cached_tokens"], 0,
+        "{after}"
+    );
+    await_idle(port, 0, "length");
+}
+
+#[test]
+fn with_an_admin_key_the_admin_routes_need_it() {
+    let server = Server::start(&["--admin-api-key", "root"]);
+    let port = server.port;
+    for (method, path) in [
+        ("POST", "/pause"),
+        ("POST", "/resume"),
+        ("GET", "/is_paused"),
+        ("POST", "/abort_requests"),
+        ("POST", "/reset_prefix_cache"),
+    ] {
+        let none = http(port, method, path, &[], b"");
+        assert_error(&none, 401, None, "admin key");
+        let wrong = http(port, method, path, &["Authorization: Bearer nope"], b"");
+        assert_error(&wrong, 401, None, "admin key");
+    }
+    let with = http(
+        port,
+        "GET",
+        "/is_paused",
+        &["Authorization: Bearer root"],
+        b"",
+    );
+    assert_eq!(with.status, 200, "{}", with.body);
+    assert_eq!(with.json()["is_paused"], false);
+}

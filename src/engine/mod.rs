@@ -258,6 +258,11 @@ impl<'d> Engine<'d> {
         Ok(id)
     }
 
+    /// Forgets the prefix cache's reusable entries; returns how many blocks it named.
+    pub fn reset_prefix_cache(&mut self) -> usize {
+        self.scheduler.reset_prefix_cache()
+    }
+
     /// Stops a request now; returns its samples with what they had generated.
     pub fn abort(&mut self, id: RequestId) -> Result<Vec<FinishedSample>, SproutError> {
         Ok(self.scheduler.abort(id)?)

@@ -175,6 +175,25 @@ impl BlockPool {
         true
     }
 
+    /// Forgets the hash of every free block (the prefix cache's reusable entries) and
+    /// returns how many were forgotten. Blocks in use keep theirs until they are freed and
+    /// reused, as their contents are still being read.
+    pub fn forget_free_hashes(&mut self) -> usize {
+        let mut forgotten = 0;
+        for id in 0..self.ref_counts.len() {
+            if self.ref_counts[id] > 0 {
+                continue;
+            }
+            if let Some(hash) = self.hashes[id].take() {
+                if self.cached.get(&hash) == Some(&(id as BlockId)) {
+                    self.cached.remove(&hash);
+                }
+                forgotten += 1;
+            }
+        }
+        forgotten
+    }
+
     /// Number of cache entries (hash map size).
     pub fn num_cached(&self) -> usize {
         self.cached.len()

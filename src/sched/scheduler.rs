@@ -824,6 +824,12 @@ impl Scheduler {
         self.requests.contains_key(&id)
     }
 
+    /// Forgets the prefix cache's reusable entries (the hashes of free blocks); returns
+    /// how many. A later prompt recomputes what they held.
+    pub fn reset_prefix_cache(&mut self) -> usize {
+        self.pool.forget_free_hashes()
+    }
+
     /// Once request `id`'s prompt has been admitted (its first chunk scheduled), the
     /// prompt tokens that came from the prefix cache then; `None` while it waits, and for
     /// a request that has finished or is unknown.

@@ -2,34 +2,23 @@
 //! [`Engine`] that every HTTP request's prompts join (one continuous batch).
 //!
 //! The HTTP side talks to it only through [`EngineHandle`]: a [`Command`] channel in, and
-//! per request an [`Event`] channel out. The loop takes every pending command, runs one
-//! engine step while there is work, routes what the step drew and finished to the
-//! requests' channels, and blocks on the command channel when it is idle.
-//!
-//! Invariants: an engine request is in `live` from the moment it is added until its last
-//! sample has been sent (or it is aborted); a request's events stop after its last
-//! `Finished`. Commands are applied between steps only, as `Engine::abort` requires.
-//!
-//! The thread also keeps [`Metrics`]: after each step it adds the scheduler's new counts,
-//! sets the gauges, and times each request from its arrival (given by the HTTP side) to
-//! its admission, each sample's tokens and each sample's end. A time is taken when the
-//! step that did the work returns.
+//! per request an [`Event`] channel out. The loop itself is `engine_loop`.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::Instant;
 
 use anyhow::{Result, anyhow};
-use sprout::engine::{Engine, EngineConfig};
+use sprout::engine::EngineConfig;
 use sprout::gpu::BackendChoice;
-use sprout::sched::{FinishedSample, Request, RequestId, SchedulerStats};
+use sprout::sched::{FinishedSample, Request};
 use sprout::tokenizer::Tokenizer;
 use sprout::tokenizer::chat_template::ChatTemplate;
 use tokio::sync::{mpsc as tmpsc, oneshot};
 
 use crate::cli::bootstrap::{self, Kernels};
 use crate::cli::cli_args::ModelArg;
+use crate::cli::serve::engine_loop::EngineLoop;
 use crate::cli::serve::metrics::Metrics;
 
 /// What the HTTP side asks of the engine thread.
@@ -47,8 +36,34 @@ pub enum Command {
     },
     /// Stop the requests with these indexes (their client went away) and free their blocks.
     Abort { indexes: Vec<u32> },
+    /// Stop the requests with these indexes (all with `None`); their clients get their
+    /// samples so far. Replies with how many requests were stopped.
+    AbortRequests {
+        indexes: Option<Vec<u32>>,
+        reply: oneshot::Sender<usize>,
+    },
+    /// Stop stepping (see [`PauseMode`]); replies once paused. New requests are held.
+    Pause {
+        mode: PauseMode,
+        reply: oneshot::Sender<()>,
+    },
+    /// Step again, starting the held requests.
+    Resume { reply: oneshot::Sender<()> },
+    /// Forget the prefix cache's reusable blocks; replies with how many.
+    ResetPrefixCache { reply: oneshot::Sender<usize> },
     /// Abort everything, send each client its aborted samples, and end the thread.
     Shutdown,
+}
+
+/// What a pause does with the requests in flight (vLLM's modes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PauseMode {
+    /// Abort them (their clients get their samples so far), then pause.
+    Abort,
+    /// Let them finish, then pause.
+    Wait,
+    /// Pause at once; they continue where they were on resume, their KV kept.
+    Keep,
 }
 
 /// What the engine thread tells one HTTP request.
@@ -131,56 +146,6 @@ pub fn start(
     }
 }
 
-/// One live engine request.
-struct Live {
-    id: RequestId,
-    events: tmpsc::UnboundedSender<Event>,
-    stream_tokens: bool,
-    arrived: Instant,
-    /// Its prompt has been admitted (its queue time observed).
-    admitted: bool,
-    /// Per sample, when its last token was drawn.
-    last_token: Vec<Option<Instant>>,
-}
-
-impl Live {
-    /// Observes the queue time once the prompt is admitted (or has finished, admitted
-    /// within the step).
-    fn note_admission(&mut self, engine: &Engine<'_>, metrics: &Metrics, now: Instant) {
-        let admitted = !engine.scheduler().has_request(self.id)
-            || engine.scheduler().cached_prompt_tokens(self.id).is_some();
-        if admitted && !self.admitted {
-            self.admitted = true;
-            metrics
-                .request_queue_time
-                .observe((now - self.arrived).as_secs_f64());
-        }
-    }
-
-    /// Observes the time to a sample's first token, or since its token before.
-    fn note_token(&mut self, sample_index: u32, metrics: &Metrics, now: Instant) {
-        let Some(last) = self.last_token.get_mut(sample_index as usize) else {
-            return;
-        };
-        match last.replace(now) {
-            None => metrics
-                .time_to_first_token
-                .observe((now - self.arrived).as_secs_f64()),
-            Some(before) => metrics
-                .inter_token_latency
-                .observe((now - before).as_secs_f64()),
-        }
-    }
-
-    /// Counts a finished sample.
-    fn count_finish(&self, sample: &FinishedSample, metrics: &Metrics, now: Instant) {
-        metrics.finished(sample.finish_reason);
-        metrics
-            .e2e_request_latency
-            .observe((now - self.arrived).as_secs_f64());
-    }
-}
-
 fn run(
     backend: BackendChoice,
     model: ModelArg,
@@ -202,7 +167,7 @@ fn run(
     let engine = opened
         .tokenizer()
         .and_then(|t| Ok((t, opened.engine(&config)?)));
-    let (tokenizer, mut engine) = match engine {
+    let (tokenizer, engine) = match engine {
         Ok(pair) => pair,
         Err(e) => {
             let _ = ready.send(Err(e));
@@ -249,186 +214,5 @@ fn run(
     if ready.send(Ok((facts, metrics.clone()))).is_err() {
         return;
     }
-    let mut live: HashMap<u32, Live> = HashMap::new();
-    let mut counted = SchedulerStats::default();
-    loop {
-        // Block for the next command only when there is nothing to step.
-        let first = if engine.has_work() {
-            match commands.try_recv() {
-                Ok(c) => Some(c),
-                Err(mpsc::TryRecvError::Empty) => None,
-                Err(mpsc::TryRecvError::Disconnected) => Some(Command::Shutdown),
-            }
-        } else {
-            Some(commands.recv().unwrap_or(Command::Shutdown))
-        };
-        let mut shutdown = false;
-        for command in first
-            .into_iter()
-            .chain(std::iter::from_fn(|| commands.try_recv().ok()))
-        {
-            match command {
-                Command::Add {
-                    requests,
-                    stream_tokens,
-                    events,
-                    arrived,
-                    reply,
-                } => {
-                    let client = Client {
-                        events,
-                        stream_tokens,
-                        arrived,
-                    };
-                    let _ = reply.send(add(&mut engine, &mut live, requests, client));
-                }
-                Command::Abort { indexes } => {
-                    let now = Instant::now();
-                    for index in indexes {
-                        if let Some(l) = live.remove(&index) {
-                            // The client is gone: its samples are counted, and go nowhere.
-                            for sample in engine.abort(l.id).unwrap_or_default() {
-                                l.count_finish(&sample, &metrics, now);
-                            }
-                        }
-                    }
-                }
-                Command::Shutdown => shutdown = true,
-            }
-        }
-        if shutdown {
-            let now = Instant::now();
-            for (_, l) in live.drain() {
-                for sample in engine.abort(l.id).unwrap_or_default() {
-                    l.count_finish(&sample, &metrics, now);
-                    let _ = l.events.send(Event::Finished(sample));
-                }
-            }
-            publish(&engine, &live, &metrics, &mut counted);
-            return;
-        }
-        if engine.has_work() {
-            match pollster::block_on(engine.step()) {
-                Ok(step) => {
-                    let now = Instant::now();
-                    // Events go out after the metrics are up to date, so that a client
-                    // that has heard of its tokens finds them counted.
-                    let mut outbox = Vec::new();
-                    for l in live.values_mut() {
-                        l.note_admission(&engine, &metrics, now);
-                    }
-                    for d in step.drawn {
-                        let Some(l) = live.get_mut(&d.request_index) else {
-                            continue;
-                        };
-                        // A draw planned ahead for a sample that has finished since is
-                        // not part of it.
-                        let open = engine.scheduler().generated(l.id, d.sample_index).is_some()
-                            || step
-                                .finished
-                                .iter()
-                                .any(|s| s.request == l.id && s.sample_index == d.sample_index);
-                        if !open {
-                            continue;
-                        }
-                        l.note_token(d.sample_index, &metrics, now);
-                        if l.stream_tokens {
-                            let token = Event::Token {
-                                request_index: d.request_index,
-                                sample_index: d.sample_index,
-                                token: d.token,
-                            };
-                            outbox.push((l.events.clone(), token));
-                        }
-                    }
-                    for sample in step.finished {
-                        if let Some(l) = live.get(&sample.request_index) {
-                            l.count_finish(&sample, &metrics, now);
-                            outbox.push((l.events.clone(), Event::Finished(sample)));
-                        }
-                    }
-                    live.retain(|_, l| engine.scheduler().has_request(l.id));
-                    publish(&engine, &live, &metrics, &mut counted);
-                    for (to, event) in outbox {
-                        let _ = to.send(event);
-                    }
-                }
-                Err(e) => {
-                    tracing::error!("engine step failed: {e}");
-                    for (_, l) in live.drain() {
-                        let _ = engine.abort(l.id);
-                        let _ = l
-                            .events
-                            .send(Event::Failed(format!("the engine failed: {e}")));
-                    }
-                }
-            }
-        }
-        publish(&engine, &live, &metrics, &mut counted);
-    }
-}
-
-/// Where one HTTP request's events go, and when it arrived.
-struct Client {
-    events: tmpsc::UnboundedSender<Event>,
-    stream_tokens: bool,
-    arrived: Instant,
-}
-
-/// Adds every request of one HTTP request, or none: a refusal aborts those already added.
-fn add(
-    engine: &mut Engine<'_>,
-    live: &mut HashMap<u32, Live>,
-    requests: Vec<Request>,
-    client: Client,
-) -> Result<(), String> {
-    let mut added = Vec::new();
-    for request in requests {
-        let (index, n) = (request.index, request.n);
-        match engine.add_request(request) {
-            Ok(id) => added.push((index, n, id)),
-            Err(e) => {
-                for (_, _, id) in added {
-                    let _ = engine.abort(id);
-                }
-                return Err(e.to_string());
-            }
-        }
-    }
-    for (index, n, id) in added {
-        live.insert(
-            index,
-            Live {
-                id,
-                events: client.events.clone(),
-                stream_tokens: client.stream_tokens,
-                arrived: client.arrived,
-                admitted: false,
-                last_token: vec![None; n],
-            },
-        );
-    }
-    Ok(())
-}
-
-/// Sets the gauges and adds the scheduler's counts since `counted`.
-fn publish(
-    engine: &Engine<'_>,
-    live: &HashMap<u32, Live>,
-    metrics: &Metrics,
-    counted: &mut SchedulerStats,
-) {
-    let s = engine.scheduler();
-    let (used, total) = (s.pool().num_used(), s.config().num_blocks);
-    metrics.kv_blocks_in_use.set(used as i64);
-    metrics
-        .kv_cache_usage_perc
-        .set(used as f64 / total.max(1) as f64);
-    let running = live.values().filter(|l| l.admitted).count();
-    metrics.num_requests_running.set(running as i64);
-    metrics
-        .num_requests_waiting
-        .set((live.len() - running) as i64);
-    metrics.count(counted, s.stats());
-    *counted = s.stats().clone();
+    EngineLoop::new(engine, metrics).run(commands);
 }

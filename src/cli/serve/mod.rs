@@ -1,13 +1,14 @@
 //! `sprout serve`: an OpenAI-compatible HTTP server over one engine.
 //!
 //! - `engine_thread`: the OS thread that owns the GPU, the model and the engine, and runs
-//!   every request's prompts in one continuous batch;
+//!   every request's prompts in one continuous batch (`engine_loop`: its loop);
 //! - `routes`: the HTTP routes, the API-key check, the body limit and the access log;
 //! - `request`: reading the two APIs' request bodies;
 //! - `submit`: checking a request against the model, the queue limit, and queueing it;
 //! - `reply`: answering from the samples, whole or streamed;
 //! - `response`: the two APIs' response shapes;
 //! - `metrics`: `/metrics`, under vLLM's names;
+//! - `admin`: pause, resume, abort and prefix-cache reset, for a trainer;
 //! - `error`: refusals in OpenAI's error body.
 //!
 //! The HTTP side runs on a tokio runtime; it tokenizes, checks and shapes, and talks to
@@ -15,6 +16,8 @@
 //! connections, aborts what is in flight (clients get what their samples had, with
 //! finish reason "abort") and exits 0.
 
+mod admin;
+mod engine_loop;
 mod engine_thread;
 mod error;
 mod metrics;
@@ -24,10 +27,11 @@ mod response;
 mod routes;
 mod submit;
 
+use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
 use std::io::IsTerminal;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize};
+use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
@@ -57,6 +61,10 @@ pub struct ServeArgs {
     /// Require `Authorization: Bearer KEY` on the /v1 routes.
     #[arg(long, env = "SPROUT_API_KEY")]
     api_key: Option<String>,
+    /// Let clients other than loopback ones use the admin routes (/pause, /resume,
+    /// /abort_requests, ...) with `Authorization: Bearer ADMIN_KEY`.
+    #[arg(long, env = "SPROUT_ADMIN_API_KEY")]
+    admin_api_key: Option<String>,
     /// The most samples (each of a request's n counted) queued or running at once; a
     /// request past it is refused with 503 and Retry-After.
     #[arg(long, default_value_t = 4096)]
@@ -111,6 +119,9 @@ pub fn run(backend: BackendChoice, args: ServeArgs) -> Result<()> {
         served_name,
         max_model_len,
         api_key: args.api_key,
+        admin_key: args.admin_api_key,
+        paused: AtomicBool::new(false),
+        jobs: Mutex::new(HashMap::new()),
         max_queued: args.max_queued_requests,
         queued: AtomicUsize::new(0),
         next_index: AtomicU32::new(0),
@@ -144,6 +155,8 @@ async fn serve(state: Arc<AppState>, host: &str, port: u16) -> Result<()> {
     tracing::info!("serving `{}` on http://{address}", state.served_name);
     let app = routes::router(state.clone());
     let shutdown_state = state.clone();
+    // The admin routes look at the peer's address.
+    let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
     axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             shutdown_signal().await;

@@ -26,6 +26,8 @@ pub enum Prompt {
 #[derive(Clone, Debug)]
 pub struct SamplingFields {
     pub model: Option<String>,
+    /// The client's name for the request (its response's `id`; `/abort_requests` takes it).
+    pub request_id: Option<String>,
     pub n: usize,
     /// `None`: the API's default (16 for completions, the rest of the context for chat).
     pub max_tokens: Option<usize>,
@@ -59,6 +61,9 @@ pub struct ChatRequest {
     pub messages: Vec<Message>,
     pub fields: SamplingFields,
 }
+
+/// The longest `request_id` accepted.
+pub const MAX_REQUEST_ID_BYTES: usize = 256;
 
 /// OpenAI's default for `max_tokens` in completions.
 pub const DEFAULT_MAX_TOKENS: usize = 16;
@@ -155,8 +160,18 @@ impl SamplingFields {
             }
         };
         let whole = "a non-negative integer";
+        let request_id: Option<String> = field(obj, "request_id", "a string")?;
+        if let Some(id) = &request_id
+            && (id.is_empty() || id.len() > MAX_REQUEST_ID_BYTES)
+        {
+            return Err(ApiError::bad(
+                "request_id",
+                format!("request_id must be 1 to {MAX_REQUEST_ID_BYTES} bytes long"),
+            ));
+        }
         Ok(SamplingFields {
             model: field(obj, "model", "a string")?,
+            request_id,
             n: usize::try_from(n).unwrap_or(usize::MAX),
             max_tokens: field(obj, "max_tokens", whole)?,
             temperature: field(obj, "temperature", "a number")?.unwrap_or(1.0),

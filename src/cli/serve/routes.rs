@@ -5,8 +5,9 @@
 //! A completion or chat handler reads its body (`request`), turns it into checked token
 //! ids, queues it (`submit`) and answers from its samples (`reply`).
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use axum::body::Bytes;
@@ -19,6 +20,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::json;
 
+use crate::cli::serve::admin;
 use crate::cli::serve::engine_thread::{EngineHandle, ModelFacts};
 use crate::cli::serve::error::ApiError;
 use crate::cli::serve::reply::{self, internal};
@@ -44,6 +46,12 @@ pub struct AppState {
     pub base_seed: u64,
     /// When the server started (Unix seconds): `/v1/models`' `created`.
     pub started: u64,
+    /// With `--admin-api-key`, the admin routes answer anyone with it (else loopback only).
+    pub admin_key: Option<String>,
+    /// A `/pause` has taken effect and no `/resume` has followed.
+    pub paused: AtomicBool,
+    /// The requests in flight by id, with their engine indexes (for `/abort_requests`).
+    pub jobs: Mutex<HashMap<String, Vec<u32>>>,
 }
 
 pub fn router(state: Arc<AppState>) -> Router {
@@ -56,6 +64,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/health", get(health))
         .route("/metrics", get(metrics))
         .merge(v1)
+        .merge(admin::router(state.clone()))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(middleware::from_fn(refuse_long_bodies))

@@ -63,6 +63,8 @@ impl Job {
 /// A queued request's claim on the engine: see the module docs.
 pub struct Pending {
     state: Arc<AppState>,
+    /// Its id among the requests in flight.
+    id: String,
     indexes: Vec<u32>,
     reserved: usize,
     /// Every sample has been received: nothing to abort.
@@ -74,6 +76,9 @@ impl Drop for Pending {
         self.state
             .queued
             .fetch_sub(self.reserved, Ordering::Relaxed);
+        if let Ok(mut jobs) = self.state.jobs.lock() {
+            jobs.remove(&self.id);
+        }
         if !self.done {
             let indexes = std::mem::take(&mut self.indexes);
             let _ = self.state.engine.send(Command::Abort { indexes });
@@ -238,14 +243,26 @@ pub async fn submit(
     let base = state
         .next_index
         .fetch_add(s.prompts.len() as u32, Ordering::Relaxed);
+    let created = now_s();
+    let id = match &s.fields.request_id {
+        Some(id) => id.clone(),
+        None => format!("{}-{created}-{base}", s.api.id_prefix()),
+    };
+    let indexes: Vec<u32> = (0..s.prompts.len() as u32)
+        .map(|i| base.wrapping_add(i))
+        .collect();
     let mut pending = Pending {
         state: state.clone(),
-        indexes: (0..s.prompts.len() as u32)
-            .map(|i| base.wrapping_add(i))
-            .collect(),
+        id: id.clone(),
+        indexes: indexes.clone(),
         reserved: total,
         done: false,
     };
+    register(state, &id, indexes).inspect_err(|_| {
+        // Not ours to remove: the id belongs to the request in flight.
+        pending.id.clear();
+        pending.done = true;
+    })?;
     let requests = s
         .prompts
         .iter()
@@ -287,16 +304,31 @@ pub async fn submit(
             ));
         }
     }
-    let created = now_s();
     let job = Job {
         api: s.api,
-        id: format!("{}-{created}-{base}", s.api.id_prefix()),
+        id,
         created,
         fields: s.fields,
         prompts: s.prompts,
         base,
     };
     Ok((job, receiver, pending))
+}
+
+/// Records `id` among the requests in flight, or a 400 when it is there already.
+fn register(state: &AppState, id: &str, indexes: Vec<u32>) -> Result<(), ApiError> {
+    let mut jobs = state
+        .jobs
+        .lock()
+        .map_err(|_| crate::cli::serve::admin::poisoned())?;
+    if jobs.contains_key(id) {
+        return Err(ApiError::bad(
+            "request_id",
+            format!("a request with request_id {id:?} is already in flight"),
+        ));
+    }
+    jobs.insert(id.to_string(), indexes);
+    Ok(())
 }
 
 /// Seconds since the Unix epoch.

@@ -1,0 +1,183 @@
+//! The routes a trainer drives the server with, in vLLM's shapes: `POST /pause`,
+//! `POST /resume`, `GET /is_paused`, `POST /abort_requests` and
+//! `POST /reset_prefix_cache`.
+//!
+//! They answer loopback clients only, unless `--admin-api-key` is set: then anyone with
+//! `Authorization: Bearer ADMIN_KEY`, and no one without it.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{ConnectInfo, Query, Request as HttpRequest, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+use crate::cli::serve::engine_thread::{Command, PauseMode};
+use crate::cli::serve::error::ApiError;
+use crate::cli::serve::routes::AppState;
+
+pub fn router(state: Arc<AppState>) -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/pause", post(pause))
+        .route("/resume", post(resume))
+        .route("/is_paused", get(is_paused))
+        .route("/abort_requests", post(abort_requests))
+        .route("/reset_prefix_cache", post(reset_prefix_cache))
+        .route_layer(middleware::from_fn_with_state(state, check_admin))
+}
+
+/// Loopback only, or the admin key: see the module docs.
+async fn check_admin(
+    State(state): State<Arc<AppState>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    request: HttpRequest,
+    next: Next,
+) -> Response {
+    let allowed = match &state.admin_key {
+        Some(key) => {
+            let given = request
+                .headers()
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "));
+            given == Some(key.as_str())
+        }
+        None => peer.ip().is_loopback(),
+    };
+    if !allowed {
+        let message = match state.admin_key {
+            Some(_) => "a valid admin key is required: Authorization: Bearer ADMIN_KEY",
+            None => "the admin routes answer loopback clients only (set --admin-api-key)",
+        };
+        let status = match state.admin_key {
+            Some(_) => StatusCode::UNAUTHORIZED,
+            None => StatusCode::FORBIDDEN,
+        };
+        return ApiError::status(status, message).into_response();
+    }
+    next.run(request).await
+}
+
+/// Sends a command built around a reply channel and waits for the reply.
+async fn ask<T>(
+    state: &AppState,
+    command: impl FnOnce(oneshot::Sender<T>) -> Command,
+) -> Result<T, ApiError> {
+    let (reply, answer) = oneshot::channel();
+    let stopped = || ApiError::status(StatusCode::SERVICE_UNAVAILABLE, "the engine has stopped");
+    state.engine.send(command(reply)).map_err(|_| stopped())?;
+    answer.await.map_err(|_| stopped())
+}
+
+#[derive(Deserialize)]
+struct PauseQuery {
+    mode: Option<String>,
+}
+
+/// `?mode=abort` (the default, as vLLM's), `wait` or `keep`.
+async fn pause(
+    State(state): State<Arc<AppState>>,
+    query: Result<Query<PauseQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let query = query.map_err(|e| ApiError::bad("mode", e.body_text()))?;
+    let name = query.0.mode.unwrap_or_else(|| "abort".into());
+    let mode = match name.as_str() {
+        "abort" => PauseMode::Abort,
+        "wait" => PauseMode::Wait,
+        "keep" => PauseMode::Keep,
+        other => {
+            return Err(ApiError::bad(
+                "mode",
+                format!("mode must be abort, wait or keep, not {other:?}"),
+            ));
+        }
+    };
+    ask(&state, |reply| Command::Pause { mode, reply })
+        .await
+        .map_err(|_| {
+            ApiError::status(
+                StatusCode::CONFLICT,
+                "the server resumed before the requests in flight had finished",
+            )
+        })?;
+    state.paused.store(true, Ordering::Relaxed);
+    Ok(Json(json!({"paused": true, "mode": name})))
+}
+
+async fn resume(State(state): State<Arc<AppState>>) -> Result<Json<Value>, ApiError> {
+    ask(&state, |reply| Command::Resume { reply }).await?;
+    state.paused.store(false, Ordering::Relaxed);
+    Ok(Json(json!({"paused": false})))
+}
+
+async fn is_paused(State(state): State<Arc<AppState>>) -> Json<Value> {
+    Json(json!({"is_paused": state.paused.load(Ordering::Relaxed)}))
+}
+
+/// `{"request_ids": [...]}`: the ids of requests in flight (`request_id` in their body,
+/// or their response's `id`); an empty list (or none) aborts every request.
+async fn abort_requests(
+    State(state): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let body = body.map_err(|e| ApiError::status(e.status(), e.body_text()))?;
+    let ids: Vec<String> = match body.is_empty() {
+        true => Vec::new(),
+        false => {
+            let value: Value = serde_json::from_slice(&body).map_err(|e| {
+                ApiError::status(
+                    StatusCode::BAD_REQUEST,
+                    format!("the body is not valid JSON: {e}"),
+                )
+            })?;
+            match value.get("request_ids") {
+                None | Some(Value::Null) => Vec::new(),
+                Some(v) => serde_json::from_value(v.clone()).map_err(|_| {
+                    ApiError::bad("request_ids", "request_ids must be a list of strings")
+                })?,
+            }
+        }
+    };
+    let (indexes, not_found) = match ids.is_empty() {
+        true => (None, Vec::new()),
+        false => {
+            let jobs = state.jobs.lock().map_err(|_| poisoned())?;
+            let mut indexes = Vec::new();
+            let mut not_found = Vec::new();
+            for id in ids {
+                match jobs.get(&id) {
+                    Some(found) => indexes.extend(found),
+                    None => not_found.push(id),
+                }
+            }
+            (Some(indexes), not_found)
+        }
+    };
+    let aborted = ask(&state, |reply| Command::AbortRequests { indexes, reply }).await?;
+    Ok(Json(
+        json!({"aborted_prompts": aborted, "not_found": not_found}),
+    ))
+}
+
+async fn reset_prefix_cache(State(state): State<Arc<AppState>>) -> Result<Json<Value>, ApiError> {
+    let forgotten = ask(&state, |reply| Command::ResetPrefixCache { reply }).await?;
+    Ok(Json(
+        json!({"success": true, "forgotten_blocks": forgotten}),
+    ))
+}
+
+pub fn poisoned() -> ApiError {
+    ApiError::status(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "a lock was poisoned by an earlier failure",
+    )
+}

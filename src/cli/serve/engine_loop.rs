@@ -1,0 +1,358 @@
+//! The engine thread's loop: commands in, steps run, samples routed out, metrics kept.
+//!
+//! Each turn takes every pending [`Command`], then runs one engine step if there is work
+//! and the engine is not paused, routes what the step drew and finished to the requests'
+//! channels, and blocks on the command channel when there is nothing to step.
+//!
+//! Invariants:
+//! - an engine request is in `live` from the moment it is added until its last sample has
+//!   been sent (or it is aborted); a request's events stop after its last `Finished`;
+//! - commands are applied between steps only, as `Engine::abort` requires;
+//! - while paused (or draining for a pause), new requests are held, not added: they join
+//!   the batch on resume, unless their client has gone by then;
+//! - events go out after the metrics are up to date, so a client that has heard of its
+//!   tokens finds them counted.
+//!
+//! Metrics: after each step the loop adds the scheduler's new counts, sets the gauges,
+//! and times each request from its arrival (given by the HTTP side) to its admission,
+//! each sample's tokens and each sample's end. A time is taken when the step that did the
+//! work returns.
+
+use std::collections::HashMap;
+use std::sync::{Arc, mpsc};
+use std::time::Instant;
+
+use sprout::engine::Engine;
+use sprout::sched::{FinishedSample, Request, RequestId, SchedulerStats};
+use tokio::sync::{mpsc as tmpsc, oneshot};
+
+use crate::cli::serve::engine_thread::{Command, Event, PauseMode};
+use crate::cli::serve::metrics::Metrics;
+
+/// One live engine request.
+struct Live {
+    id: RequestId,
+    client: Client,
+    /// Its prompt has been admitted (its queue time observed).
+    admitted: bool,
+    /// Per sample, when its last token was drawn.
+    last_token: Vec<Option<Instant>>,
+}
+
+/// Where one HTTP request's events go, and when it arrived.
+#[derive(Clone)]
+struct Client {
+    events: tmpsc::UnboundedSender<Event>,
+    stream_tokens: bool,
+    arrived: Instant,
+}
+
+/// An `Add` waiting for the engine to resume.
+struct Held {
+    requests: Vec<Request>,
+    client: Client,
+    reply: oneshot::Sender<Result<(), String>>,
+}
+
+/// The loop's state; see the module docs.
+pub struct EngineLoop<'e> {
+    engine: Engine<'e>,
+    metrics: Arc<Metrics>,
+    live: HashMap<u32, Live>,
+    /// The scheduler's counters when they were last added to the metrics.
+    counted: SchedulerStats,
+    paused: bool,
+    /// `/pause?mode=wait` calls answered once the requests in flight have finished.
+    draining: Vec<oneshot::Sender<()>>,
+    held: Vec<Held>,
+}
+
+impl<'e> EngineLoop<'e> {
+    pub fn new(engine: Engine<'e>, metrics: Arc<Metrics>) -> EngineLoop<'e> {
+        EngineLoop {
+            engine,
+            metrics,
+            live: HashMap::new(),
+            counted: SchedulerStats::default(),
+            paused: false,
+            draining: Vec::new(),
+            held: Vec::new(),
+        }
+    }
+
+    /// Runs until a `Shutdown` command, or until the command channel closes.
+    pub fn run(mut self, commands: mpsc::Receiver<Command>) {
+        loop {
+            // Block for the next command only when there is nothing to step.
+            let first = if self.stepping() {
+                match commands.try_recv() {
+                    Ok(c) => Some(c),
+                    Err(mpsc::TryRecvError::Empty) => None,
+                    Err(mpsc::TryRecvError::Disconnected) => Some(Command::Shutdown),
+                }
+            } else {
+                Some(commands.recv().unwrap_or(Command::Shutdown))
+            };
+            let pending = first
+                .into_iter()
+                .chain(std::iter::from_fn(|| commands.try_recv().ok()));
+            for command in pending {
+                if let Command::Shutdown = command {
+                    return self.shut_down();
+                }
+                self.apply(command);
+            }
+            if self.stepping() {
+                self.step();
+            }
+            self.finish_draining();
+            self.publish();
+        }
+    }
+
+    fn stepping(&self) -> bool {
+        self.engine.has_work() && !self.paused
+    }
+
+    fn apply(&mut self, command: Command) {
+        match command {
+            Command::Add {
+                requests,
+                stream_tokens,
+                events,
+                arrived,
+                reply,
+            } => {
+                let client = Client {
+                    events,
+                    stream_tokens,
+                    arrived,
+                };
+                if self.paused || !self.draining.is_empty() {
+                    self.held.push(Held {
+                        requests,
+                        client,
+                        reply,
+                    });
+                } else {
+                    let _ = reply.send(self.add(requests, client));
+                }
+            }
+            Command::Abort { indexes } => {
+                // The client is gone: its samples are counted, and go nowhere.
+                self.abort(Some(&indexes), false);
+            }
+            Command::AbortRequests { indexes, reply } => {
+                let _ = reply.send(self.abort(indexes.as_deref(), true));
+            }
+            Command::Pause { mode, reply } => match mode {
+                PauseMode::Keep => {
+                    self.paused = true;
+                    let _ = reply.send(());
+                }
+                PauseMode::Abort => {
+                    self.abort(None, true);
+                    self.paused = true;
+                    let _ = reply.send(());
+                }
+                PauseMode::Wait => self.draining.push(reply),
+            },
+            Command::Resume { reply } => {
+                self.paused = false;
+                // A pause still waiting for its requests is called off: its caller hears
+                // so when the sender drops.
+                self.draining.clear();
+                for held in std::mem::take(&mut self.held) {
+                    // A client that left while held is not worth starting.
+                    if !held.reply.is_closed() {
+                        let _ = held.reply.send(self.add(held.requests, held.client));
+                    }
+                }
+                let _ = reply.send(());
+            }
+            Command::ResetPrefixCache { reply } => {
+                let _ = reply.send(self.engine.reset_prefix_cache());
+            }
+            Command::Shutdown => unreachable!("handled by the loop"),
+        }
+    }
+
+    /// Pauses once every request in flight has finished, answering the waiting callers.
+    fn finish_draining(&mut self) {
+        if !self.draining.is_empty() && self.live.is_empty() && !self.engine.has_work() {
+            self.paused = true;
+            for reply in self.draining.drain(..) {
+                let _ = reply.send(());
+            }
+        }
+    }
+
+    /// Adds every request of one HTTP request, or none: a refusal aborts those already
+    /// added.
+    fn add(&mut self, requests: Vec<Request>, client: Client) -> Result<(), String> {
+        let mut added = Vec::new();
+        for request in requests {
+            let (index, n) = (request.index, request.n);
+            match self.engine.add_request(request) {
+                Ok(id) => added.push((index, n, id)),
+                Err(e) => {
+                    for (_, _, id) in added {
+                        let _ = self.engine.abort(id);
+                    }
+                    return Err(e.to_string());
+                }
+            }
+        }
+        for (index, n, id) in added {
+            let live = Live {
+                id,
+                client: client.clone(),
+                admitted: false,
+                last_token: vec![None; n],
+            };
+            self.live.insert(index, live);
+        }
+        Ok(())
+    }
+
+    /// Aborts the live requests with `indexes` (all with `None`); with `notify`, their
+    /// clients get the samples so far (finish reason "abort"). Returns how many requests
+    /// were aborted.
+    fn abort(&mut self, indexes: Option<&[u32]>, notify: bool) -> usize {
+        let chosen: Vec<u32> = match indexes {
+            Some(indexes) => indexes.to_vec(),
+            None => self.live.keys().copied().collect(),
+        };
+        let now = Instant::now();
+        let mut aborted = 0;
+        for index in chosen {
+            let Some(l) = self.live.remove(&index) else {
+                continue;
+            };
+            aborted += 1;
+            for sample in self.engine.abort(l.id).unwrap_or_default() {
+                count_finish(&l, &sample, &self.metrics, now);
+                if notify {
+                    let _ = l.client.events.send(Event::Finished(sample));
+                }
+            }
+        }
+        aborted
+    }
+
+    /// Aborts everything, sends each client its aborted samples, and refuses the held.
+    fn shut_down(mut self) {
+        self.abort(None, true);
+        for held in self.held.drain(..) {
+            let _ = held.reply.send(Err("the server is shutting down".into()));
+        }
+        self.publish();
+    }
+
+    /// Runs one step and routes what it drew and finished.
+    fn step(&mut self) {
+        let step = match pollster::block_on(self.engine.step()) {
+            Ok(step) => step,
+            Err(e) => {
+                tracing::error!("engine step failed: {e}");
+                for (_, l) in self.live.drain() {
+                    let _ = self.engine.abort(l.id);
+                    let failed = Event::Failed(format!("the engine failed: {e}"));
+                    let _ = l.client.events.send(failed);
+                }
+                return;
+            }
+        };
+        let now = Instant::now();
+        let (engine, metrics) = (&self.engine, &*self.metrics);
+        let mut outbox = Vec::new();
+        for l in self.live.values_mut() {
+            note_admission(l, engine, metrics, now);
+        }
+        for d in step.drawn {
+            let Some(l) = self.live.get_mut(&d.request_index) else {
+                continue;
+            };
+            // A draw planned ahead for a sample that has finished since is not part of it.
+            let open = engine.scheduler().generated(l.id, d.sample_index).is_some()
+                || step
+                    .finished
+                    .iter()
+                    .any(|s| s.request == l.id && s.sample_index == d.sample_index);
+            if !open {
+                continue;
+            }
+            note_token(l, d.sample_index, metrics, now);
+            if l.client.stream_tokens {
+                let token = Event::Token {
+                    request_index: d.request_index,
+                    sample_index: d.sample_index,
+                    token: d.token,
+                };
+                outbox.push((l.client.events.clone(), token));
+            }
+        }
+        for sample in step.finished {
+            if let Some(l) = self.live.get(&sample.request_index) {
+                count_finish(l, &sample, metrics, now);
+                outbox.push((l.client.events.clone(), Event::Finished(sample)));
+            }
+        }
+        self.live
+            .retain(|_, l| engine.scheduler().has_request(l.id));
+        self.publish();
+        for (to, event) in outbox {
+            let _ = to.send(event);
+        }
+    }
+
+    /// Sets the gauges and adds the scheduler's counts since the last call.
+    fn publish(&mut self) {
+        let (s, m) = (self.engine.scheduler(), &*self.metrics);
+        let (used, total) = (s.pool().num_used(), s.config().num_blocks);
+        m.kv_blocks_in_use.set(used as i64);
+        m.kv_cache_usage_perc.set(used as f64 / total.max(1) as f64);
+        let running = self.live.values().filter(|l| l.admitted).count();
+        m.num_requests_running.set(running as i64);
+        let waiting = self.live.len() - running + self.held.len();
+        m.num_requests_waiting.set(waiting as i64);
+        m.count(&self.counted, s.stats());
+        self.counted = s.stats().clone();
+    }
+}
+
+/// Observes the queue time once the prompt is admitted (or has finished, admitted within
+/// the step).
+fn note_admission(l: &mut Live, engine: &Engine<'_>, metrics: &Metrics, now: Instant) {
+    let admitted = !engine.scheduler().has_request(l.id)
+        || engine.scheduler().cached_prompt_tokens(l.id).is_some();
+    if admitted && !l.admitted {
+        l.admitted = true;
+        let queued = now - l.client.arrived;
+        metrics.request_queue_time.observe(queued.as_secs_f64());
+    }
+}
+
+/// Observes the time to a sample's first token, or since its token before.
+fn note_token(l: &mut Live, sample_index: u32, metrics: &Metrics, now: Instant) {
+    let Some(last) = l.last_token.get_mut(sample_index as usize) else {
+        return;
+    };
+    match last.replace(now) {
+        None => {
+            let first = now - l.client.arrived;
+            metrics.time_to_first_token.observe(first.as_secs_f64());
+        }
+        Some(before) => {
+            let gap = now - before;
+            metrics.inter_token_latency.observe(gap.as_secs_f64());
+        }
+    }
+}
+
+/// Counts a finished sample.
+fn count_finish(l: &Live, sample: &FinishedSample, metrics: &Metrics, now: Instant) {
+    metrics.finished(sample.finish_reason);
+    let total = now - l.client.arrived;
+    metrics.e2e_request_latency.observe(total.as_secs_f64());
+}
