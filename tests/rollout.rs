@@ -190,7 +190,8 @@ fn mixed_choices(decoder: &Decoder, gpu: &Gpu) -> KernelChoices {
         MatmulShape::Gemm { tm: 8 },
     ];
     let mut matmul = Vec::new();
-    for (turn, (site, weight)) in decoder.matmul_sites().into_iter().enumerate() {
+    let weights = decoder.weights();
+    for (turn, (site, weight)) in weights.matmul_sites().into_iter().enumerate() {
         for (i, &max_rows) in ROW_BUCKETS.iter().enumerate() {
             matmul.push(MatmulChoice {
                 key: MatmulKey {

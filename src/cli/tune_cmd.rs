@@ -66,7 +66,8 @@ pub fn run(backend: BackendChoice, args: TuneArgs) -> Result<()> {
         .copied()
         .take_while(|&m| m <= args.max_rows.max(1))
         .collect();
-    let sites = decoder.matmul_sites();
+    let weights = decoder.weights();
+    let sites = weights.matmul_sites();
     let bar = progress((sites.len() + 1) * buckets.len());
     let mut file = TuneFile::new(&gpu.adapter);
     file.models.push(opened.info.name.clone());

@@ -36,6 +36,7 @@ use crate::gpu::Gpu;
 use crate::kv::DEFAULT_BLOCK_SIZE;
 use crate::model::config::ModelConfig;
 use crate::model::decoder::Decoder;
+use crate::model::decoder_weights::DecoderWeights;
 use crate::sched::{
     FinishReason, FinishedSample, Request, RequestId, Scheduler, SchedulerConfig, SchedulerStats,
     StepPlan,
@@ -256,6 +257,23 @@ impl<'d> Engine<'d> {
             self.stops.insert(id, stops);
         }
         Ok(id)
+    }
+
+    /// Puts new `weights` (from `Decoder::load_update`) in force, labelled `version`: the
+    /// steps planned from now on run under them and their tokens say so. The step in
+    /// flight, if any, runs on under the old weights (wgpu keeps its buffers until it has
+    /// run), and its tokens say that. The prefix cache's reusable blocks hold the old
+    /// weights' K and V and are forgotten; blocks filled from now on are hashed with
+    /// `version`, so no later prompt reuses one filled under other weights.
+    pub fn update_weights(&mut self, weights: DecoderWeights, version: u64) {
+        self.decoder.replace_weights(weights);
+        self.scheduler.set_weights_version(version);
+        self.scheduler.reset_prefix_cache();
+    }
+
+    /// The version the steps planned from now on are labelled with.
+    pub fn weights_version(&self) -> u64 {
+        self.scheduler.config().weights_version
     }
 
     /// Forgets the prefix cache's reusable entries; returns how many blocks it named.

@@ -175,6 +175,7 @@ mod tests {
                     sample_index: 0,
                 },
             ],
+            weights_version: 0,
         };
         let mut b = PackedBatch::default();
         b.pack(&plan, 4, AttentionSplit::DecodePages);
@@ -221,6 +222,7 @@ mod tests {
             chunks: vec![chunk(0, 199, vec![5]), chunk(1, 199, vec![6, 7])],
             draws: vec![draw(0, 0)],
             targets: vec![],
+            weights_version: 0,
         };
         let mut b = PackedBatch::default();
         b.pack(&plan, 16, AttentionSplit::DecodePages);

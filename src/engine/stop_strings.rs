@@ -70,6 +70,7 @@ pub fn apply(sample: &mut FinishedSample, cut: Cut) {
     sample.logprobs.truncate(keep);
     sample.sampling_logprobs.truncate(keep);
     sample.top_logprobs.truncate(keep);
+    sample.weights_versions.truncate(keep);
     sample.finish_reason = FinishReason::Stop;
     sample.stopped_by = Some(cut.stop);
 }
@@ -153,6 +154,7 @@ mod tests {
             logprobs: vec![-1.0; 4],
             sampling_logprobs: vec![-2.0; 4],
             top_logprobs: vec![vec![]; 4],
+            weights_versions: vec![0; 4],
             finish_reason: FinishReason::Length,
             stopped_by: None,
             cached_prompt_tokens: 0,

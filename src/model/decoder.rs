@@ -25,32 +25,18 @@
 use std::sync::{Arc, RwLock};
 
 use crate::error::SproutError;
-use crate::formats::TensorData;
 use crate::gpu::kernels::attention::AttentionVariant;
 use crate::gpu::kernels::attention::{
     self, AttentionBuffers, AttentionShape, MAX_SLOTS_PER_ROW, scratch_per_slot,
 };
 use crate::gpu::kernels::embedding;
 use crate::gpu::kernels::matmul::{self, Matmul, NormArgs, Output, QkvArgs};
-use crate::gpu::kernels::rope::{RopeLayout, RopeTable};
+use crate::gpu::kernels::rope::RopeTable;
 use crate::gpu::tuning::{KernelChoices, MatmulKey, MatmulSite};
-use crate::gpu::{Gpu, GpuWeight, Recorder, Tensor};
+use crate::gpu::{Gpu, Recorder, Tensor};
 use crate::model::config::ModelConfig;
-use crate::model::fused_weights::{
-    half_split_to_adjacent, interleave_rows, permute_head_rows, permute_head_values, stack_rows,
-};
+use crate::model::decoder_weights::{Checks, DecoderWeights, check_same_model};
 use crate::model::source::WeightSource;
-
-struct Layer {
-    /// f32: the attention norm's weights, the q|k|v biases (Qwen2), the MLP norm's weights.
-    vectors: Tensor,
-    /// q, k and v stacked by rows, q and k in RoPE's adjacent-pair order.
-    qkv: GpuWeight,
-    o: GpuWeight,
-    /// gate and up rows alternating: row 2j is gate j, row 2j + 1 is up j.
-    gate_up: GpuWeight,
-    down: GpuWeight,
-}
 
 /// Where a layer's vectors start in its `vectors` buffer.
 #[derive(Clone, Copy)]
@@ -83,12 +69,9 @@ impl VectorOffsets {
 pub struct Decoder {
     pub gpu: Arc<Gpu>,
     pub config: ModelConfig,
-    embed: GpuWeight,
-    layers: Vec<Layer>,
+    /// Replaced whole by an update; a step takes the ones in force when it is recorded.
+    weights: RwLock<Arc<DecoderWeights>>,
     offsets: VectorOffsets,
-    final_norm: Tensor,
-    /// `None` when the output projection is the embedding (tied).
-    lm_head: Option<GpuWeight>,
     rope: RopeTable,
     /// Which kernel variant serves each dispatch (`gpu::tuning`): the adapter's defaults
     /// until a tune file's are set.
@@ -192,87 +175,44 @@ impl Decoder {
             config.rope_theta,
             config.max_positions,
         )?;
-        let per_layer = if config.has_qkv_bias() { 12 } else { 9 };
-        let total = 2 + usize::from(!config.tied_embeddings) + config.n_layers * per_layer;
-        let mut l = Loader {
-            gpu: &gpu,
-            source,
-            progress,
-            done: 0,
-            total,
-        };
-        let (hidden, inter, q_dim, kv_dim, hd) = (
-            config.hidden_size,
-            config.intermediate_size,
-            config.q_dim(),
-            config.kv_dim(),
-            config.head_dim,
-        );
-        let embed = l.matrix("embed", config.vocab_size, hidden)?;
-        let lm_head = match config.tied_embeddings {
-            true => None,
-            false => Some(l.matrix("lm_head", config.vocab_size, hidden)?),
-        };
-        // RoPE runs on adjacent pairs; half-split models get their q and k rows permuted.
-        let order = match config.rope_layout {
-            RopeLayout::Interleaved => None,
-            RopeLayout::HalfSplit => Some(half_split_to_adjacent(hd)),
-        };
-        let mut layers = Vec::with_capacity(config.n_layers);
-        for i in 0..config.n_layers {
-            let name = |s: &str| format!("layers.{i}.{s}");
-            let mut vectors = l.vector(&name("attn_norm"), hidden)?;
-            if config.has_qkv_bias() {
-                let mut q_bias = l.vector(&name("q_bias"), q_dim)?;
-                let mut k_bias = l.vector(&name("k_bias"), kv_dim)?;
-                if let Some(order) = &order {
-                    permute_head_values(&mut q_bias, hd, order);
-                    permute_head_values(&mut k_bias, hd, order);
-                }
-                vectors.extend(q_bias);
-                vectors.extend(k_bias);
-                vectors.extend(l.vector(&name("v_bias"), kv_dim)?);
-            }
-            vectors.extend(l.vector(&name("mlp_norm"), hidden)?);
-            let mut q = l.read(&name("q"), q_dim, hidden)?;
-            let mut k = l.read(&name("k"), kv_dim, hidden)?;
-            if let Some(order) = &order {
-                permute_head_rows(&mut q, hd, order);
-                permute_head_rows(&mut k, hd, order);
-            }
-            let v = l.read(&name("v"), kv_dim, hidden)?;
-            let qkv = l.upload(stack_rows(&[&q, &k, &v])?)?;
-            drop((q, k, v));
-            let o = l.matrix(&name("o"), hidden, q_dim)?;
-            let gate = l.read(&name("gate"), inter, hidden)?;
-            let up = l.read(&name("up"), inter, hidden)?;
-            let gate_up = l.upload(interleave_rows(&gate, &up)?)?;
-            drop((gate, up));
-            layers.push(Layer {
-                vectors: gpu.upload(&vectors),
-                qkv,
-                o,
-                gate_up,
-                down: l.matrix(&name("down"), hidden, inter)?,
-            });
-        }
-        let final_norm = gpu.upload(&l.vector("final_norm", hidden)?);
+        let weights = DecoderWeights::load(&gpu, source, &config, Checks::Shapes, progress)?;
         let choices = RwLock::new(KernelChoices::defaults(gpu.cpu_shaped_defaults()));
         Ok(Decoder {
             gpu,
             choices,
             offsets: VectorOffsets::of(&config),
             config,
-            embed,
-            layers,
-            final_norm,
-            lm_head,
+            weights: RwLock::new(Arc::new(weights)),
             rope,
         })
     }
 
-    fn lm_head(&self) -> &GpuWeight {
-        self.lm_head.as_ref().unwrap_or(&self.embed)
+    /// The weights in force (an update may replace them between steps).
+    pub fn weights(&self) -> Arc<DecoderWeights> {
+        self.weights
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Loads `source` as new weights for this decoder, on the GPU beside the ones in
+    /// force (which keep serving meanwhile). Every tensor must be there, no other, each of
+    /// this model's shape and with finite values; `source`'s config must match this one's.
+    pub fn load_update(
+        &self,
+        source: &mut dyn WeightSource,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<DecoderWeights, SproutError> {
+        check_same_model(&self.config, source.config())?;
+        DecoderWeights::load(&self.gpu, source, &self.config, Checks::Update, progress)
+    }
+
+    /// Puts `weights` in force from the next recorded step on. A step recorded before
+    /// keeps the buffers it recorded (wgpu holds them until it has run).
+    pub fn replace_weights(&self, weights: DecoderWeights) {
+        *self.weights.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(weights);
+        // Bind groups over the old buffers would keep them alive.
+        self.gpu.forget_bind_groups();
     }
 
     /// Puts `choices` in force (a tune file's, say). Every choice computes the same
@@ -321,22 +261,6 @@ impl Decoder {
         matmul::encode(&self.gpu, rec, &op, shape);
     }
 
-    /// The weights of each matmul site (the first layer's for the layer sites), with the
-    /// keys the choices use: what `sprout tune` measures.
-    pub fn matmul_sites(&self) -> Vec<(MatmulSite, &GpuWeight)> {
-        let mut out = Vec::new();
-        if let Some(l) = self.layers.first() {
-            out.extend([
-                (MatmulSite::Qkv, &l.qkv),
-                (MatmulSite::AttnOut, &l.o),
-                (MatmulSite::GateUp, &l.gate_up),
-                (MatmulSite::Down, &l.down),
-            ]);
-        }
-        out.push((MatmulSite::LmHead, self.lm_head()));
-        out
-    }
-
     /// Records the forward pass of `batch`: every token's K and V are written to its slot
     /// in `kv`, and the logits of `batch.logit_rows` to `a.logits`. Positions must be below
     /// the model's context; the runner checks that.
@@ -364,8 +288,9 @@ impl Decoder {
         let shape = self.attention_shape(t, kv.block_size);
         let q_loads = self.attention_variant(t).q_loads_for(&shape);
         let offsets = self.offsets;
-        embedding::encode(gpu, rec, &self.embed, batch.ids, batch.drawn, t, &a.h);
-        for (l, layer) in self.layers.iter().enumerate() {
+        let w = self.weights();
+        embedding::encode(gpu, rec, &w.embed, batch.ids, batch.drawn, t, &a.h);
+        for (l, layer) in w.layers.iter().enumerate() {
             let (k_pool, v_pool) = (&kv.k[l], &kv.v[l]);
             let norm = |offset| {
                 Some(NormArgs {
@@ -464,9 +389,9 @@ impl Decoder {
             Matmul {
                 x: &a.h,
                 m: r,
-                weight: self.lm_head(),
+                weight: w.lm_head(),
                 norm: Some(NormArgs {
-                    vectors: &self.final_norm,
+                    vectors: &w.final_norm,
                     offset: 0,
                     eps,
                 }),
@@ -477,29 +402,10 @@ impl Decoder {
         Ok(())
     }
 
-    /// The stored formats of the weight matrices, most used first, joined by `+`
-    /// (`q4_1+q8_0`): what a record names as the model's weight format.
+    /// The stored formats of the weight matrices in force (see
+    /// [`DecoderWeights::weight_format`]).
     pub fn weight_format(&self) -> String {
-        let mut counts: Vec<(String, usize)> = Vec::new();
-        let mut add = |w: &GpuWeight| {
-            let name = w.format.to_string();
-            match counts.iter_mut().find(|(n, _)| *n == name) {
-                Some((_, c)) => *c += 1,
-                None => counts.push((name, 1)),
-            }
-        };
-        add(&self.embed);
-        if let Some(head) = &self.lm_head {
-            add(head);
-        }
-        for l in &self.layers {
-            for w in [&l.qkv, &l.o, &l.gate_up, &l.down] {
-                add(w);
-            }
-        }
-        counts.sort_by_key(|c| std::cmp::Reverse(c.1));
-        let names: Vec<String> = counts.into_iter().map(|(n, _)| n).collect();
-        names.join("+")
+        self.weights().weight_format()
     }
 
     /// The model's context length (positions `0 .. max_positions`).
@@ -526,45 +432,4 @@ pub fn check_supported(c: &ModelConfig) -> Result<(), SproutError> {
         )));
     }
     Ok(())
-}
-/// Reads tensors from a source, checks their shapes, uploads them and reports progress.
-struct Loader<'a> {
-    gpu: &'a Gpu,
-    source: &'a mut dyn WeightSource,
-    progress: &'a mut dyn FnMut(usize, usize),
-    done: usize,
-    total: usize,
-}
-
-impl Loader<'_> {
-    fn read(&mut self, name: &str, rows: usize, cols: usize) -> Result<TensorData, SproutError> {
-        let t = self.source.read(name)?;
-        // A vector may come as one row or one column; a product that overflows matches
-        // nothing (the config's own products were checked by `validate`).
-        let same_len = t.rows.checked_mul(t.cols) == rows.checked_mul(cols);
-        if !same_len || (rows > 1 && (t.rows, t.cols) != (rows, cols)) {
-            return Err(SproutError::Model(format!(
-                "tensor {name} is {}x{}, but the model's config implies {rows}x{cols}",
-                t.rows, t.cols
-            )));
-        }
-        self.done += 1;
-        (self.progress)(self.done, self.total);
-        Ok(t)
-    }
-
-    fn upload(&self, t: TensorData) -> Result<GpuWeight, SproutError> {
-        GpuWeight::upload(self.gpu, t.format, &t.bytes, t.rows, t.cols)
-    }
-
-    /// A weight matrix, kept in its stored format.
-    fn matrix(&mut self, name: &str, rows: usize, cols: usize) -> Result<GpuWeight, SproutError> {
-        let t = self.read(name, rows, cols)?;
-        self.upload(t)
-    }
-
-    /// A norm or bias vector, as f32.
-    fn vector(&mut self, name: &str, len: usize) -> Result<Vec<f32>, SproutError> {
-        self.read(name, 1, len)?.to_f32()
-    }
 }

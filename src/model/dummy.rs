@@ -217,6 +217,11 @@ impl WeightSource for DummyWeights {
     fn has(&self, name: &str) -> bool {
         TensorName::parse(name).is_some_and(|n| n.exists_in(&self.config))
     }
+
+    /// Dummy weights hold exactly the tensors their config names.
+    fn unused_tensor(&self, _used: &[String]) -> Option<String> {
+        None
+    }
 }
 
 /// splitmix64 (Steele, Lea and Flood): a small generator whose output is the same on

@@ -124,6 +124,15 @@ impl<R: Read + Seek> WeightSource for GgufModel<R> {
         TensorName::parse(name)
             .is_some_and(|n| n.exists_in(&self.config) && self.file.tensor(&gguf_name(n)).is_some())
     }
+
+    fn unused_tensor(&self, used: &[String]) -> Option<String> {
+        let used: std::collections::HashSet<String> = used
+            .iter()
+            .filter_map(|n| TensorName::parse(n).map(gguf_name))
+            .collect();
+        let stored = self.file.tensors().iter().map(|t| &t.name);
+        stored.filter(|n| !used.contains(*n)).min().cloned()
+    }
 }
 
 /// llama.cpp's name for a canonical tensor.

@@ -6,6 +6,7 @@
 pub mod config;
 mod config_check;
 pub mod decoder;
+pub mod decoder_weights;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod default_model;
 pub mod dummy;

@@ -242,6 +242,16 @@ impl<R: Read + Seek> WeightSource for SafetensorsDir<R> {
         TensorName::parse(name)
             .is_some_and(|n| n.exists_in(&self.config) && self.tensors.contains_key(&hf_name(n)))
     }
+
+    fn unused_tensor(&self, used: &[String]) -> Option<String> {
+        let used: std::collections::HashSet<String> = used
+            .iter()
+            .filter_map(|n| TensorName::parse(n).map(hf_name))
+            .collect();
+        let mut unused: Vec<&String> = self.tensors.keys().filter(|k| !used.contains(*k)).collect();
+        unused.sort();
+        unused.first().map(|k| k.to_string())
+    }
 }
 
 /// Hugging Face's name for a canonical tensor.

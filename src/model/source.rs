@@ -28,4 +28,7 @@ pub trait WeightSource {
     fn read(&mut self, name: &str) -> Result<TensorData, SproutError>;
     /// Whether the source has the tensor with canonical `name`.
     fn has(&self, name: &str) -> bool;
+    /// A tensor the source holds that is none of `used` (canonical names), by its stored
+    /// name: something a model of this config has no place for.
+    fn unused_tensor(&self, used: &[String]) -> Option<String>;
 }

@@ -97,6 +97,8 @@ pub struct StepPlan {
     pub chunks: Vec<Chunk>,
     pub draws: Vec<Draw>,
     pub targets: Vec<Target>,
+    /// The weights the step runs under: each token it draws or scores is labelled so.
+    pub weights_version: u64,
 }
 
 impl StepPlan {

@@ -121,6 +121,9 @@ pub struct FinishedSample {
     /// Per token, the `top_logprobs` most likely tokens of its position (most likely
     /// first) with their log-probabilities under the model; empty when none were asked.
     pub top_logprobs: Vec<Vec<TopLogprob>>,
+    /// Per token, the weights version it was drawn or scored under (they differ only when
+    /// the weights were updated while the sample ran).
+    pub weights_versions: Vec<u64>,
     pub finish_reason: FinishReason,
     /// When a stop string ended the sample: which one, and the text cut before it.
     pub stopped_by: Option<StopMatch>,

@@ -233,6 +233,7 @@ impl Scheduler {
             logprobs: Vec::new(),
             sampling_logprobs: Vec::new(),
             top_logprobs: Vec::new(),
+            weights_versions: Vec::new(),
             num_computed_tokens: 0,
             blocks: Vec::new(),
             hashes: Vec::new(),
@@ -263,7 +264,10 @@ impl Scheduler {
 
     /// Plans the next step. Empty only when nothing is queued.
     pub fn schedule(&mut self) -> StepPlan {
-        let mut plan = StepPlan::default();
+        let mut plan = StepPlan {
+            weights_version: self.config.weights_version,
+            ..StepPlan::default()
+        };
         let mut budget = self.config.max_batch_tokens;
 
         // Running sequences first, oldest first; the newest give way when blocks run out.
@@ -641,6 +645,7 @@ impl Scheduler {
             }
             seq.logprobs.push(result.logprob);
             seq.sampling_logprobs.push(result.sampling_logprob);
+            seq.weights_versions.push(plan.weights_version);
             if !result.top.is_empty() {
                 seq.top_logprobs.push(result.top.clone());
             }
@@ -668,6 +673,7 @@ impl Scheduler {
                 s.pending_scores -= 1;
             }
             s.logprobs.push(logprob);
+            s.weights_versions.push(plan.weights_version);
             if s.logprobs.len() == s.tokens.len() - s.prompt_len {
                 finished.push(self.finish(seq, FinishReason::Length));
             }
@@ -789,6 +795,7 @@ impl Scheduler {
             logprobs: seq.logprobs,
             sampling_logprobs: seq.sampling_logprobs,
             top_logprobs: seq.top_logprobs,
+            weights_versions: seq.weights_versions,
             finish_reason: reason,
             stopped_by: None,
             cached_prompt_tokens: state.cached_prompt_tokens.unwrap_or(0),
@@ -822,6 +829,13 @@ impl Scheduler {
     /// Whether request `id` has samples that have not finished.
     pub fn has_request(&self, id: RequestId) -> bool {
         self.requests.contains_key(&id)
+    }
+
+    /// Labels the steps planned from now on with `version` (the weights they will run
+    /// under), and the blocks they fill with it: blocks computed under other weights are
+    /// never a prefix-cache hit for them.
+    pub fn set_weights_version(&mut self, version: u64) {
+        self.config.weights_version = version;
     }
 
     /// Forgets the prefix cache's reusable entries (the hashes of free blocks); returns
@@ -896,6 +910,7 @@ impl Scheduler {
                     logprobs: Vec::new(),
                     sampling_logprobs: Vec::new(),
                     top_logprobs: Vec::new(),
+                    weights_versions: Vec::new(),
                     finish_reason: FinishReason::Abort,
                     stopped_by: None,
                     cached_prompt_tokens: cached,

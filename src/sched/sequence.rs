@@ -35,6 +35,8 @@ pub(crate) struct Sequence {
     pub sampling_logprobs: Vec<f32>,
     /// ... and the alternatives asked for at each generated position.
     pub top_logprobs: Vec<Vec<TopLogprob>>,
+    /// ... and the weights version it was drawn or scored under.
+    pub weights_versions: Vec<u64>,
     /// Tokens whose K and V are in the pool (`tokens[..num_computed_tokens]`).
     pub num_computed_tokens: usize,
     /// The block table: position `p` lives in `blocks[p / block_size]`.

@@ -1,0 +1,323 @@
+//! A model's weights on the GPU, laid out for the fused kernels: what the decoder's
+//! forward pass reads, and what a weight update replaces whole.
+//!
+//! Layout (`model::fused_weights`): q, k and v stacked, with q and k rows in RoPE's
+//! adjacent-pair order (half-split models' rows permuted at load); gate and up
+//! interleaved; norm and bias vectors f32, one buffer per layer.
+//!
+//! Loading reads one tensor at a time from a [`WeightSource`] (never the whole model on
+//! the CPU), checks its shape against the config, and uploads it. An update is checked
+//! harder ([`Checks::Update`]): no tensor missing or extra, every value finite, the same
+//! model in every size.
+
+use crate::error::SproutError;
+use crate::formats::TensorData;
+use crate::gpu::kernels::rope::RopeLayout;
+use crate::gpu::tuning::MatmulSite;
+use crate::gpu::{Gpu, GpuWeight, Tensor};
+use crate::model::config::ModelConfig;
+use crate::model::fused_weights::{
+    half_split_to_adjacent, interleave_rows, permute_head_rows, permute_head_values, stack_rows,
+};
+use crate::model::source::WeightSource;
+
+pub(crate) struct Layer {
+    /// f32: the attention norm's weights, the q|k|v biases (Qwen2), the MLP norm's weights.
+    pub(crate) vectors: Tensor,
+    /// q, k and v stacked by rows, q and k in RoPE's adjacent-pair order.
+    pub(crate) qkv: GpuWeight,
+    pub(crate) o: GpuWeight,
+    /// gate and up rows alternating: row 2j is gate j, row 2j + 1 is up j.
+    pub(crate) gate_up: GpuWeight,
+    pub(crate) down: GpuWeight,
+}
+
+/// The weights of a model on the GPU.
+pub struct DecoderWeights {
+    pub(crate) embed: GpuWeight,
+    pub(crate) layers: Vec<Layer>,
+    pub(crate) final_norm: Tensor,
+    /// `None` when the output projection is the embedding (tied).
+    pub(crate) lm_head: Option<GpuWeight>,
+}
+
+/// How hard loading checks what it reads.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Checks {
+    /// Each tensor's shape (a model being opened).
+    Shapes,
+    /// Also: no tensor the model does not use, and every value finite (new weights for a
+    /// model already serving, from a trainer).
+    Update,
+}
+
+impl DecoderWeights {
+    /// Reads, checks and uploads every tensor of `source` for a model of `config`;
+    /// `progress(done, total)` is called after each tensor.
+    pub fn load(
+        gpu: &Gpu,
+        source: &mut dyn WeightSource,
+        config: &ModelConfig,
+        checks: Checks,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<DecoderWeights, SproutError> {
+        let names = canonical_names(config);
+        if checks == Checks::Update {
+            check_names(source, &names)?;
+        }
+        let mut l = Loader {
+            gpu,
+            source,
+            progress,
+            checks,
+            done: 0,
+            total: names.len(),
+        };
+        let (hidden, inter, q_dim, kv_dim, hd) = (
+            config.hidden_size,
+            config.intermediate_size,
+            config.q_dim(),
+            config.kv_dim(),
+            config.head_dim,
+        );
+        let embed = l.matrix("embed", config.vocab_size, hidden)?;
+        let lm_head = match config.tied_embeddings {
+            true => None,
+            false => Some(l.matrix("lm_head", config.vocab_size, hidden)?),
+        };
+        // RoPE runs on adjacent pairs; half-split models get their q and k rows permuted.
+        let order = match config.rope_layout {
+            RopeLayout::Interleaved => None,
+            RopeLayout::HalfSplit => Some(half_split_to_adjacent(hd)),
+        };
+        let mut layers = Vec::with_capacity(config.n_layers);
+        for i in 0..config.n_layers {
+            let name = |s: &str| format!("layers.{i}.{s}");
+            let mut vectors = l.vector(&name("attn_norm"), hidden)?;
+            if config.has_qkv_bias() {
+                let mut q_bias = l.vector(&name("q_bias"), q_dim)?;
+                let mut k_bias = l.vector(&name("k_bias"), kv_dim)?;
+                if let Some(order) = &order {
+                    permute_head_values(&mut q_bias, hd, order);
+                    permute_head_values(&mut k_bias, hd, order);
+                }
+                vectors.extend(q_bias);
+                vectors.extend(k_bias);
+                vectors.extend(l.vector(&name("v_bias"), kv_dim)?);
+            }
+            vectors.extend(l.vector(&name("mlp_norm"), hidden)?);
+            let mut q = l.read(&name("q"), q_dim, hidden)?;
+            let mut k = l.read(&name("k"), kv_dim, hidden)?;
+            if let Some(order) = &order {
+                permute_head_rows(&mut q, hd, order);
+                permute_head_rows(&mut k, hd, order);
+            }
+            let v = l.read(&name("v"), kv_dim, hidden)?;
+            let qkv = l.upload(stack_rows(&[&q, &k, &v])?)?;
+            drop((q, k, v));
+            let o = l.matrix(&name("o"), hidden, q_dim)?;
+            let gate = l.read(&name("gate"), inter, hidden)?;
+            let up = l.read(&name("up"), inter, hidden)?;
+            let gate_up = l.upload(interleave_rows(&gate, &up)?)?;
+            drop((gate, up));
+            layers.push(Layer {
+                vectors: gpu.upload(&vectors),
+                qkv,
+                o,
+                gate_up,
+                down: l.matrix(&name("down"), hidden, inter)?,
+            });
+        }
+        let final_norm = gpu.upload(&l.vector("final_norm", hidden)?);
+        Ok(DecoderWeights {
+            embed,
+            layers,
+            final_norm,
+            lm_head,
+        })
+    }
+
+    pub(crate) fn lm_head(&self) -> &GpuWeight {
+        self.lm_head.as_ref().unwrap_or(&self.embed)
+    }
+
+    /// The weights of each matmul site (the first layer's for the layer sites), with the
+    /// keys the choices use: what `sprout tune` measures.
+    pub fn matmul_sites(&self) -> Vec<(MatmulSite, &GpuWeight)> {
+        let mut out = Vec::new();
+        if let Some(l) = self.layers.first() {
+            out.extend([
+                (MatmulSite::Qkv, &l.qkv),
+                (MatmulSite::AttnOut, &l.o),
+                (MatmulSite::GateUp, &l.gate_up),
+                (MatmulSite::Down, &l.down),
+            ]);
+        }
+        out.push((MatmulSite::LmHead, self.lm_head()));
+        out
+    }
+
+    /// The stored formats of the weight matrices, most used first, joined by `+`
+    /// (`q4_1+q8_0`): what a record names as the model's weight format.
+    pub fn weight_format(&self) -> String {
+        let mut counts: Vec<(String, usize)> = Vec::new();
+        let mut add = |w: &GpuWeight| {
+            let name = w.format.to_string();
+            match counts.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, c)) => *c += 1,
+                None => counts.push((name, 1)),
+            }
+        };
+        add(&self.embed);
+        if let Some(head) = &self.lm_head {
+            add(head);
+        }
+        for l in &self.layers {
+            for w in [&l.qkv, &l.o, &l.gate_up, &l.down] {
+                add(w);
+            }
+        }
+        counts.sort_by_key(|c| std::cmp::Reverse(c.1));
+        let names: Vec<String> = counts.into_iter().map(|(n, _)| n).collect();
+        names.join("+")
+    }
+}
+
+/// The canonical names of every tensor a model of `config` reads (see `model::source`).
+fn canonical_names(config: &ModelConfig) -> Vec<String> {
+    let mut names = vec!["embed".to_string(), "final_norm".to_string()];
+    if !config.tied_embeddings {
+        names.push("lm_head".into());
+    }
+    let mut per_layer = vec![
+        "attn_norm",
+        "q",
+        "k",
+        "v",
+        "o",
+        "mlp_norm",
+        "gate",
+        "up",
+        "down",
+    ];
+    if config.has_qkv_bias() {
+        per_layer.extend(["q_bias", "k_bias", "v_bias"]);
+    }
+    for i in 0..config.n_layers {
+        names.extend(per_layer.iter().map(|t| format!("layers.{i}.{t}")));
+    }
+    names
+}
+
+/// An update must hold exactly the tensors the model reads: a missing one is named, and
+/// so is one the model has no place for (a checkpoint of another shape of model).
+fn check_names(source: &dyn WeightSource, names: &[String]) -> Result<(), SproutError> {
+    if let Some(missing) = names.iter().find(|n| !source.has(n)) {
+        return Err(SproutError::Model(format!(
+            "the new weights have no tensor {missing}"
+        )));
+    }
+    if let Some(extra) = source.unused_tensor(names) {
+        return Err(SproutError::Model(format!(
+            "the new weights have a tensor this model does not use: {extra}"
+        )));
+    }
+    Ok(())
+}
+
+/// New weights must be for the same model: every size, and the RoPE layout.
+pub(crate) fn check_same_model(
+    serving: &ModelConfig,
+    new: &ModelConfig,
+) -> Result<(), SproutError> {
+    let sizes = |c: &ModelConfig| {
+        [
+            ("vocab_size", c.vocab_size),
+            ("hidden_size", c.hidden_size),
+            ("intermediate_size", c.intermediate_size),
+            ("num_hidden_layers", c.n_layers),
+            ("num_attention_heads", c.n_heads),
+            ("num_key_value_heads", c.n_kv_heads),
+            ("head_dim", c.head_dim),
+        ]
+    };
+    for ((name, have), (_, got)) in sizes(serving).into_iter().zip(sizes(new)) {
+        if have != got {
+            return Err(SproutError::Model(format!(
+                "the new weights' {name} is {got}, the serving model's {have}"
+            )));
+        }
+    }
+    if serving.tied_embeddings != new.tied_embeddings {
+        return Err(SproutError::Model(format!(
+            "the new weights {} the embedding and the output projection; the serving model {}",
+            if new.tied_embeddings {
+                "tie"
+            } else {
+                "do not tie"
+            },
+            if serving.tied_embeddings {
+                "does"
+            } else {
+                "does not"
+            },
+        )));
+    }
+    if serving.has_qkv_bias() != new.has_qkv_bias() || serving.rope_layout != new.rope_layout {
+        return Err(SproutError::Model(
+            "the new weights are for another architecture (q/k/v biases or RoPE layout differ)"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Reads tensors from a source, checks their shapes, uploads them and reports progress.
+struct Loader<'a> {
+    gpu: &'a Gpu,
+    source: &'a mut dyn WeightSource,
+    progress: &'a mut dyn FnMut(usize, usize),
+    checks: Checks,
+    done: usize,
+    total: usize,
+}
+
+impl Loader<'_> {
+    fn read(&mut self, name: &str, rows: usize, cols: usize) -> Result<TensorData, SproutError> {
+        let t = self.source.read(name)?;
+        // A vector may come as one row or one column; a product that overflows matches
+        // nothing (the config's own products were checked by `validate`).
+        let same_len = t.rows.checked_mul(t.cols) == rows.checked_mul(cols);
+        if !same_len || (rows > 1 && (t.rows, t.cols) != (rows, cols)) {
+            return Err(SproutError::Model(format!(
+                "tensor {name} is {}x{}, but the model's config implies {rows}x{cols}",
+                t.rows, t.cols
+            )));
+        }
+        if self.checks == Checks::Update
+            && let Some(at) = t.to_f32()?.iter().position(|x| !x.is_finite())
+        {
+            return Err(SproutError::Model(format!(
+                "tensor {name} holds a value that is not finite (element {at})"
+            )));
+        }
+        self.done += 1;
+        (self.progress)(self.done, self.total);
+        Ok(t)
+    }
+
+    fn upload(&self, t: TensorData) -> Result<GpuWeight, SproutError> {
+        GpuWeight::upload(self.gpu, t.format, &t.bytes, t.rows, t.cols)
+    }
+
+    /// A weight matrix, kept in its stored format.
+    fn matrix(&mut self, name: &str, rows: usize, cols: usize) -> Result<GpuWeight, SproutError> {
+        let t = self.read(name, rows, cols)?;
+        self.upload(t)
+    }
+
+    /// A norm or bias vector, as f32.
+    fn vector(&mut self, name: &str, len: usize) -> Result<Vec<f32>, SproutError> {
+        self.read(name, 1, len)?.to_f32()
+    }
+}
