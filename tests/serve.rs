@@ -28,14 +28,13 @@ struct Server {
 impl Server {
     /// Starts the server on the tiny model on a free port and waits until it listens.
     fn start(extra: &[&str]) -> Server {
+        Server::start_on(&tiny_llama(), extra)
+    }
+
+    /// Starts the server on `model` on a free port and waits until it listens.
+    fn start_on(model: &Path, extra: &[&str]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_sprout"))
-            .args([
-                "serve",
-                "--model",
-                tiny_llama().to_str().unwrap(),
-                "--port",
-                "0",
-            ])
+            .args(["serve", "--model", model.to_str().unwrap(), "--port", "0"])
             .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -1278,4 +1277,178 @@ fn with_an_admin_key_the_admin_routes_need_it() {
     );
     assert_eq!(with.status, 200, "{}", with.body);
     assert_eq!(with.json()["is_paused"], false);
+}
+
+/// A copy of the tiny model's directory whose final norm is scaled by `scale` (new logits
+/// everywhere); with `nan`, one of its values is not a number.
+fn checkpoint(name: &str, scale: f32, nan: bool) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("sprout-ckpt-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for file in ["config.json", "tokenizer.json"] {
+        std::fs::copy(tiny_llama().join(file), dir.join(file)).unwrap();
+    }
+    let bytes = std::fs::read(tiny_llama().join("model.safetensors")).unwrap();
+    let tensors = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut out: Vec<(String, Vec<u8>, Vec<usize>)> = Vec::new();
+    for (tensor_name, view) in tensors.tensors() {
+        let mut data = view.data().to_vec();
+        if tensor_name == "model.norm.weight" {
+            for (i, chunk) in data.chunks_exact_mut(4).enumerate() {
+                let mut v = f32::from_le_bytes(chunk.try_into().unwrap()) * scale;
+                if nan && i == 3 {
+                    v = f32::NAN;
+                }
+                chunk.copy_from_slice(&v.to_le_bytes());
+            }
+        }
+        out.push((tensor_name, data, view.shape().to_vec()));
+    }
+    let views: Vec<(String, safetensors::tensor::TensorView)> = out
+        .iter()
+        .map(|(n, data, shape)| {
+            let view =
+                safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape.clone(), data)
+                    .unwrap();
+            (n.clone(), view)
+        })
+        .collect();
+    let file = safetensors::serialize(views, None).unwrap();
+    std::fs::write(dir.join("model.safetensors"), file).unwrap();
+    dir
+}
+
+fn update(port: u16, body: &Value) -> Reply {
+    post_to(port, "/update_weights", body)
+}
+
+/// Each token's weights version of a finished choice (the one version when it did not
+/// change).
+fn versions(choice: &Value) -> Vec<u64> {
+    let sprout = &choice["sprout"];
+    match sprout.get("weights_versions") {
+        Some(all) => ids(all),
+        None => vec![sprout["weights_version"].as_u64().unwrap()],
+    }
+}
+
+#[test]
+fn a_trainer_updates_the_weights_between_steps() {
+    let server = Server::start(&[]);
+    let port = server.port;
+    let scaled = checkpoint("scaled", 1.5, false);
+    let probe = json!({"prompt": PROMPT, "n": 2, "seed": 5, "max_tokens": 8,
+                       "return_token_ids": true});
+    let before = post(port, &probe).json();
+    assert_eq!(versions(&before["choices"][0]), vec![0]);
+
+    // keep: the request in flight spans the update, and says where it changed.
+    let long = json!({"prompt": PROMPT, "max_tokens": 120, "ignore_eos": true});
+    let running = std::thread::spawn(move || post(port, &long));
+    await_running(port);
+    assert_eq!(admin(port, "POST", "/pause?mode=keep", "").status, 200);
+    let done = update(port, &json!({"weight_dir": scaled, "weights_version": 7}));
+    assert_eq!(done.status, 200, "{}", done.body);
+    let done = done.json();
+    assert_eq!(
+        (done["success"].clone(), done["weights_version"].clone()),
+        (json!(true), json!(7))
+    );
+    assert!(done["load_s"].as_f64().unwrap() >= 0.0);
+    assert_eq!(admin(port, "POST", "/resume", "").status, 200);
+    let spanned = running.join().unwrap().json();
+    let v = versions(&spanned["choices"][0]);
+    assert_eq!(v.len(), 120, "{spanned}");
+    let switch = v
+        .iter()
+        .position(|&x| x == 7)
+        .expect("no token under version 7");
+    assert!(
+        switch > 0 && v[..switch].iter().all(|&x| x == 0) && v[switch..].iter().all(|&x| x == 7)
+    );
+    assert_eq!(spanned["choices"][0]["sprout"]["weights_version"], 7);
+
+    // wait: the request in flight finishes under the old weights first.
+    let short = json!({"prompt": PROMPT, "max_tokens": 30, "ignore_eos": true});
+    let running = std::thread::spawn(move || post(port, &short));
+    await_running(port);
+    assert_eq!(admin(port, "POST", "/pause?mode=wait", "").status, 200);
+    let same = update(port, &json!({"weight_dir": scaled, "weights_version": 8}));
+    assert_eq!(same.status, 200, "{}", same.body);
+    assert_eq!(admin(port, "POST", "/resume", "").status, 200);
+    let finished = running.join().unwrap().json();
+    assert_eq!(versions(&finished["choices"][0]), vec![7], "{finished}");
+
+    // abort: the request in flight ends; the next version needs no number.
+    let long = json!({"prompt": PROMPT, "max_tokens": 240, "ignore_eos": true});
+    let running = std::thread::spawn(move || post(port, &long));
+    await_running(port);
+    assert_eq!(admin(port, "POST", "/pause?mode=abort", "").status, 200);
+    let next = update(port, &json!({"weight_dir": scaled}));
+    assert_eq!(next.json()["weights_version"], 9, "{}", next.body);
+    assert_eq!(admin(port, "POST", "/resume", "").status, 200);
+    let cut = running.join().unwrap().json();
+    assert_eq!(cut["choices"][0]["finish_reason"], "abort");
+
+    // Later requests report the new version and the new weights' log-probs: those of a
+    // server started on the new checkpoint.
+    let after = post(port, &probe).json();
+    let fresh_server = Server::start_on(&scaled, &[]);
+    let fresh = post(fresh_server.port, &probe).json();
+    for ((a, f), b) in after["choices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(fresh["choices"].as_array().unwrap())
+        .zip(before["choices"].as_array().unwrap())
+    {
+        assert_eq!(versions(a), vec![9]);
+        assert_eq!(ids(&a["token_ids"]), ids(&f["token_ids"]));
+        assert_eq!(
+            bits(&a["sprout"]["logprobs"]),
+            bits(&f["sprout"]["logprobs"])
+        );
+        assert_ne!(
+            bits(&a["sprout"]["logprobs"]),
+            bits(&b["sprout"]["logprobs"])
+        );
+    }
+
+    // Updates that do not fit are refused, naming the problem; version 9 serves on.
+    let broken = checkpoint("nan", 1.5, true);
+    let missing = std::env::temp_dir().join("sprout-no-such-checkpoint");
+    let cases = [
+        (
+            json!({"weight_dir": broken, "weights_version": 10}),
+            "weight_dir",
+            "not finite",
+        ),
+        (
+            json!({"weight_dir": missing, "weights_version": 10}),
+            "weight_dir",
+            "no such file",
+        ),
+        (
+            json!({"weight_dir": scaled, "weights_version": 9}),
+            "weights_version",
+            "already",
+        ),
+        (
+            json!({"weights_version": 10}),
+            "weight_dir",
+            "weight_dir must be",
+        ),
+        (
+            json!({"weight_dir": scaled, "weights_version": -1}),
+            "weights_version",
+            "-1",
+        ),
+    ];
+    for (body, param, says) in cases {
+        assert_error(&update(port, &body), 400, Some(param), says);
+    }
+    let still = post(port, &probe).json();
+    assert_eq!(still["choices"], after["choices"]);
+    let _ = std::fs::remove_dir_all(&scaled);
+    let _ = std::fs::remove_dir_all(&broken);
 }

@@ -35,7 +35,7 @@ use crate::gpu::kernels::rope::RopeTable;
 use crate::gpu::tuning::{KernelChoices, MatmulKey, MatmulSite};
 use crate::gpu::{Gpu, Recorder, Tensor};
 use crate::model::config::ModelConfig;
-use crate::model::decoder_weights::{Checks, DecoderWeights, check_same_model};
+use crate::model::decoder_weights::{Checks, DecoderWeights};
 use crate::model::source::WeightSource;
 
 /// Where a layer's vectors start in its `vectors` buffer.
@@ -203,8 +203,7 @@ impl Decoder {
         source: &mut dyn WeightSource,
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<DecoderWeights, SproutError> {
-        check_same_model(&self.config, source.config())?;
-        DecoderWeights::load(&self.gpu, source, &self.config, Checks::Update, progress)
+        DecoderWeights::load_update(&self.gpu, source, &self.config, progress)
     }
 
     /// Puts `weights` in force from the next recorded step on. A step recorded before

@@ -137,6 +137,19 @@ impl DecoderWeights {
         })
     }
 
+    /// Loads `source` as new weights for a model of `serving`'s config, checked as an
+    /// update: the same model in every size, no tensor missing or extra, every value
+    /// finite. The weights in force keep serving meanwhile (this only adds buffers).
+    pub fn load_update(
+        gpu: &Gpu,
+        source: &mut dyn WeightSource,
+        serving: &ModelConfig,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<DecoderWeights, SproutError> {
+        check_same_model(serving, source.config())?;
+        DecoderWeights::load(gpu, source, serving, Checks::Update, progress)
+    }
+
     pub(crate) fn lm_head(&self) -> &GpuWeight {
         self.lm_head.as_ref().unwrap_or(&self.embed)
     }
@@ -226,10 +239,7 @@ fn check_names(source: &dyn WeightSource, names: &[String]) -> Result<(), Sprout
 }
 
 /// New weights must be for the same model: every size, and the RoPE layout.
-pub(crate) fn check_same_model(
-    serving: &ModelConfig,
-    new: &ModelConfig,
-) -> Result<(), SproutError> {
+fn check_same_model(serving: &ModelConfig, new: &ModelConfig) -> Result<(), SproutError> {
     let sizes = |c: &ModelConfig| {
         [
             ("vocab_size", c.vocab_size),

@@ -1,6 +1,6 @@
 //! The routes a trainer drives the server with, in vLLM's shapes: `POST /pause`,
-//! `POST /resume`, `GET /is_paused`, `POST /abort_requests` and
-//! `POST /reset_prefix_cache`.
+//! `POST /resume`, `GET /is_paused`, `POST /abort_requests`, `POST /reset_prefix_cache`
+//! and `POST /update_weights` (in `update`).
 //!
 //! They answer loopback clients only, unless `--admin-api-key` is set: then anyone with
 //! `Authorization: Bearer ADMIN_KEY`, and no one without it.
@@ -24,6 +24,7 @@ use tokio::sync::oneshot;
 use crate::cli::serve::engine_thread::{Command, PauseMode};
 use crate::cli::serve::error::ApiError;
 use crate::cli::serve::routes::AppState;
+use crate::cli::serve::update;
 
 pub fn router(state: Arc<AppState>) -> Router<Arc<AppState>> {
     Router::new()
@@ -32,6 +33,7 @@ pub fn router(state: Arc<AppState>) -> Router<Arc<AppState>> {
         .route("/is_paused", get(is_paused))
         .route("/abort_requests", post(abort_requests))
         .route("/reset_prefix_cache", post(reset_prefix_cache))
+        .route("/update_weights", post(update::update_weights))
         .route_layer(middleware::from_fn_with_state(state, check_admin))
 }
 

@@ -173,6 +173,14 @@ impl<'e> EngineLoop<'e> {
             Command::ResetPrefixCache { reply } => {
                 let _ = reply.send(self.engine.reset_prefix_cache());
             }
+            Command::UpdateWeights {
+                weights,
+                version,
+                reply,
+            } => {
+                self.engine.update_weights(weights, version);
+                let _ = reply.send(());
+            }
             Command::Shutdown => unreachable!("handled by the loop"),
         }
     }

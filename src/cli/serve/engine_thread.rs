@@ -10,7 +10,9 @@ use std::time::Instant;
 
 use anyhow::{Result, anyhow};
 use sprout::engine::EngineConfig;
-use sprout::gpu::BackendChoice;
+use sprout::gpu::{BackendChoice, Gpu};
+use sprout::model::config::ModelConfig;
+use sprout::model::decoder_weights::DecoderWeights;
 use sprout::sched::{FinishedSample, Request};
 use sprout::tokenizer::Tokenizer;
 use sprout::tokenizer::chat_template::ChatTemplate;
@@ -51,6 +53,12 @@ pub enum Command {
     Resume { reply: oneshot::Sender<()> },
     /// Forget the prefix cache's reusable blocks; replies with how many.
     ResetPrefixCache { reply: oneshot::Sender<usize> },
+    /// Put `weights` in force, labelled `version`, between two steps; replies once done.
+    UpdateWeights {
+        weights: DecoderWeights,
+        version: u64,
+        reply: oneshot::Sender<()>,
+    },
     /// Abort everything, send each client its aborted samples, and end the thread.
     Shutdown,
 }
@@ -82,6 +90,10 @@ pub enum Event {
 
 /// What the HTTP side needs to know about the loaded model.
 pub struct ModelFacts {
+    /// The GPU the model runs on (an update's weights are uploaded to it off the engine
+    /// thread) and the model's config (an update must match it).
+    pub gpu: Arc<Gpu>,
+    pub config: ModelConfig,
     pub tokenizer: Tokenizer,
     /// The template chat messages are rendered with (`None`: the chat route refuses).
     pub chat_template: Option<ChatTemplate>,
@@ -89,7 +101,6 @@ pub struct ModelFacts {
     pub eos_token_ids: Vec<u32>,
     /// The model's own context length (positions).
     pub max_positions: usize,
-    pub weights_version: u64,
     pub kv_blocks: usize,
     /// The model file's (or directory's) name and path.
     pub model_name: String,
@@ -191,12 +202,13 @@ fn run(
     );
     let c = &opened.decoder.config;
     let facts = ModelFacts {
+        gpu: opened.gpu.clone(),
+        config: c.clone(),
         tokenizer: tokenizer.clone(),
         chat_template,
         vocab_size: c.vocab_size,
         eos_token_ids: c.eos_token_ids.clone(),
         max_positions: opened.decoder.max_positions(),
-        weights_version: config.weights_version,
         kv_blocks: engine.num_blocks(),
         model_name: info.name.clone(),
         model_path: info.path.clone(),

@@ -26,11 +26,12 @@ mod request;
 mod response;
 mod routes;
 mod submit;
+mod update;
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
 use std::io::IsTerminal;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result, bail};
@@ -80,6 +81,7 @@ pub struct ServeArgs {
 pub fn run(backend: BackendChoice, args: ServeArgs) -> Result<()> {
     init_logging();
     let config = args.engine.config()?;
+    let config_version = config.weights_version;
     if args.max_queued_requests == 0 {
         bail!("--max-queued-requests must be at least 1");
     }
@@ -121,6 +123,8 @@ pub fn run(backend: BackendChoice, args: ServeArgs) -> Result<()> {
         api_key: args.api_key,
         admin_key: args.admin_api_key,
         paused: AtomicBool::new(false),
+        weights_version: AtomicU64::new(config_version),
+        updating: AtomicBool::new(false),
         jobs: Mutex::new(HashMap::new()),
         max_queued: args.max_queued_requests,
         queued: AtomicUsize::new(0),

@@ -9,6 +9,7 @@
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use axum::body::{Body as HttpBody, Bytes};
 use axum::http::{StatusCode, header};
@@ -37,7 +38,7 @@ fn asked_of<'a>(state: &AppState, job: &Job, prompt: &'a [u32]) -> Asked<'a> {
         logprobs: job.fields.logprobs.is_some(),
         return_token_ids: job.fields.return_token_ids,
         prompt,
-        weights_version: state.facts.weights_version,
+        weights_version: state.weights_version.load(Ordering::Acquire),
     }
 }
 

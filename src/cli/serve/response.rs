@@ -148,7 +148,11 @@ pub struct SproutFields {
     pub sampling_logprobs: Vec<f32>,
     /// Each token's log-prob under the model (temperature 1), as a plain list.
     pub logprobs: Vec<f32>,
+    /// The weights version of the sample's last token.
     pub weights_version: u64,
+    /// Each token's weights version, when an update came while the sample ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub weights_versions: Option<Vec<u64>>,
     /// The stop string that ended the sample, if one did.
     pub stop_string: Option<String>,
 }
@@ -217,6 +221,7 @@ pub struct Asked<'a> {
     pub logprobs: bool,
     pub return_token_ids: bool,
     pub prompt: &'a [u32],
+    /// The version in force when the answer is shaped (for a sample with no tokens).
     pub weights_version: u64,
 }
 
@@ -360,8 +365,12 @@ pub fn sample_text(tokenizer: &Tokenizer, sample: &FinishedSample) -> Result<Str
 }
 
 /// sprout's fields of a finished sample.
-fn sprout_fields(sample: &FinishedSample, weights_version: u64) -> SproutFields {
+fn sprout_fields(sample: &FinishedSample, in_force: u64) -> SproutFields {
+    let versions = &sample.weights_versions;
+    let weights_version = versions.last().copied().unwrap_or(in_force);
+    let spans = versions.iter().any(|&v| v != weights_version);
     SproutFields {
+        weights_versions: spans.then(|| versions.clone()),
         sampling_logprobs: sample.sampling_logprobs.clone(),
         logprobs: sample.logprobs.clone(),
         weights_version,

@@ -6,7 +6,7 @@
 //! ids, queues it (`submit`) and answers from its samples (`reply`).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -50,6 +50,10 @@ pub struct AppState {
     pub admin_key: Option<String>,
     /// A `/pause` has taken effect and no `/resume` has followed.
     pub paused: AtomicBool,
+    /// The weights version in force (each choice reports its tokens' own).
+    pub weights_version: AtomicU64,
+    /// A `/update_weights` is loading.
+    pub updating: AtomicBool,
     /// The requests in flight by id, with their engine indexes (for `/abort_requests`).
     pub jobs: Mutex<HashMap<String, Vec<u32>>>,
 }
