@@ -1452,3 +1452,101 @@ fn a_trainer_updates_the_weights_between_steps() {
     let _ = std::fs::remove_dir_all(&scaled);
     let _ = std::fs::remove_dir_all(&broken);
 }
+
+#[test]
+fn trl_s_generate_route_gives_what_the_completions_route_gives() {
+    let server = Server::start(&[]);
+    let port = server.port;
+    // The body TRL's VLLMClient.generate sends.
+    let trl = json!({"prompts": [PROMPT, "Another prompt"], "images": null, "n": 2,
+                     "repetition_penalty": 1.0, "temperature": 1.0, "top_p": 1.0, "top_k": -1,
+                     "min_p": 0.0, "max_tokens": 8, "logprobs": 2,
+                     "structured_outputs_regex": null, "generation_kwargs": {"seed": 3}});
+    let reply = post_to(port, "/generate/", &trl);
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let out = reply.json();
+    let same = json!({"prompt": [PROMPT, "Another prompt"], "n": 2, "max_tokens": 8, "seed": 3,
+                      "logprobs": 2, "return_token_ids": true});
+    let completions = post(port, &same).json();
+    let choices = completions["choices"].as_array().unwrap();
+    assert_eq!(out["prompt_ids"].as_array().unwrap().len(), 2);
+    assert_eq!(
+        ids(&out["prompt_ids"][0]),
+        ids(&choices[0]["prompt_token_ids"])
+    );
+    assert_eq!(
+        ids(&out["prompt_ids"][1]),
+        ids(&choices[2]["prompt_token_ids"])
+    );
+    assert_eq!(out["completion_ids"].as_array().unwrap().len(), 4);
+    for (k, c) in choices.iter().enumerate() {
+        let tokens = ids(&c["token_ids"]);
+        assert_eq!(ids(&out["completion_ids"][k]), tokens, "sample {k}");
+        let sampled = bits(&c["logprobs"]["token_logprobs"]);
+        for (i, &token) in tokens.iter().enumerate() {
+            let lps = out["logprobs"][k][i].as_array().unwrap();
+            let tids = ids(&out["logprob_token_ids"][k][i]);
+            assert!(lps.len() <= 3 && lps.len() == tids.len(), "{lps:?}");
+            let at = tids
+                .iter()
+                .position(|&t| t == token)
+                .expect("the sampled token");
+            assert_eq!((lps[at].as_f64().unwrap() as f32).to_bits(), sampled[i]);
+            let values: Vec<f64> = lps.iter().map(|v| v.as_f64().unwrap()).collect();
+            assert!(values.windows(2).all(|w| w[0] >= w[1]), "{values:?}");
+        }
+    }
+    assert_eq!(out["weights_versions"], json!([0, 0, 0, 0]));
+
+    // logprobs 0: the sampled token's only; null: none.
+    let mut zero = trl.clone();
+    zero["logprobs"] = json!(0);
+    let out = post_to(port, "/generate/", &zero).json();
+    for (k, c) in choices.iter().enumerate() {
+        let tokens = ids(&c["token_ids"]);
+        let per_token: Vec<u64> = (0..tokens.len())
+            .map(|i| ids(&out["logprob_token_ids"][k][i])[0])
+            .collect();
+        assert_eq!(per_token, tokens);
+        assert!(
+            out["logprobs"][k]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|l| l.as_array().unwrap().len() == 1)
+        );
+    }
+    let mut none = trl.clone();
+    none["logprobs"] = Value::Null;
+    let out = post_to(port, "/generate", &none).json();
+    assert!(
+        out["logprobs"].is_null() && out["logprob_token_ids"].is_null(),
+        "{out}"
+    );
+
+    // What sprout cannot do is refused by name.
+    let refused = [
+        ("repetition_penalty", json!(1.2), "repetition_penalty"),
+        ("images", json!([["aGVsbG8="], null]), "images"),
+        (
+            "structured_outputs_regex",
+            json!("[0-9]+"),
+            "structured_outputs_regex",
+        ),
+        (
+            "generation_kwargs",
+            json!({"frequency_penalty": 0.5}),
+            "frequency_penalty",
+        ),
+        ("prompts", Value::Null, "prompts is required"),
+    ];
+    for (key, value, says) in refused {
+        let mut body = trl.clone();
+        body[key] = value;
+        let param = key;
+        assert_error(&post_to(port, "/generate/", &body), 400, Some(param), says);
+    }
+    // The other paths TRL's client calls.
+    assert_eq!(http(port, "GET", "/health/", &[], b"").status, 200);
+    assert_eq!(admin(port, "POST", "/reset_prefix_cache/", "").status, 200);
+}

@@ -33,6 +33,7 @@ pub fn router(state: Arc<AppState>) -> Router<Arc<AppState>> {
         .route("/is_paused", get(is_paused))
         .route("/abort_requests", post(abort_requests))
         .route("/reset_prefix_cache", post(reset_prefix_cache))
+        .route("/reset_prefix_cache/", post(reset_prefix_cache))
         .route("/update_weights", post(update::update_weights))
         .route_layer(middleware::from_fn_with_state(state, check_admin))
 }

@@ -8,7 +8,8 @@
 //! - `reply`: answering from the samples, whole or streamed;
 //! - `response`: the two APIs' response shapes;
 //! - `metrics`: `/metrics`, under vLLM's names;
-//! - `admin`: pause, resume, abort and prefix-cache reset, for a trainer;
+//! - `admin`: pause, resume, abort, prefix-cache reset and weight updates, for a trainer;
+//! - `trl`: `/generate/` in the schema of TRL's vLLM server;
 //! - `error`: refusals in OpenAI's error body.
 //!
 //! The HTTP side runs on a tokio runtime; it tokenizes, checks and shapes, and talks to
@@ -26,6 +27,7 @@ mod request;
 mod response;
 mod routes;
 mod submit;
+mod trl;
 mod update;
 
 use std::collections::HashMap;

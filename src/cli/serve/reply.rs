@@ -58,20 +58,10 @@ fn usage(job: &Job, completion_tokens: usize, cached_tokens: usize) -> Usage {
 pub async fn whole(
     state: &AppState,
     job: Job,
-    mut events: mpsc::UnboundedReceiver<Event>,
-    mut pending: Pending,
+    events: mpsc::UnboundedReceiver<Event>,
+    pending: Pending,
 ) -> Result<Response, ApiError> {
-    let mut samples: Vec<FinishedSample> = Vec::new();
-    while samples.len() < job.total_samples() {
-        match events.recv().await {
-            Some(Event::Finished(s)) => samples.push(s),
-            Some(Event::Token { .. }) => {}
-            Some(Event::Failed(e)) => return Err(internal(e)),
-            None => return Err(internal("the engine stopped before the request finished")),
-        }
-    }
-    pending.done = true;
-    samples.sort_by_key(|s| job.choice_index(s.request_index, s.sample_index));
+    let samples = collect(&job, events, pending).await?;
     let tokenizer = &state.facts.tokenizer;
     let mut choices = Vec::with_capacity(samples.len());
     for s in &samples {
@@ -101,6 +91,26 @@ pub async fn whole(
     };
     let text = json_out::to_line(&body).map_err(internal)?;
     Ok(([(header::CONTENT_TYPE, "application/json")], text).into_response())
+}
+
+/// Waits for every sample of `job`; returns them in choice order.
+pub async fn collect(
+    job: &Job,
+    mut events: mpsc::UnboundedReceiver<Event>,
+    mut pending: Pending,
+) -> Result<Vec<FinishedSample>, ApiError> {
+    let mut samples: Vec<FinishedSample> = Vec::new();
+    while samples.len() < job.total_samples() {
+        match events.recv().await {
+            Some(Event::Finished(s)) => samples.push(s),
+            Some(Event::Token { .. }) => {}
+            Some(Event::Failed(e)) => return Err(internal(e)),
+            None => return Err(internal("the engine stopped before the request finished")),
+        }
+    }
+    pending.done = true;
+    samples.sort_by_key(|s| job.choice_index(s.request_index, s.sample_index));
+    Ok(samples)
 }
 
 /// A sample's progress in a stream.

@@ -70,7 +70,7 @@ pub const DEFAULT_MAX_TOKENS: usize = 16;
 
 /// The value of field `name` of `obj` as a `T`, `None` when absent or null; `what` says
 /// what the field must be, in the error.
-fn field<T: DeserializeOwned>(
+pub(super) fn field<T: DeserializeOwned>(
     obj: &Map<String, Value>,
     name: &str,
     what: &str,
@@ -84,7 +84,7 @@ fn field<T: DeserializeOwned>(
 }
 
 /// A value's JSON text, cut short for an error message.
-fn short(v: &Value) -> String {
+pub(super) fn short(v: &Value) -> String {
     let text = v.to_string();
     match text.char_indices().nth(60) {
         Some((cut, _)) => format!("{}...", &text[..cut]),
@@ -93,7 +93,7 @@ fn short(v: &Value) -> String {
 }
 
 /// The body as a JSON object.
-fn object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
+pub(super) fn object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
     let value: Value = serde_json::from_slice(body).map_err(|e| {
         ApiError::status(
             StatusCode::BAD_REQUEST,
@@ -110,7 +110,7 @@ fn object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
 }
 
 /// At most [`MAX_TOP_LOGPROBS`] alternatives per position.
-fn check_top(name: &str, k: usize) -> Result<usize, ApiError> {
+pub(super) fn check_top(name: &str, k: usize) -> Result<usize, ApiError> {
     match k > MAX_TOP_LOGPROBS {
         true => Err(ApiError::bad(
             name,
@@ -122,7 +122,7 @@ fn check_top(name: &str, k: usize) -> Result<usize, ApiError> {
 
 impl SamplingFields {
     /// The shared fields of `obj`; `logprobs` is left for the API to read.
-    fn parse(obj: &Map<String, Value>) -> Result<SamplingFields, ApiError> {
+    pub(super) fn parse(obj: &Map<String, Value>) -> Result<SamplingFields, ApiError> {
         // i128 holds every JSON integer, so a huge n is refused by the queue, not here.
         let n: i128 = field(obj, "n", "an integer")?.unwrap_or(1);
         if n < 1 {
@@ -195,7 +195,7 @@ impl SamplingFields {
 impl CompletionRequest {
     pub fn parse(body: &[u8]) -> Result<CompletionRequest, ApiError> {
         let obj = object(body)?;
-        let prompts = prompts(obj.get("prompt"))?;
+        let prompts = prompts(obj.get("prompt"), "prompt")?;
         let mut fields = SamplingFields::parse(&obj)?;
         let logprobs: Option<usize> = field(&obj, "logprobs", "a non-negative integer")?;
         fields.logprobs = logprobs.map(|k| check_top("logprobs", k)).transpose()?;
@@ -229,19 +229,20 @@ impl ChatRequest {
     }
 }
 
-/// `prompt`: a string, a list of strings, a list of token ids, or a list of those lists.
-fn prompts(value: Option<&Value>) -> Result<Vec<Prompt>, ApiError> {
+/// The prompts of field `name`: a string, a list of strings, a list of token ids, or a
+/// list of those lists.
+pub(super) fn prompts(value: Option<&Value>, name: &str) -> Result<Vec<Prompt>, ApiError> {
     let wrong = |v: &Value| {
         ApiError::bad(
-            "prompt",
+            name,
             format!(
-                "prompt must be a string, a list of strings, a list of token ids or a list of \
+                "{name} must be a string, a list of strings, a list of token ids or a list of \
                  lists of token ids, not {}",
                 short(v)
             ),
         )
     };
-    let empty = || ApiError::bad("prompt", "prompt must not be empty");
+    let empty = || ApiError::bad(name, format!("{name} must not be empty"));
     let ids = |items: &[Value]| -> Result<Vec<u32>, ApiError> {
         items
             .iter()
@@ -262,7 +263,7 @@ fn prompts(value: Option<&Value>) -> Result<Vec<Prompt>, ApiError> {
         }
     };
     match value {
-        None | Some(Value::Null) => Err(ApiError::bad("prompt", "prompt is required")),
+        None | Some(Value::Null) => Err(ApiError::bad(name, format!("{name} is required"))),
         Some(Value::Array(items)) if items.is_empty() => Err(empty()),
         // A list of numbers is one prompt of token ids.
         Some(Value::Array(items)) if items[0].is_number() => Ok(vec![Prompt::Ids(ids(items)?)]),

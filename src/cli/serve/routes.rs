@@ -20,13 +20,13 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::json;
 
-use crate::cli::serve::admin;
 use crate::cli::serve::engine_thread::{EngineHandle, ModelFacts};
 use crate::cli::serve::error::ApiError;
 use crate::cli::serve::reply::{self, internal};
 use crate::cli::serve::request::{ChatRequest, CompletionRequest, DEFAULT_MAX_TOKENS, Prompt};
 use crate::cli::serve::response::Api;
 use crate::cli::serve::submit::{self, Submission, check_context, check_model, tokenize};
+use crate::cli::serve::{admin, trl};
 
 /// The largest request body accepted.
 pub const MAX_BODY_BYTES: usize = 16 << 20;
@@ -63,9 +63,12 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/models", get(models))
+        .route("/generate/", post(trl::generate))
+        .route("/generate", post(trl::generate))
         .route_layer(middleware::from_fn_with_state(state.clone(), check_key));
     Router::new()
         .route("/health", get(health))
+        .route("/health/", get(health))
         .route("/metrics", get(metrics))
         .merge(v1)
         .merge(admin::router(state.clone()))
