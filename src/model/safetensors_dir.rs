@@ -242,6 +242,16 @@ impl<R: Read + Seek> WeightSource for SafetensorsDir<R> {
         TensorName::parse(name)
             .is_some_and(|n| n.exists_in(&self.config) && self.tensors.contains_key(&hf_name(n)))
     }
+
+    fn format(&self, name: &str) -> Result<WeightFormat, SproutError> {
+        match TensorName::parse(name).filter(|_| self.has(name)) {
+            Some(n) => {
+                let stored = hf_name(n);
+                self.tensors[&stored].format(&stored)
+            }
+            None => Err(names::missing(name, "the model directory")),
+        }
+    }
 }
 
 /// Hugging Face's name for a canonical tensor.

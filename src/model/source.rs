@@ -19,7 +19,7 @@
 //! | `lm_head`                 | vocab x hidden                      | absent when tied          |
 
 use crate::error::SproutError;
-use crate::formats::TensorData;
+use crate::formats::{TensorData, WeightFormat};
 use crate::model::config::ModelConfig;
 
 pub trait WeightSource {
@@ -28,4 +28,7 @@ pub trait WeightSource {
     fn read(&mut self, name: &str) -> Result<TensorData, SproutError>;
     /// Whether the source has the tensor with canonical `name`.
     fn has(&self, name: &str) -> bool;
+    /// The format the tensor with canonical `name` is stored in, without reading it; an
+    /// absent tensor is an error naming it.
+    fn format(&self, name: &str) -> Result<WeightFormat, SproutError>;
 }
