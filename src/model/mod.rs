@@ -1,7 +1,7 @@
 //! Models: configs, the sources weights are read from (GGUF files, Hugging Face
-//! directories, random dummy weights), the fused weight layout, and the decoder forward
-//! pass. Byte layouts (weight formats, the GGUF container) are `crate::formats`; text to
-//! ids is `crate::tokenizer`.
+//! directories, random dummy weights, any of them quantized on load), the fused weight
+//! layout, and the decoder forward pass. Byte layouts (weight formats, the GGUF container)
+//! are `crate::formats`; text to ids is `crate::tokenizer`.
 
 pub mod config;
 mod config_check;
@@ -15,5 +15,6 @@ pub mod hf_config;
 pub mod names;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod open;
+pub mod quantize_on_load;
 pub mod safetensors_dir;
 pub mod source;
