@@ -1,7 +1,8 @@
 //! Models: configs, the sources weights are read from (GGUF files, Hugging Face
 //! directories, random dummy weights, any of them quantized on load), the fused weight
-//! layout, and the decoder forward pass. Byte layouts (weight formats, the GGUF container)
-//! are `crate::formats`; text to ids is `crate::tokenizer`.
+//! layout, the decoder forward pass, and export to a Hugging Face directory. Byte layouts
+//! (weight formats, the GGUF container) are `crate::formats`; text to ids is
+//! `crate::tokenizer`.
 
 pub mod config;
 mod config_check;
@@ -9,6 +10,7 @@ pub mod decoder;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod default_model;
 pub mod dummy;
+pub mod export;
 pub mod fused_weights;
 pub mod gguf_model;
 pub mod hf_config;
