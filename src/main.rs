@@ -7,7 +7,10 @@ use sprout::gpu::BackendChoice;
 
 mod cli;
 
-use cli::{bench_cmd, check, devices_cmd, generate_cmd, rollout_cmd, score_cmd, serve, tune_cmd};
+use cli::{
+    bench_cmd, check, devices_cmd, export_cmd, generate_cmd, rollout_cmd, score_cmd, serve,
+    tune_cmd,
+};
 
 #[derive(Parser)]
 #[command(
@@ -56,6 +59,10 @@ enum Command {
     /// (absolute), kernel outputs within 1e-4 of the reference. The goldens are the default
     /// model's; with --model the first adapter is the reference and there are no goldens.
     Check(check::CheckArgs),
+    /// Write the model as a Hugging Face directory (model.safetensors in f32 or bf16,
+    /// config.json, tokenizer.json, tokenizer_config.json with the chat template,
+    /// generation_config.json) that transformers loads.
+    Export(export_cmd::ExportArgs),
     /// Print the default model's path, fetching and caching it first if needed.
     ModelPath,
 }
@@ -72,6 +79,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench_cmd::run(cli.backend, args),
         Command::Tune(args) => tune_cmd::run(cli.backend, args),
         Command::Check(args) => check::run(cli.backend, args),
+        Command::Export(args) => export_cmd::run(args),
         Command::ModelPath => sprout::model::default_model::path()
             .map(|p| println!("{}", p.display()))
             .map_err(Into::into),

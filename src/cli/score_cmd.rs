@@ -15,20 +15,19 @@
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{BufRead, BufReader, IsTerminal, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
 use sprout::gpu::BackendChoice;
 use sprout::sched::{Request, SamplingParams};
 
 use crate::cli::bootstrap::{self, Kernels};
 use crate::cli::cli_args::{EngineArgs, ModelArg};
-use crate::cli::json_out;
+use crate::cli::{json_out, progress};
 
 #[derive(Args)]
 pub struct ScoreArgs {
@@ -200,14 +199,10 @@ pub fn run(backend: BackendChoice, args: ScoreArgs) -> Result<()> {
     }
 
     let total: usize = members.iter().map(Vec::len).sum();
-    let bar = if std::io::stderr().is_terminal() {
-        ProgressBar::new(total as u64).with_style(
-            ProgressStyle::with_template("score {bar:30} {pos}/{len} completions  {msg}")
-                .expect("a valid template"),
-        )
-    } else {
-        ProgressBar::hidden()
-    };
+    let bar = progress::bar(
+        "score {bar:30} {pos}/{len} completions  {msg}",
+        total as u64,
+    );
     let start = Instant::now();
     while engine.has_work() {
         let step = pollster::block_on(engine.step())?;

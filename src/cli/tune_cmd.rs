@@ -10,12 +10,11 @@
 //! dropped after one timing. Matmuls are timed with a plain store of their outputs: the
 //! fused prologues and epilogues cost every shape alike.
 
-use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 use serde_json::json;
 use sprout::gpu::kernels::attention::{
     self, AttentionBuffers, AttentionPlan, AttentionSplit, AttentionVariant, scratch_per_slot,
@@ -295,13 +294,7 @@ fn print_table(file: &TuneFile) {
 }
 
 fn progress(total: usize) -> ProgressBar {
-    if !std::io::stderr().is_terminal() {
-        return ProgressBar::hidden();
-    }
-    ProgressBar::new(total as u64).with_style(
-        ProgressStyle::with_template("tuning {bar:30} {pos}/{len}  {msg}")
-            .expect("a valid template"),
-    )
+    crate::cli::progress::bar("tuning {bar:30} {pos}/{len}  {msg}", total as u64)
 }
 
 /// Values in [-0.5, 0.5), deterministic.

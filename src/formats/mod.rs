@@ -1,10 +1,12 @@
 //! Byte layouts, a leaf that imports nothing else of sprout's but its error type: the
 //! weight formats and their blocks, a tensor's stored bytes, the GGUF container (read and
-//! written), and the hex text of hashes. The GPU kernels, the model readers and the
-//! tokenizer all build on these; none of them is imported here.
+//! written), safetensors files (written; `model::safetensors_dir` reads them), and the hex
+//! text of hashes. The GPU kernels, the model readers and the tokenizer all build on these;
+//! none of them is imported here.
 
 pub mod gguf;
 mod hex;
+pub mod safetensors_writer;
 mod tensor_data;
 mod weight_format;
 

@@ -23,7 +23,7 @@ use crate::formats::TensorData;
 use crate::formats::{WeightFormat, quantize};
 use crate::gpu::kernels::rope::RopeLayout;
 use crate::model::config::{Architecture, ModelConfig};
-use crate::model::names::{self, LayerTensor, TensorName};
+use crate::model::names::{self, TensorName};
 use crate::model::source::WeightSource;
 
 /// The names [`builtin_config`] knows.
@@ -114,21 +114,17 @@ impl DummyWeights {
                 config.n_layers
             )));
         }
+        TensorName::check_storable(&config, format).map_err(|e| {
+            SproutError::Model(format!(
+                "dummy weights: {e}; choose f32, f16 or bf16 for this model"
+            ))
+        })?;
         for name in TensorName::one_of_each(&config) {
             let (rows, cols) = name.shape(&config);
-            let stored = match is_vector(name) {
+            let stored = match name.is_vector() {
                 true => WeightFormat::F32,
                 false => format,
             };
-            if stored.row_bytes(cols).is_err() {
-                return Err(SproutError::Model(format!(
-                    "dummy weights: tensor {name} is {rows} x {cols}, but {format} stores \
-                     each row in blocks of {} values and {cols} is not a multiple of {}; \
-                     choose f32, f16 or bf16 for this model",
-                    format.block_len(),
-                    format.block_len()
-                )));
-            }
             let bytes = stored.matrix_bytes(rows, cols).ok();
             if bytes.is_none_or(|b| b as u64 > MAX_TENSOR_BYTES) {
                 return Err(SproutError::Model(format!(
@@ -154,17 +150,6 @@ impl DummyWeights {
     }
 }
 
-/// Norms and biases: one row, kept in f32 (as the kernels take them).
-fn is_vector(name: TensorName) -> bool {
-    match name {
-        TensorName::Embed | TensorName::LmHead => false,
-        TensorName::FinalNorm => true,
-        TensorName::Layer(_, t) => {
-            matches!(t, LayerTensor::AttnNorm | LayerTensor::MlpNorm) || t.is_bias()
-        }
-    }
-}
-
 /// Values per chunk of rows that `read` draws and quantizes at once.
 const CHUNK_VALUES: usize = 1 << 16;
 
@@ -173,13 +158,21 @@ impl WeightSource for DummyWeights {
         &self.config
     }
 
+    fn format(&self, name: &str) -> Result<WeightFormat, SproutError> {
+        match TensorName::parse(name).filter(|n| n.exists_in(&self.config)) {
+            Some(n) if n.is_vector() => Ok(WeightFormat::F32),
+            Some(_) => Ok(self.format),
+            None => Err(names::missing(name, "the dummy model")),
+        }
+    }
+
     fn read(&mut self, name: &str) -> Result<TensorData, SproutError> {
         let tensor = TensorName::parse(name)
             .filter(|n| n.exists_in(&self.config))
             .ok_or_else(|| names::missing(name, "the dummy model"))?;
         let (rows, cols) = tensor.shape(&self.config);
         let mut rng = SplitMix64::for_tensor(self.seed, name, rows, cols);
-        if is_vector(tensor) {
+        if tensor.is_vector() {
             let (center, spread) = match tensor {
                 TensorName::Layer(_, t) if t.is_bias() => (0.0, 0.02),
                 _ => (1.0, 0.05),
@@ -276,6 +269,7 @@ impl SplitMix64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::names::LayerTensor;
 
     #[test]
     fn every_tensor_has_its_shape_and_format() {
@@ -294,7 +288,7 @@ mod tests {
                     assert!(w.has(&key), "{model} {key}");
                     let t = w.read(&key).unwrap();
                     assert_eq!((t.rows, t.cols), name.shape(&config), "{model} {key}");
-                    let want = if is_vector(name) {
+                    let want = if name.is_vector() {
                         WeightFormat::F32
                     } else {
                         format
@@ -303,7 +297,7 @@ mod tests {
                     assert_eq!(t.bytes.len(), t.rows * want.row_bytes(t.cols).unwrap());
                     let values = t.to_f32().unwrap();
                     let bound = match name {
-                        _ if is_vector(name) => 1.06,
+                        _ if name.is_vector() => 1.06,
                         // Rounding to the format can push a value a little past ±1/sqrt(cols).
                         _ => 1.1 / (t.cols as f32).sqrt(),
                     };

@@ -95,6 +95,17 @@ pub fn half_split_to_adjacent(head_dim: usize) -> Vec<usize> {
     (0..half).flat_map(|i| [i, i + half]).collect()
 }
 
+/// The inverse of [`half_split_to_adjacent`]: the order that takes a head's rows from
+/// adjacent RoPE pairs (a llama.cpp GGUF's layout, which its converter made by permuting
+/// Hugging Face's rows exactly so) back to the half-split layout: new row i is old row 2i,
+/// new row i + head_dim / 2 is old row 2i + 1.
+pub fn adjacent_to_half_split(head_dim: usize) -> Vec<usize> {
+    let half = head_dim / 2;
+    (0..head_dim)
+        .map(|r| if r < half { 2 * r } else { 2 * (r - half) + 1 })
+        .collect()
+}
+
 /// Reorders the rows of every head of `t` (`t.rows` a multiple of `head_dim`) by `order`.
 pub fn permute_head_rows(t: &mut TensorData, head_dim: usize, order: &[usize]) {
     debug_assert_eq!(order.len(), head_dim);
@@ -190,9 +201,15 @@ mod tests {
                 assert_eq!(after[a..a + 32], before[b..b + 32]);
             }
         }
+        // The inverse order puts every row back where it was.
+        permute_head_rows(&mut t, 8, &adjacent_to_half_split(8));
+        assert_eq!(values(&t), before);
         let mut bias: Vec<f32> = (0..16).map(|i| i as f32).collect();
         permute_head_values(&mut bias, 8, &order);
         assert_eq!(bias[..8], [0.0, 4.0, 1.0, 5.0, 2.0, 6.0, 3.0, 7.0]);
         assert_eq!(bias[8..], [8.0, 12.0, 9.0, 13.0, 10.0, 14.0, 11.0, 15.0]);
+        permute_head_values(&mut bias, 8, &adjacent_to_half_split(8));
+        assert!(bias.iter().enumerate().all(|(i, &v)| v == i as f32));
+        assert_eq!(adjacent_to_half_split(8), [0, 2, 4, 6, 1, 3, 5, 7]);
     }
 }

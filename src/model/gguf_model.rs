@@ -26,8 +26,8 @@ use std::io::{Read, Seek};
 use std::path::Path;
 
 use crate::error::SproutError;
-use crate::formats::TensorData;
 use crate::formats::gguf::{GgufFile, GgufMetadata};
+use crate::formats::{TensorData, WeightFormat};
 use crate::gpu::kernels::rope::RopeLayout;
 use crate::model::config::{Architecture, ModelConfig};
 use crate::model::names::{self, LayerTensor, TensorName};
@@ -132,6 +132,17 @@ impl<R: Read + Seek> WeightSource for GgufModel<R> {
             .collect();
         let stored = self.file.tensors().iter().map(|t| &t.name);
         stored.filter(|n| !used.contains(*n)).min().cloned()
+    }
+
+    fn format(&self, name: &str) -> Result<WeightFormat, SproutError> {
+        match TensorName::parse(name).filter(|_| self.has(name)) {
+            Some(n) => self
+                .file
+                .tensor(&gguf_name(n))
+                .expect("has() found it")
+                .format(),
+            None => Err(names::missing(name, "the GGUF model")),
+        }
     }
 }
 
@@ -321,7 +332,6 @@ mod tests {
     use std::io::Cursor;
 
     use super::*;
-    use crate::formats::WeightFormat;
     use crate::formats::gguf::writer::GgufWriter;
     use crate::formats::gguf::{GgmlType, GgufValue};
 

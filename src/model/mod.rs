@@ -1,7 +1,8 @@
 //! Models: configs, the sources weights are read from (GGUF files, Hugging Face
-//! directories, random dummy weights), the fused weight layout, and the decoder forward
-//! pass. Byte layouts (weight formats, the GGUF container) are `crate::formats`; text to
-//! ids is `crate::tokenizer`.
+//! directories, random dummy weights, any of them quantized on load), the fused weight
+//! layout, the decoder forward pass, and export to a Hugging Face directory. Byte layouts
+//! (weight formats, the GGUF container) are `crate::formats`; text to ids is
+//! `crate::tokenizer`.
 
 pub mod config;
 mod config_check;
@@ -10,11 +11,13 @@ pub mod decoder_weights;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod default_model;
 pub mod dummy;
+pub mod export;
 pub mod fused_weights;
 pub mod gguf_model;
 pub mod hf_config;
 pub mod names;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod open;
+pub mod quantize_on_load;
 pub mod safetensors_dir;
 pub mod source;

@@ -8,6 +8,7 @@
 use std::fmt;
 
 use crate::error::SproutError;
+use crate::formats::WeightFormat;
 use crate::model::config::ModelConfig;
 
 /// A tensor of one decoder layer.
@@ -127,6 +128,38 @@ impl TensorName {
                 i < config.n_layers && (!t.is_bias() || config.has_qkv_bias())
             }
         }
+    }
+
+    /// Norms and biases: one row, which the kernels take in f32. Every other tensor (the
+    /// embedding, the projections, the head) is a matrix, stored in a weight format.
+    pub fn is_vector(self) -> bool {
+        match self {
+            TensorName::Embed | TensorName::LmHead => false,
+            TensorName::FinalNorm => true,
+            TensorName::Layer(_, t) => {
+                matches!(t, LayerTensor::AttnNorm | LayerTensor::MlpNorm) || t.is_bias()
+            }
+        }
+    }
+
+    /// An error naming the first matrix of `config` whose rows `format` cannot store (a
+    /// quantized format stores each row in blocks of 32 values). Layer 0 stands for every
+    /// layer; vectors are not checked (they stay in a float format).
+    pub fn check_storable(config: &ModelConfig, format: WeightFormat) -> Result<(), SproutError> {
+        for name in Self::one_of_each(config)
+            .into_iter()
+            .filter(|n| !n.is_vector())
+        {
+            let (rows, cols) = name.shape(config);
+            if format.row_bytes(cols).is_err() {
+                return Err(SproutError::Model(format!(
+                    "tensor {name} is {rows} x {cols}, but {format} stores each row in blocks \
+                     of {block} values and {cols} is not a multiple of {block}",
+                    block = format.block_len()
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Every tensor `config` needs, in file order: embedding, layers, final norm, head.

@@ -1,7 +1,8 @@
 //! Opening a model by path (native): a `.gguf` file or a Hugging Face directory, or the
-//! default model when no path is given. Gives the weight source, the tokenizer and a
-//! description of the model for records. Also the config that dummy (random) weights are
-//! drawn for: a built-in name or a Hugging Face `config.json`.
+//! default model when no path is given, its float matrices quantized on load if asked.
+//! Gives the weight source, the tokenizer and a description of the model for records. Also
+//! the config that dummy (random) weights are drawn for: a built-in name or a Hugging Face
+//! `config.json`.
 
 use std::path::{Path, PathBuf};
 
@@ -12,6 +13,7 @@ use crate::formats::WeightFormat;
 use crate::model::config::{Architecture, ModelConfig};
 use crate::model::dummy::{BUILTIN_CONFIGS, DEFAULT_DUMMY_MODEL, DummyWeights, builtin_config};
 use crate::model::gguf_model::GgufModel;
+use crate::model::quantize_on_load::QuantizeOnLoad;
 use crate::model::safetensors_dir::SafetensorsDir;
 use crate::model::source::WeightSource;
 use crate::tokenizer::Tokenizer;
@@ -37,6 +39,15 @@ pub struct OpenedModel {
 
 /// Opens `path`, or the default model (fetched and cached on first use) when `None`.
 pub fn open(path: Option<&Path>) -> Result<OpenedModel, SproutError> {
+    open_quantized(path, None)
+}
+
+/// Opens `path` as [`open`] does; with `quantize`, its float matrices are quantized to
+/// that format as they are read ([`QuantizeOnLoad`], which refuses a quantized file).
+pub fn open_quantized(
+    path: Option<&Path>,
+    quantize: Option<WeightFormat>,
+) -> Result<OpenedModel, SproutError> {
     let path: PathBuf = match path {
         Some(p) => p.to_path_buf(),
         None => crate::model::default_model::path()?,
@@ -59,6 +70,13 @@ pub fn open(path: Option<&Path>) -> Result<OpenedModel, SproutError> {
         let tokenizer = model.tokenizer()?;
         let template = model.chat_template().map(str::to_string);
         (Box::new(model), tokenizer, template)
+    };
+    let source: Box<dyn WeightSource> = match quantize {
+        None => source,
+        Some(format) => Box::new(QuantizeOnLoad::new(source, format).map_err(|e| match e {
+            SproutError::Model(m) => SproutError::Model(format!("{}: {m}", path.display())),
+            other => other,
+        })?),
     };
     let name = path
         .file_name()

@@ -252,6 +252,16 @@ impl<R: Read + Seek> WeightSource for SafetensorsDir<R> {
         unused.sort();
         unused.first().map(|k| k.to_string())
     }
+
+    fn format(&self, name: &str) -> Result<WeightFormat, SproutError> {
+        match TensorName::parse(name).filter(|_| self.has(name)) {
+            Some(n) => {
+                let stored = hf_name(n);
+                self.tensors[&stored].format(&stored)
+            }
+            None => Err(names::missing(name, "the model directory")),
+        }
+    }
 }
 
 /// Hugging Face's name for a canonical tensor.

@@ -19,7 +19,7 @@
 //! | `lm_head`                 | vocab x hidden                      | absent when tied          |
 
 use crate::error::SproutError;
-use crate::formats::TensorData;
+use crate::formats::{TensorData, WeightFormat};
 use crate::model::config::ModelConfig;
 
 pub trait WeightSource {
@@ -31,4 +31,7 @@ pub trait WeightSource {
     /// A tensor the source holds that is none of `used` (canonical names), by its stored
     /// name: something a model of this config has no place for.
     fn unused_tensor(&self, used: &[String]) -> Option<String>;
+    /// The format the tensor with canonical `name` is stored in, without reading it; an
+    /// absent tensor is an error naming it.
+    fn format(&self, name: &str) -> Result<WeightFormat, SproutError>;
 }

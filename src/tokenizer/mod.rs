@@ -61,18 +61,23 @@ impl Tokenizer {
         Tokenizer { inner }
     }
 
-    /// The ids of `text`, with the special tokens the model adds on its own (if any).
     /// SHA-256 (hex) of the tokenizer's canonical JSON: two tokenizers with the same hash
     /// map text to the same ids.
     pub fn sha256(&self) -> Result<String, SproutError> {
         use sha2::Digest;
-        let json = self
-            .inner
-            .to_string(false)
-            .map_err(|e| SproutError::Tokenizer(e.to_string()))?;
+        let json = self.to_json(false)?;
         Ok(crate::formats::hex(&sha2::Sha256::digest(json.as_bytes())))
     }
 
+    /// The tokenizer as a `tokenizer.json` (the `tokenizers` library's own serialization,
+    /// which transformers' fast tokenizers load).
+    pub fn to_json(&self, pretty: bool) -> Result<String, SproutError> {
+        self.inner
+            .to_string(pretty)
+            .map_err(|e| SproutError::Tokenizer(format!("cannot write tokenizer.json: {e}")))
+    }
+
+    /// The ids of `text`, with the special tokens the model adds on its own (if any).
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, SproutError> {
         self.encode_with(text, true)
     }

@@ -21,7 +21,7 @@ use serde_json::json;
 use sprout::gpu::{AdapterSummary, BackendChoice, Gpu, list_adapters};
 
 use crate::cli::bootstrap::{self, Kernels};
-use crate::cli::cli_args::ModelArg;
+use crate::cli::cli_args::{ModelArg, Quantize, parse_quantize};
 use crate::cli::json_out;
 use compare::{LOGPROB_TOLERANCE, compare};
 use goldens::{CaseResult, Goldens};
@@ -35,6 +35,10 @@ pub struct CheckArgs {
     /// reference.
     #[arg(long)]
     model: Option<PathBuf>,
+    /// Quantize --model's float matrices on load: q8_0, q4_0, q4_1 or none (as every
+    /// command that loads a model takes it).
+    #[arg(long, value_parser = parse_quantize, default_value = "none", value_name = "FORMAT")]
+    quantize: Quantize,
     /// Print the report as JSON to stdout.
     #[arg(long)]
     json: bool,
@@ -57,6 +61,7 @@ struct AdapterRun {
 pub fn run(backend: BackendChoice, args: CheckArgs) -> Result<()> {
     let model = ModelArg {
         model: args.model.clone(),
+        quantize: args.quantize,
     };
     let adapters = pollster::block_on(list_adapters(backend));
     if adapters.is_empty() {
