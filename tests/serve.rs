@@ -1449,6 +1449,32 @@ fn a_trainer_updates_the_weights_between_steps() {
     }
     let still = post(port, &probe).json();
     assert_eq!(still["choices"], after["choices"]);
+    let bad_format = json!({"weight_dir": scaled, "weights_version": 10, "quantize": "q5"});
+    assert_error(&update(port, &bad_format), 400, Some("quantize"), "q5");
+
+    // Quantized on load, as `--quantize` quantizes at start: bitwise the same samples.
+    let q8 = json!({"weight_dir": scaled, "weights_version": 10, "quantize": "q8_0"});
+    assert_eq!(update(port, &q8).status, 200);
+    let updated = post(port, &probe).json();
+    let q8_server = Server::start_on(&scaled, &["--quantize", "q8_0"]);
+    let started = post(q8_server.port, &probe).json();
+    for (u, s) in updated["choices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(started["choices"].as_array().unwrap())
+    {
+        assert_eq!(versions(u), vec![10]);
+        assert_eq!(ids(&u["token_ids"]), ids(&s["token_ids"]));
+        assert_eq!(
+            bits(&u["sprout"]["logprobs"]),
+            bits(&s["sprout"]["logprobs"])
+        );
+    }
+    assert_ne!(
+        updated["choices"], after["choices"],
+        "q8_0 rounds the weights"
+    );
     let _ = std::fs::remove_dir_all(&scaled);
     let _ = std::fs::remove_dir_all(&broken);
 }

@@ -10,6 +10,7 @@ use std::time::Instant;
 
 use anyhow::{Result, anyhow};
 use sprout::engine::EngineConfig;
+use sprout::formats::WeightFormat;
 use sprout::gpu::{BackendChoice, Gpu};
 use sprout::model::config::ModelConfig;
 use sprout::model::decoder_weights::DecoderWeights;
@@ -90,6 +91,8 @@ pub enum Event {
 
 /// What the HTTP side needs to know about the loaded model.
 pub struct ModelFacts {
+    /// `--quantize`: the format an update's float matrices are quantized to by default.
+    pub quantize: Option<WeightFormat>,
     /// The GPU the model runs on (an update's weights are uploaded to it off the engine
     /// thread) and the model's config (an update must match it).
     pub gpu: Arc<Gpu>,
@@ -129,6 +132,8 @@ pub struct Labels {
     pub served_name: Option<String>,
     /// A chat template's source, in place of the model's own.
     pub chat_template: Option<String>,
+    /// `--quantize`: the format updates are quantized to unless they ask otherwise.
+    pub quantize: Option<WeightFormat>,
 }
 
 /// Starts the engine thread: it opens the GPU and loads `model` there (the engine borrows
@@ -202,6 +207,7 @@ fn run(
     );
     let c = &opened.decoder.config;
     let facts = ModelFacts {
+        quantize: labels.quantize,
         gpu: opened.gpu.clone(),
         config: c.clone(),
         tokenizer: tokenizer.clone(),

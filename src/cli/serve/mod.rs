@@ -97,6 +97,7 @@ pub fn run(backend: BackendChoice, args: ServeArgs) -> Result<()> {
         ),
         None => None,
     };
+    let quantize = args.model.quantize.0;
     let (engine, facts, thread) = engine_thread::start(
         backend,
         args.model,
@@ -104,6 +105,7 @@ pub fn run(backend: BackendChoice, args: ServeArgs) -> Result<()> {
         engine_thread::Labels {
             served_name: args.served_model_name.clone(),
             chat_template,
+            quantize,
         },
     )?;
     let max_model_len = match args.max_model_len {

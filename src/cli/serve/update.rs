@@ -1,5 +1,9 @@
-//! `POST /update_weights {weight_dir, weights_version?}`: a trainer's new weights, put in
-//! force between two steps while requests keep running.
+//! `POST /update_weights {weight_dir, weights_version?, quantize?}`: a trainer's new
+//! weights, put in force between two steps while requests keep running.
+//!
+//! `quantize` (`q8_0`, `q4_0`, `q4_1` or `none`; default: the server's `--quantize`)
+//! quantizes the checkpoint's float matrices as they are read, as `--quantize` does at
+//! start: a trainer's f32 checkpoint then rolls out in the same block format as before.
 //!
 //! The checkpoint (a Hugging Face directory, or a GGUF file) is read and uploaded on a
 //! blocking thread, into new buffers beside the weights in force, which keep serving
@@ -23,13 +27,16 @@ use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use axum::http::StatusCode;
 use serde_json::{Map, Value, json};
+use sprout::formats::WeightFormat;
 use sprout::model::decoder_weights::DecoderWeights;
 use sprout::model::gguf_model::GgufModel;
+use sprout::model::quantize_on_load::QuantizeOnLoad;
 use sprout::model::safetensors_dir::SafetensorsDir;
 use sprout::model::source::WeightSource;
 use sprout::tokenizer::Tokenizer;
 use tokio::sync::oneshot;
 
+use crate::cli::cli_args::parse_quantize;
 use crate::cli::serve::engine_thread::Command;
 use crate::cli::serve::error::ApiError;
 use crate::cli::serve::reply::internal;
@@ -40,6 +47,8 @@ struct UpdateRequest {
     weight_dir: PathBuf,
     /// Default: one past the version in force.
     weights_version: Option<u64>,
+    /// `None`: the server's `--quantize`; `Some(None)`: as stored.
+    quantize: Option<Option<WeightFormat>>,
 }
 
 fn parse(body: &[u8]) -> Result<UpdateRequest, ApiError> {
@@ -67,9 +76,24 @@ fn parse(body: &[u8]) -> Result<UpdateRequest, ApiError> {
             ));
         }
     };
+    let quantize = match obj.get("quantize") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(text)) => Some(
+            parse_quantize(text)
+                .map_err(|e| ApiError::bad("quantize", e))?
+                .0,
+        ),
+        Some(v) => {
+            return Err(ApiError::bad(
+                "quantize",
+                format!("quantize must be q8_0, q4_0, q4_1 or none, not {v}"),
+            ));
+        }
+    };
     Ok(UpdateRequest {
         weight_dir,
         weights_version: version(&obj)?,
+        quantize,
     })
 }
 
@@ -124,7 +148,8 @@ pub async fn update_weights(
     let started = Instant::now();
     let loading = state.clone();
     let dir = request.weight_dir.clone();
-    let weights = tokio::task::spawn_blocking(move || load(&loading, &dir))
+    let quantize = request.quantize.unwrap_or(state.facts.quantize);
+    let weights = tokio::task::spawn_blocking(move || load(&loading, &dir, quantize))
         .await
         .map_err(internal)??;
     let (reply, swapped) = oneshot::channel();
@@ -149,8 +174,13 @@ pub async fn update_weights(
     })))
 }
 
-/// Reads, checks and uploads the checkpoint at `path` (blocking).
-fn load(state: &AppState, path: &Path) -> Result<DecoderWeights, ApiError> {
+/// Reads, checks and uploads the checkpoint at `path` (blocking), its float matrices
+/// quantized to `quantize` as they are read.
+fn load(
+    state: &AppState,
+    path: &Path,
+    quantize: Option<WeightFormat>,
+) -> Result<DecoderWeights, ApiError> {
     let bad =
         |e: &dyn std::fmt::Display| ApiError::bad("weight_dir", format!("{}: {e}", path.display()));
     if !path.exists() {
@@ -170,6 +200,10 @@ fn load(state: &AppState, path: &Path) -> Result<DecoderWeights, ApiError> {
     };
     if let Some(tokenizer) = &tokenizer {
         check_vocabulary(&state.facts.tokenizer, tokenizer).map_err(|e| bad(&e))?;
+    }
+    if let Some(format) = quantize {
+        let quantized = QuantizeOnLoad::new(source, format);
+        source = Box::new(quantized.map_err(|e| ApiError::bad("quantize", e.to_string()))?);
     }
     let facts = &state.facts;
     DecoderWeights::load_update(&facts.gpu, source.as_mut(), &facts.config, &mut |_, _| {})
