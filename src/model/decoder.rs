@@ -161,6 +161,8 @@ impl ForwardBuffers {
 impl Decoder {
     /// Uploads every tensor of `source`, one layer at a time (never the whole model on the
     /// CPU). `progress(done, total)` is called after each tensor.
+    // On the web, wgpu's handles are not Send: one thread owns the GPU there anyway.
+    #[cfg_attr(target_arch = "wasm32", allow(clippy::arc_with_non_send_sync))]
     pub fn load(
         gpu: Arc<Gpu>,
         source: &mut dyn WeightSource,
@@ -208,6 +210,7 @@ impl Decoder {
 
     /// Puts `weights` in force from the next recorded step on. A step recorded before
     /// keeps the buffers it recorded (wgpu holds them until it has run).
+    #[cfg_attr(target_arch = "wasm32", allow(clippy::arc_with_non_send_sync))]
     pub fn replace_weights(&self, weights: DecoderWeights) {
         *self.weights.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(weights);
         // Bind groups over the old buffers would keep them alive.
