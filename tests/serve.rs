@@ -9,20 +9,17 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+#[path = "common/server.rs"]
+mod server;
+use server::Server;
+
 fn tiny_llama() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-llama")
-}
-
-/// A running `sprout serve`; killed when dropped.
-struct Server {
-    child: Child,
-    port: u16,
 }
 
 impl Server {
@@ -33,39 +30,11 @@ impl Server {
 
     /// Starts the server on `model` on a free port and waits until it listens.
     fn start_on(model: &Path, extra: &[&str]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_sprout"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_sprout"));
+        command
             .args(["serve", "--model", model.to_str().unwrap(), "--port", "0"])
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("starting sprout serve");
-        let stderr = child.stderr.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        // Reads stderr to the end (so the server never blocks on a full pipe), passing
-        // the port on once it is printed.
-        std::thread::spawn(move || {
-            let mut seen = String::new();
-            let mut tx = Some(tx);
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(rest) = line.split("listening on http://").nth(1)
-                    && let Some(port) = rest.rsplit(':').next()
-                    && let Some(tx) = tx.take()
-                {
-                    let _ = tx.send(Ok(port.trim().parse::<u16>().unwrap()));
-                }
-                seen.push_str(&line);
-                seen.push('\n');
-            }
-            if let Some(tx) = tx {
-                let _ = tx.send(Err(seen));
-            }
-        });
-        match rx.recv_timeout(Duration::from_secs(300)) {
-            Ok(Ok(port)) => Server { child, port },
-            Ok(Err(stderr)) => panic!("sprout serve exited before listening:\n{stderr}"),
-            Err(_) => panic!("sprout serve did not listen within 300 s"),
-        }
+            .args(extra);
+        Server::spawn(command)
     }
 
     /// Sends SIGTERM and waits for the exit; its exit code.
@@ -86,13 +55,6 @@ impl Server {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
