@@ -319,7 +319,9 @@ impl<'e> EngineLoop<'e> {
         let (s, m) = (self.engine.scheduler(), &*self.metrics);
         let (used, total) = (s.pool().num_used(), s.config().num_blocks);
         m.kv_blocks_in_use.set(used as i64);
-        m.kv_cache_usage_perc.set(used as f64 / total.max(1) as f64);
+        let usage = used as f64 / total.max(1) as f64;
+        m.kv_cache_usage_perc.set(usage);
+        m.gpu_cache_usage_perc.set(usage);
         let running = self.live.values().filter(|l| l.admitted).count();
         m.num_requests_running.set(running as i64);
         let waiting = self.live.len() - running + self.held.len();

@@ -23,6 +23,8 @@ pub struct Metrics {
     pub num_requests_running: IntGauge,
     pub num_requests_waiting: IntGauge,
     pub kv_cache_usage_perc: Gauge,
+    /// The same figure under vLLM's older name, which some routers still read.
+    pub gpu_cache_usage_perc: Gauge,
     pub kv_blocks_in_use: IntGauge,
     pub prefix_cache_queries: IntCounter,
     pub prefix_cache_hits: IntCounter,
@@ -73,6 +75,10 @@ impl Metrics {
             kv_cache_usage_perc: Gauge::new(
                 "vllm:kv_cache_usage_perc",
                 "KV-cache usage: the fraction of the pool's blocks in use, 0 to 1.",
+            )?,
+            gpu_cache_usage_perc: Gauge::new(
+                "vllm:gpu_cache_usage_perc",
+                "KV-cache usage, 0 to 1 (vLLM's older name for vllm:kv_cache_usage_perc).",
             )?,
             kv_blocks_in_use: gauge("sprout:kv_blocks_in_use", "KV blocks in use.")?,
             prefix_cache_queries: counter(
@@ -127,6 +133,7 @@ impl Metrics {
         reg(Box::new(m.num_requests_running.clone()))?;
         reg(Box::new(m.num_requests_waiting.clone()))?;
         reg(Box::new(m.kv_cache_usage_perc.clone()))?;
+        reg(Box::new(m.gpu_cache_usage_perc.clone()))?;
         reg(Box::new(m.kv_blocks_in_use.clone()))?;
         reg(Box::new(m.prefix_cache_queries.clone()))?;
         reg(Box::new(m.prefix_cache_hits.clone()))?;

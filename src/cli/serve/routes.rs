@@ -151,6 +151,7 @@ async fn health(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
         "queued_samples": state.queued.load(Ordering::Relaxed),
         "kv_blocks_in_use": m.kv_blocks_in_use.get(),
         "kv_blocks": state.facts.kv_blocks,
+        "weights_version": state.weights_version.load(Ordering::Acquire),
     }))
 }
 
@@ -171,6 +172,7 @@ async fn models(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
             "root": state.facts.model_path,
             "parent": null,
             "max_model_len": state.max_model_len,
+            "weights_version": state.weights_version.load(Ordering::Acquire),
         }],
     }))
 }
