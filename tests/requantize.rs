@@ -13,8 +13,8 @@
 //!   all-zero blocks.
 //! - Q4_1 (`d`, `m`, nibbles): exact for a block with `d` a positive finite f16, a nibble 0,
 //!   a nibble 15 and `|m| <= 1024 d`, which is every block ggml writes with a non-zero f16
-//!   step whose minimum is within 1024 steps of zero (trained weights' blocks are within
-//!   about 10); and for blocks of one repeated value. Farther from zero it is not always
+//!   step whose minimum is within 1024 steps of zero (the default model's Q4_1 blocks are
+//!   all within 15); and for blocks of one repeated value. Farther from zero it is not always
 //!   exact: `d·n + m` rounds in f32 and the step read back can move by one f16 step.
 //! - Where the f16 scale rounded to 0, the block comes back as zero quantized values: other
 //!   bytes, the same dequantized values.
