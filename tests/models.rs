@@ -9,61 +9,13 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
-
+use common::fixtures::{
+    check_close, f32s, fixtures, greedy as greedy_tokens, json, load, max_abs_diff, u32s,
+};
 use common::{gpus, smollm2_path};
-use serde_json::Value;
-use sprout::generate::{GenerateParams, generate, logits, score};
-use sprout::gpu::Gpu;
-use sprout::model::decoder::Decoder;
+use sprout::generate::{logits, score};
 use sprout::model::gguf_model::GgufModel;
 use sprout::model::safetensors_dir::SafetensorsDir;
-use sprout::model::source::WeightSource;
-
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
-}
-
-fn json(path: &Path) -> Value {
-    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
-}
-
-fn u32s(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
-}
-
-fn f32s(v: &Value) -> Vec<f32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_f64().unwrap() as f32)
-        .collect()
-}
-
-fn load(gpu: &Arc<Gpu>, source: &mut dyn WeightSource) -> Decoder {
-    Decoder::load(gpu.clone(), source, &mut |_, _| {}).unwrap()
-}
-
-/// The largest |a - b|, or NaN when either side holds a NaN (`f32::max` would drop it, and
-/// a NaN log-prob would pass as a perfect match).
-fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, |worst, d| {
-            if worst.is_nan() || d.is_nan() {
-                f32::NAN
-            } else {
-                worst.max(d)
-            }
-        })
-}
 
 fn check_tiny(name: &str) {
     let dir = fixtures().join(name);
@@ -79,32 +31,12 @@ fn check_tiny(name: &str) {
         let mut source = SafetensorsDir::open(&dir).unwrap();
         let decoder = load(&gpu, &mut source);
         let got = pollster::block_on(logits(&decoder, &ids)).unwrap();
-        let diff = max_abs_diff(&got, &want);
-        println!(
-            "{name} on {}: logits max |diff| {diff:.2e}",
-            gpu.adapter.label()
-        );
-        assert!(
-            diff <= 1e-4,
-            "{name} on {}: logits differ by {diff}",
-            gpu.adapter.label()
-        );
+        let what = format!("{name} on {}: logits", gpu.adapter.label());
+        check_close(&what, &got, &want, 1e-4);
 
         let greedy = &reference["greedy"];
         let want_ids = u32s(&greedy["token_ids"]);
-        let params = GenerateParams {
-            max_tokens: want_ids.len(),
-            temperature: 0.0,
-            seed: 0,
-            stop_ids: vec![],
-        };
-        let g = pollster::block_on(generate(
-            &decoder,
-            &u32s(&greedy["prompt_ids"]),
-            &params,
-            |_, _| {},
-        ))
-        .unwrap();
+        let g = greedy_tokens(&decoder, &u32s(&greedy["prompt_ids"]), want_ids.len());
         assert_eq!(
             g.token_ids,
             want_ids,
@@ -149,13 +81,7 @@ fn smollm2_matches_transformers() {
             let ids = tokenizer.encode(prompt["text"].as_str().unwrap()).unwrap();
             assert_eq!(ids, u32s(&prompt["prompt_ids"]), "{label}: prompt ids");
             let want = u32s(&prompt["greedy_ids"]);
-            let params = GenerateParams {
-                max_tokens: want.len(),
-                temperature: 0.0,
-                seed: 0,
-                stop_ids: vec![],
-            };
-            let g = pollster::block_on(generate(&decoder, &ids, &params, |_, _| {})).unwrap();
+            let g = greedy_tokens(&decoder, &ids, want.len());
             assert_eq!(g.token_ids, want, "{label}: greedy tokens");
             let want_lp = f32s(&prompt["greedy_logprobs"]);
             let lp = max_abs_diff(&g.logprobs, &want_lp);

@@ -54,7 +54,7 @@ pub fn run(args: ExportArgs) -> Result<()> {
     let files: Vec<String> = exported
         .files
         .iter()
-        .map(|(name, bytes)| format!("{name} ({:.1} MB)", *bytes as f64 / 1e6))
+        .map(|(name, bytes)| format!("{name} ({})", size(*bytes)))
         .collect();
     println!(
         "wrote {} ({} weights): {}",
@@ -63,4 +63,13 @@ pub fn run(args: ExportArgs) -> Result<()> {
         files.join(", ")
     );
     Ok(())
+}
+
+/// A file size in bytes, or in kB or MB with one decimal.
+fn size(bytes: u64) -> String {
+    match bytes {
+        0..1_000 => format!("{bytes} B"),
+        1_000..1_000_000 => format!("{:.1} kB", bytes as f64 / 1e3),
+        _ => format!("{:.1} MB", bytes as f64 / 1e6),
+    }
 }

@@ -1,9 +1,11 @@
-//! What the end-to-end tests share: every adapter (a failure when there is none) and the
-//! default model's path.
+//! What the end-to-end tests share: every adapter (a failure when there is none), the
+//! default model's path, and the committed fixtures (`fixtures`).
 
 // Each test crate that includes this module uses a different part of it.
 #[allow(dead_code)]
 pub mod chi_square;
+#[allow(dead_code)]
+pub mod fixtures;
 
 use std::path::PathBuf;
 use std::sync::Arc;
