@@ -1,0 +1,372 @@
+#!/usr/bin/env python3
+"""A minimal GRPO loop on one CPU machine: sprout rolls out, torch trains, and the new
+weights go back to sprout every step.
+
+Each step:
+  1. asks `sprout serve` for G completions of each of P prompts (chat, with token ids
+     and sprout's per-token `sampling_logprobs`);
+  2. grades each completion with a verifiable reward: short sums, the last number in the
+     completion checked against the true sum (`correct`), plus a small bonus for
+     answering with the number alone (`format`). The completion is untrusted text: it is
+     only matched against regular expressions, never run;
+  3. normalises rewards within each group (advantage = (r - mean) / (std + eps));
+  4. computes the trainer's log-probs of the completion tokens (transformers, f32) and a
+     token-level policy-gradient loss weighted by truncated importance sampling,
+     min(p_train / p_rollout, 2), with p_rollout from sprout's sampling log-probs;
+  5. takes an AdamW step, saves the weights as safetensors and calls `/update_weights`
+     with the step number as the weights version.
+
+On a CPU the backward pass is the cost: by default only the top --train-layers layers
+(and the final norm) learn; the embedding (tied to the output projection) and the layers
+below stay as they were.
+
+Logged per step (JSONL, --log): reward and each component, the rollout-vs-trainer KL
+(k3 estimator), the fraction of tokens whose importance weight was truncated, the
+weights version every completion reports, rollout, train and update seconds. Raw
+trajectories (prompt, completion text and ids, every reward component, versions) go to
+--trajectories. The run's provenance (model, sprout's version, grader version, torch and
+transformers versions, arguments) is the first line of both files. --plot writes a PNG of
+reward per step.
+
+Run (the default model exported to f32 first; the venv has torch and transformers):
+    sprout export --out ~/.cache/sprout/grpo/smollm2-f32
+    ~/.cache/sprout/venv/bin/python examples/grpo/grpo.py \\
+        --model-dir ~/.cache/sprout/grpo/smollm2-f32 --sprout target/release/sprout \\
+        --steps 30 --log /tmp/grpo.jsonl --plot /tmp/grpo.png
+
+It starts `sprout serve` itself (`--quantize q8_0` by default: rollouts run quantized, the
+trainer keeps f32, and the importance weights correct for the difference) and stops it at
+the end.
+"""
+
+import argparse
+import json
+import math
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
+import transformers
+from safetensors.torch import save_file
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from sprout_server import Server  # noqa: E402
+
+GRADER_VERSION = "sums-v1"
+ANSWER = re.compile(r"-?\d+")
+
+
+# ---------------------------------------------------------------------------------------
+# The task and its reward
+
+
+def make_prompt(rng):
+    """A short sum and its answer."""
+    a, b = rng.randint(0, 9), rng.randint(0, 9)
+    question = f"What is {a} + {b}? Reply with only the number."
+    return question, a + b
+
+
+def grade(completion, answer):
+    """Every reward component of one completion; the text is only pattern-matched. The
+    answer is the completion's last number ("8 + 7 is 15" answers 15)."""
+    text = completion.strip()
+    numbers = ANSWER.findall(text)
+    correct = 1.0 if numbers and int(numbers[-1]) == answer else 0.0
+    alone = 1.0 if re.fullmatch(r"-?\d+\.?", text) else 0.0
+    components = {"correct": correct, "format": 0.5 * alone}
+    return components, sum(components.values())
+
+
+# ---------------------------------------------------------------------------------------
+# Talking to sprout
+
+
+def post(url, path, body, timeout=600):
+    request = urllib.request.Request(
+        url + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as e:
+        raise RuntimeError(f"{path} answered {e.code}: {e.read().decode(errors='replace')}")
+
+
+SYSTEM = "You answer arithmetic questions with a number."
+
+
+def rollout(url, question, group, max_tokens, seed):
+    """G completions of one question, with everything the trainer needs."""
+    out = post(url, "/v1/chat/completions", {
+        "messages": [{"role": "system", "content": SYSTEM},
+                     {"role": "user", "content": question}],
+        "n": group, "max_tokens": max_tokens, "temperature": 1.0, "seed": seed,
+        "return_token_ids": True,
+    })
+    prompt_ids = out["prompt_token_ids"]
+    samples = []
+    for choice in out["choices"]:
+        samples.append({
+            "text": choice["message"]["content"],
+            "token_ids": choice["token_ids"],
+            "sampling_logprobs": choice["sprout"]["sampling_logprobs"],
+            "weights_version": choice["sprout"]["weights_version"],
+            "finish_reason": choice["finish_reason"],
+        })
+    return prompt_ids, samples
+
+
+# ---------------------------------------------------------------------------------------
+# The trainer
+
+
+def completion_logprobs(model, rows):
+    """The trainer's log-prob of each completion token, per row (prompt ids, completion
+    ids), computed in one right-padded batch."""
+    longest = max(len(p) + len(c) for p, c in rows)
+    ids = torch.zeros((len(rows), longest), dtype=torch.long)
+    mask = torch.zeros((len(rows), longest), dtype=torch.long)
+    for i, (p, c) in enumerate(rows):
+        seq = p + c
+        ids[i, :len(seq)] = torch.tensor(seq)
+        mask[i, :len(seq)] = 1
+    logits = model(input_ids=ids, attention_mask=mask).logits.float()
+    logprobs = torch.log_softmax(logits, dim=-1)
+    out = []
+    for i, (p, c) in enumerate(rows):
+        # The token at position t is predicted by the logits at t - 1.
+        positions = torch.arange(len(p) - 1, len(p) + len(c) - 1)
+        out.append(logprobs[i, positions, torch.tensor(c)])
+    return out
+
+
+def train_step(model, optimizer, batch, clip):
+    """One policy-gradient step over every sampled token; returns its statistics."""
+    rows = [(s["prompt_ids"], s["token_ids"]) for s in batch]
+    trainer = completion_logprobs(model, rows)
+    total_tokens = sum(len(s["token_ids"]) for s in batch)
+    loss = torch.zeros(())
+    k3_sum, clipped, tokens = 0.0, 0, 0
+    for s, logp in zip(batch, trainer):
+        rollout_logp = torch.tensor(s["sampling_logprobs"])
+        log_ratio = logp.detach() - rollout_logp
+        ratio = torch.exp(log_ratio)
+        weight = torch.clamp(ratio, max=clip)
+        loss = loss - (weight * s["advantage"] * logp).sum() / total_tokens
+        # k3 estimate of KL(trainer || rollout) from rollout samples: r - 1 - log r,
+        # with r = p_train / p_rollout.
+        k3_sum += float((ratio - 1 - log_ratio).sum())
+        clipped += int((ratio > clip).sum())
+        tokens += len(s["token_ids"])
+    optimizer.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    return {"loss": float(loss.detach()), "kl_k3": k3_sum / max(tokens, 1),
+            "clip_fraction": clipped / max(tokens, 1), "tokens": tokens}
+
+
+def save_checkpoint(model, source_dir, out_dir):
+    """The weights as one safetensors file, with the source's config and tokenizer files
+    (tied embeddings: lm_head is the embedding and is not saved twice)."""
+    os.makedirs(out_dir, exist_ok=True)
+    state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+    if model.config.tie_word_embeddings:
+        state.pop("lm_head.weight", None)
+    save_file(state, os.path.join(out_dir, "model.safetensors"))
+    for name in os.listdir(source_dir):
+        if name != "model.safetensors":
+            shutil.copy(os.path.join(source_dir, name), os.path.join(out_dir, name))
+
+
+# ---------------------------------------------------------------------------------------
+# The loop
+
+
+def provenance(args, url):
+    model = json.loads(urllib.request.urlopen(url + "/v1/models").read())["data"][0]
+    version = subprocess.run([args.sprout, "--version"], capture_output=True, text=True)
+    return {"kind": "provenance", "model_dir": os.path.abspath(args.model_dir),
+            "served_model": model["id"], "sprout": version.stdout.strip(),
+            "grader": GRADER_VERSION, "torch": torch.__version__,
+            "transformers": transformers.__version__, "args": vars(args)}
+
+
+def trainable(model, layers):
+    """The parameters that learn: the top `layers` decoder layers and the final norm."""
+    for p in model.parameters():
+        p.requires_grad_(False)
+    blocks = model.model.layers
+    learn = list(blocks[len(blocks) - min(layers, len(blocks)):]) + [model.model.norm]
+    params = [p for module in learn for p in module.parameters()]
+    for p in params:
+        p.requires_grad_(True)
+    return params
+
+
+def rollout_step(url, args, rng, step):
+    """Every prompt's group, requested at once so that sprout batches them together."""
+    questions = [make_prompt(rng) for _ in range(args.prompts)]
+    seeds = [args.seed * 1_000_003 + step * 1_000 + p for p in range(args.prompts)]
+    with ThreadPoolExecutor(max_workers=args.prompts) as pool:
+        futures = [pool.submit(rollout, url, q, args.group, args.max_tokens, seed)
+                   for (q, _), seed in zip(questions, seeds)]
+        results = [f.result() for f in futures]
+    return [(q, a, prompt_ids, samples)
+            for (q, a), (prompt_ids, samples) in zip(questions, results)]
+
+
+def run(args, url, log, trajectories):
+    rng = random.Random(args.seed)
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(os.cpu_count() or 1)
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        args.model_dir, dtype=torch.float32)
+    model.train()
+    params = trainable(model, args.train_layers)
+    optimizer = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0)
+    header = provenance(args, url)
+    for f in (log, trajectories):
+        f.write(json.dumps(header) + "\n")
+    for step in range(1, args.steps + 1):
+        started = time.time()
+        batch, rewards, components = [], [], {"correct": [], "format": []}
+        versions = set()
+        for question, answer, prompt_ids, samples in rollout_step(url, args, rng, step):
+            group = []
+            for s in samples:
+                parts, reward = grade(s["text"], answer)
+                s.update(prompt_ids=prompt_ids, reward=reward, components=parts,
+                         question=question, answer=answer)
+                group.append(s)
+                versions.add(s["weights_version"])
+            mean = sum(s["reward"] for s in group) / len(group)
+            std = math.sqrt(sum((s["reward"] - mean) ** 2 for s in group) / len(group))
+            for s in group:
+                s["advantage"] = (s["reward"] - mean) / (std + 1e-4)
+                rewards.append(s["reward"])
+                for k, v in s["components"].items():
+                    components[k].append(v)
+                trajectories.write(json.dumps({
+                    "step": step, "question": question, "answer": answer,
+                    "prompt_ids": prompt_ids, "completion": s["text"],
+                    "token_ids": s["token_ids"], "sampling_logprobs": s["sampling_logprobs"],
+                    "finish_reason": s["finish_reason"], "reward": s["reward"],
+                    "components": s["components"], "advantage": s["advantage"],
+                    "weights_version": s["weights_version"]}) + "\n")
+            batch.extend(group)
+        rollout_s = time.time() - started
+
+        started = time.time()
+        stats = train_step(model, optimizer, batch, args.clip)
+        train_s = time.time() - started
+
+        started = time.time()
+        checkpoint = os.path.join(args.work_dir, f"step-{step}")
+        save_checkpoint(model, args.model_dir, checkpoint)
+        updated = post(url, "/update_weights", {"weight_dir": checkpoint,
+                                                "weights_version": step})
+        # Only the checkpoint in force is needed; the one before can go.
+        previous = os.path.join(args.work_dir, f"step-{step - 1}")
+        if os.path.isdir(previous):
+            shutil.rmtree(previous)
+        update_s = time.time() - started
+
+        row = {"kind": "step", "step": step,
+               "reward": sum(rewards) / len(rewards),
+               "correct": sum(components["correct"]) / len(rewards),
+               "format": sum(components["format"]) / len(rewards),
+               "rollout_weights_versions": sorted(versions),
+               "weights_version": updated["weights_version"], **stats,
+               "rollout_s": round(rollout_s, 2), "train_s": round(train_s, 2),
+               "update_s": round(update_s, 2), "load_s": round(updated["load_s"], 2)}
+        log.write(json.dumps(row) + "\n")
+        log.flush()
+        trajectories.flush()
+        print(f"step {step:3d}  reward {row['reward']:.3f}  correct {row['correct']:.3f}  "
+              f"format {row['format']:.3f}  kl {row['kl_k3']:.5f}  "
+              f"clip {row['clip_fraction']:.3f}  rolled out under {row['rollout_weights_versions']} "
+              f"-> {row['weights_version']}  "
+              f"({rollout_s:.1f} s rollout, {train_s:.1f} s train, {update_s:.1f} s update)",
+              flush=True)
+
+
+def plot(log_path, png_path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    rows = [json.loads(line) for line in open(log_path)]
+    steps = [r for r in rows if r.get("kind") == "step"]
+    x = [r["step"] for r in steps]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(x, [r["reward"] for r in steps], label="reward (total)")
+    ax.plot(x, [r["correct"] for r in steps], label="correct")
+    ax.plot(x, [r["format"] for r in steps], label="format (0.5 max)")
+    ax.set_xlabel("step (= weights version)")
+    ax.set_ylabel("mean over the step's completions")
+    ax.set_title("GRPO on sprout rollouts: SmolLM2-135M-Instruct, sums")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=110)
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model-dir", required=True,
+                   help="the model as a Hugging Face f32 directory (sprout export)")
+    p.add_argument("--sprout", default="target/release/sprout", help="the sprout binary")
+    p.add_argument("--url", help="a running sprout serve (default: start one)")
+    p.add_argument("--quantize", default="q8_0",
+                   help="how the started server holds the weights (q8_0, q4_1, none)")
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--prompts", type=int, default=4, help="prompts per step (P)")
+    p.add_argument("--group", type=int, default=8, help="completions per prompt (G)")
+    p.add_argument("--max-tokens", type=int, default=8)
+    p.add_argument("--lr", type=float, default=2e-5)
+    p.add_argument("--train-layers", type=int, default=10,
+                   help="how many of the top decoder layers learn (the rest stay frozen)")
+    p.add_argument("--clip", type=float, default=2.0,
+                   help="the importance weight's upper bound")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--work-dir", default="/tmp/sprout-grpo",
+                   help="where checkpoints are written")
+    p.add_argument("--log", default="grpo.jsonl")
+    p.add_argument("--trajectories", default="grpo-trajectories.jsonl")
+    p.add_argument("--plot", help="write a PNG of reward per step")
+    p.add_argument("--server-log", help="keep the server's stderr here")
+    return p.parse_args()
+
+
+def main():
+    args = parse_args()
+    os.makedirs(args.work_dir, exist_ok=True)
+    server = None
+    url = args.url
+    if url is None:
+        command = [args.sprout, "serve", "--port", "0", "--model", args.model_dir,
+                   "--quantize", args.quantize]
+        server = Server(command, args.server_log, 600)
+        url = server.url
+        print(f"started {' '.join(command)} at {url}", flush=True)
+    try:
+        with open(args.log, "w") as log, open(args.trajectories, "w") as trajectories:
+            run(args, url, log, trajectories)
+    finally:
+        if server is not None:
+            print(f"server exit code: {server.stop()}", flush=True)
+    if args.plot:
+        plot(args.log, args.plot)
+        print(f"wrote {args.plot}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
