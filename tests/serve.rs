@@ -1534,6 +1534,24 @@ fn trl_s_generate_route_gives_what_the_completions_route_gives() {
         let param = key;
         assert_error(&post_to(port, "/generate/", &body), 400, Some(param), says);
     }
+    // TRL's newer client asks /v1/completions for tokens named by id.
+    let mut by_id = same.clone();
+    by_id["return_tokens_as_token_ids"] = json!(true);
+    let named = post(port, &by_id).json();
+    for (c, plain) in named["choices"].as_array().unwrap().iter().zip(choices) {
+        let names: Vec<String> = ids(&plain["token_ids"])
+            .iter()
+            .map(|id| format!("token_id:{id}"))
+            .collect();
+        assert_eq!(c["logprobs"]["tokens"], json!(names), "{c}");
+        for top in c["logprobs"]["top_logprobs"].as_array().unwrap() {
+            let keys = top.as_object().unwrap().keys();
+            assert!(
+                keys.into_iter().all(|k| k.starts_with("token_id:")),
+                "{top}"
+            );
+        }
+    }
     // The other paths TRL's client calls.
     assert_eq!(http(port, "GET", "/health/", &[], b"").status, 200);
     assert_eq!(admin(port, "POST", "/reset_prefix_cache/", "").status, 200);

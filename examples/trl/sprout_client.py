@@ -33,7 +33,7 @@ class SproutClient(VLLMClient):
         self.source_dir = source_dir
         self.checkpoint_dir = checkpoint_dir or tempfile.mkdtemp(prefix="sprout-trl-")
         self.pending = {}
-        models = self._get("/v1/models")
+        models = self._sprout_get("/v1/models")
         self.version = models["data"][0].get("weights_version", 0)
 
     # sprout needs no communicator: the weights go through the file system.
@@ -42,6 +42,12 @@ class SproutClient(VLLMClient):
 
     def close_communicator(self):
         pass
+
+    def get_server_info(self):
+        """What TRL asks a vLLM server's development endpoint: sprout's `/generate/`
+        returns each token's log-prob under the model (vLLM's raw_logprobs), which equal
+        the processed ones at temperature 1 with no truncation, TRL's GRPO default."""
+        return {"model_config": {"logprobs_mode": "raw_logprobs"}}
 
     def update_named_params(self, metadata, named_params):
         for name, tensor in named_params:
@@ -70,7 +76,7 @@ class SproutClient(VLLMClient):
             if name != "model.safetensors":
                 shutil.copy(os.path.join(self.source_dir, name), os.path.join(out, name))
         self.pending = {}
-        answer = self._post_json(
+        answer = self._sprout_post(
             "/update_weights", {"weight_dir": out, "weights_version": self.version})
         if not answer.get("success"):
             raise RuntimeError(f"sprout refused the update: {answer}")
@@ -78,11 +84,11 @@ class SproutClient(VLLMClient):
         if os.path.isdir(previous):
             shutil.rmtree(previous)
 
-    def _get(self, path):
+    def _sprout_get(self, path):
         with urllib.request.urlopen(self.base_url + path, timeout=60) as response:
             return json.loads(response.read())
 
-    def _post_json(self, path, body):
+    def _sprout_post(self, path, body):
         request = urllib.request.Request(
             self.base_url + path, data=json.dumps(body).encode(),
             headers={"Content-Type": "application/json"})

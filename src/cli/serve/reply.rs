@@ -37,6 +37,7 @@ fn asked_of<'a>(state: &AppState, job: &Job, prompt: &'a [u32]) -> Asked<'a> {
         stream: job.fields.stream,
         logprobs: job.fields.logprobs.is_some(),
         return_token_ids: job.fields.return_token_ids,
+        tokens_as_ids: job.fields.return_tokens_as_token_ids,
         prompt,
         weights_version: state.weights_version.load(Ordering::Acquire),
     }

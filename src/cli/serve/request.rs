@@ -42,6 +42,8 @@ pub struct SamplingFields {
     pub min_tokens: usize,
     pub ignore_eos: bool,
     pub return_token_ids: bool,
+    /// vLLM's `return_tokens_as_token_ids`: log-probs name tokens `token_id:ID`, not text.
+    pub return_tokens_as_token_ids: bool,
     pub stream: bool,
     pub include_usage: bool,
     /// Alternatives per position; `None`: no log-probs in the choices.
@@ -185,6 +187,8 @@ impl SamplingFields {
             min_tokens: field(obj, "min_tokens", whole)?.unwrap_or(0),
             ignore_eos: field(obj, "ignore_eos", "a boolean")?.unwrap_or(false),
             return_token_ids: field(obj, "return_token_ids", "a boolean")?.unwrap_or(false),
+            return_tokens_as_token_ids: field(obj, "return_tokens_as_token_ids", "a boolean")?
+                .unwrap_or(false),
             stream,
             include_usage,
             logprobs: None,

@@ -220,6 +220,8 @@ pub struct Asked<'a> {
     pub stream: bool,
     pub logprobs: bool,
     pub return_token_ids: bool,
+    /// Log-probs name tokens `token_id:ID` (vLLM's `return_tokens_as_token_ids`).
+    pub tokens_as_ids: bool,
     pub prompt: &'a [u32],
     /// The version in force when the answer is shaped (for a sample with no tokens).
     pub weights_version: u64,
@@ -227,6 +229,10 @@ pub struct Asked<'a> {
 
 /// `piece` as a choice of `asked.api`.
 pub fn choice(tokenizer: &Tokenizer, asked: &Asked, piece: Piece) -> Choice {
+    let name = |id: u32| match asked.tokens_as_ids {
+        true => format!("token_id:{id}"),
+        false => token_text(tokenizer, id),
+    };
     let finish_reason = piece.finished.map(|s| s.finish_reason);
     let sprout = piece
         .finished
@@ -237,7 +243,7 @@ pub fn choice(tokenizer: &Tokenizer, asked: &Asked, piece: Piece) -> Choice {
             index: piece.index,
             logprobs: asked.logprobs.then(|| {
                 text_logprobs(
-                    tokenizer,
+                    &name,
                     piece.tokens,
                     piece.logprobs,
                     piece.top,
@@ -274,7 +280,7 @@ pub fn choice(tokenizer: &Tokenizer, asked: &Asked, piece: Piece) -> Choice {
                 delta,
                 logprobs: asked
                     .logprobs
-                    .then(|| chat_logprobs(tokenizer, piece.tokens, piece.logprobs, piece.top)),
+                    .then(|| chat_logprobs(&name, piece.tokens, piece.logprobs, piece.top)),
                 finish_reason,
                 token_ids,
                 sprout,
@@ -291,7 +297,7 @@ pub fn token_text(tokenizer: &Tokenizer, id: u32) -> String {
 /// The completions log-probs of `tokens`, their text starting `offset` characters into
 /// the completion.
 fn text_logprobs(
-    tokenizer: &Tokenizer,
+    name: &dyn Fn(u32) -> String,
     tokens: &[u32],
     logprobs: &[f32],
     top: &[Vec<TopLogprob>],
@@ -299,12 +305,12 @@ fn text_logprobs(
 ) -> Logprobs {
     let mut out = Logprobs::default();
     for (i, (&id, &lp)) in tokens.iter().zip(logprobs).enumerate() {
-        let text = token_text(tokenizer, id);
+        let text = name(id);
         out.text_offset.push(offset);
         offset += text.chars().count();
         let mut alternatives: Vec<(String, f32)> = Vec::new();
         for t in top.get(i).map(Vec::as_slice).unwrap_or_default() {
-            let text = token_text(tokenizer, t.token);
+            let text = name(t.token);
             if !alternatives.iter().any(|(seen, _)| *seen == text) {
                 alternatives.push((text, t.logprob));
             }
@@ -318,7 +324,7 @@ fn text_logprobs(
 
 /// The chat log-probs of `tokens`.
 fn chat_logprobs(
-    tokenizer: &Tokenizer,
+    name: &dyn Fn(u32) -> String,
     tokens: &[u32],
     logprobs: &[f32],
     top: &[Vec<TopLogprob>],
@@ -328,14 +334,14 @@ fn chat_logprobs(
         .zip(logprobs)
         .enumerate()
         .map(|(i, (&id, &logprob))| {
-            let token = token_text(tokenizer, id);
+            let token = name(id);
             let top_logprobs = top
                 .get(i)
                 .map(Vec::as_slice)
                 .unwrap_or_default()
                 .iter()
                 .map(|t| {
-                    let token = token_text(tokenizer, t.token);
+                    let token = name(t.token);
                     ChatAlternative {
                         bytes: token.as_bytes().to_vec(),
                         token,
