@@ -1379,6 +1379,14 @@ fn a_trainer_updates_the_weights_between_steps() {
     // Updates that do not fit are refused, naming the problem; version 9 serves on.
     let broken = checkpoint("nan", 1.5, true);
     let missing = std::env::temp_dir().join("sprout-no-such-checkpoint");
+    // The right weights with another model's tokenizer: another vocabulary.
+    let other_vocab = checkpoint("vocab", 1.5, false);
+    let qwen = tiny_llama().with_file_name("tiny-qwen2");
+    std::fs::copy(
+        qwen.join("tokenizer.json"),
+        other_vocab.join("tokenizer.json"),
+    )
+    .unwrap();
     let cases = [
         (
             json!({"weight_dir": broken, "weights_version": 10}),
@@ -1389,6 +1397,11 @@ fn a_trainer_updates_the_weights_between_steps() {
             json!({"weight_dir": missing, "weights_version": 10}),
             "weight_dir",
             "no such file",
+        ),
+        (
+            json!({"weight_dir": other_vocab, "weights_version": 10}),
+            "weight_dir",
+            "vocabulary",
         ),
         (
             json!({"weight_dir": scaled, "weights_version": 9}),
@@ -1439,6 +1452,7 @@ fn a_trainer_updates_the_weights_between_steps() {
     );
     let _ = std::fs::remove_dir_all(&scaled);
     let _ = std::fs::remove_dir_all(&broken);
+    let _ = std::fs::remove_dir_all(&other_vocab);
 }
 
 #[test]
