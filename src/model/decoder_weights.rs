@@ -19,6 +19,7 @@ use crate::model::config::ModelConfig;
 use crate::model::fused_weights::{
     half_split_to_adjacent, interleave_rows, permute_head_rows, permute_head_values, stack_rows,
 };
+use crate::model::names::TensorName;
 use crate::model::source::WeightSource;
 
 pub(crate) struct Layer {
@@ -198,28 +199,10 @@ impl DecoderWeights {
 
 /// The canonical names of every tensor a model of `config` reads (see `model::source`).
 fn canonical_names(config: &ModelConfig) -> Vec<String> {
-    let mut names = vec!["embed".to_string(), "final_norm".to_string()];
-    if !config.tied_embeddings {
-        names.push("lm_head".into());
-    }
-    let mut per_layer = vec![
-        "attn_norm",
-        "q",
-        "k",
-        "v",
-        "o",
-        "mlp_norm",
-        "gate",
-        "up",
-        "down",
-    ];
-    if config.has_qkv_bias() {
-        per_layer.extend(["q_bias", "k_bias", "v_bias"]);
-    }
-    for i in 0..config.n_layers {
-        names.extend(per_layer.iter().map(|t| format!("layers.{i}.{t}")));
-    }
-    names
+    TensorName::all(config)
+        .iter()
+        .map(|n| n.to_string())
+        .collect()
 }
 
 /// An update must hold exactly the tensors the model reads: a missing one is named, and
