@@ -255,6 +255,58 @@ fn a_group_computes_its_prompt_once_and_shares_its_blocks() {
 }
 
 #[test]
+fn identical_prompts_arriving_together_compute_their_prefix_once() {
+    // Eight requests with one 40-token prompt (two full blocks and a part), as eight
+    // clients sending the same prompt at once: the first computes the prompt, the others
+    // wait a step and take its two full blocks from the cache, computing only the last
+    // part block. A different prompt queued behind them is not held up.
+    let mut c = config(64, 16, 512);
+    c.max_num_seqs = 16;
+    let mut s = Scheduler::new(c.clone());
+    let mut model = FakeModel::new(&c, true);
+    let prompt: Vec<u32> = (100..140).collect();
+    for index in 0..8 {
+        s.add_request(request(index, prompt.clone(), 1, 4)).unwrap();
+    }
+    let other: Vec<u32> = (200..220).collect();
+    s.add_request(request(8, other, 1, 4)).unwrap();
+
+    let plan = s.schedule();
+    let starts: Vec<(usize, usize)> = plan
+        .chunks
+        .iter()
+        .map(|c| (c.start, c.tokens.len()))
+        .collect();
+    assert_eq!(
+        starts,
+        vec![(0, 40), (0, 20)],
+        "the first copy and the other prompt"
+    );
+    let results = model.run(&plan);
+    let mut finished = s.update(&plan, &results.0, &results.1).unwrap();
+
+    let plan = s.schedule();
+    let waiting: Vec<(usize, usize)> = plan
+        .chunks
+        .iter()
+        .filter(|c| c.is_prefill)
+        .map(|c| (c.start, c.tokens.len()))
+        .collect();
+    assert_eq!(
+        waiting,
+        vec![(32, 8); 7],
+        "the copies start from the cached blocks"
+    );
+    let results = model.run(&plan);
+    finished.extend(s.update(&plan, &results.0, &results.1).unwrap());
+    finished.extend(drain(&mut s, &mut model));
+    assert_eq!(finished.len(), 9, "every request finishes");
+    assert_eq!(s.stats().prefill_tokens_computed, 40 + 20 + 7 * 8);
+    assert_eq!(s.stats().prefix_cache_hit_tokens, 7 * 32);
+    assert_eq!(s.pool().num_used(), 0);
+}
+
+#[test]
 fn a_later_request_reuses_a_cached_prefix() {
     let c = config(64, 16, 256);
     let mut s = Scheduler::new(c.clone());

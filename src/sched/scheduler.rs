@@ -6,7 +6,10 @@
 //! blocks are available (continuous batching: work enters whenever blocks free up). A new
 //! or preempted sequence first takes the longest run of cached full blocks that matches its
 //! hash chain (prefix caching), always leaving at least one token to compute, since its
-//! logits are needed. When a running sequence cannot get a block, the newest running
+//! logits are needed. A waiting sequence whose next uncached block is a prompt block that
+//! a running request is computing waits a step for it rather than computing it again (so
+//! that identical prompts arriving together compute their prefix once), while those behind
+//! it in the queue may go ahead. When a running sequence cannot get a block, the newest running
 //! sequence is preempted: it gives its blocks back and waits at the front of the queue,
 //! to be recomputed later (cheaply, from whatever of its blocks are still cached).
 //!
@@ -22,7 +25,7 @@
 //! that finishes on the token drawn (a stop token or string) has its next step's row
 //! computed for nothing; `update` ignores the results of sequences that are gone.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use serde::Serialize;
 
@@ -302,15 +305,27 @@ impl Scheduler {
             }
         }
 
-        // Then waiting sequences, in queue order, while their blocks are available.
+        // Then waiting sequences, in queue order, while their blocks are available. One
+        // whose next uncached block a running prompt is computing waits for that block
+        // instead of computing it again; the sequences behind it may still go ahead.
+        let mut in_flight = match self.waiting.is_empty() {
+            true => HashSet::new(),
+            false => self.prompt_blocks_in_flight(),
+        };
+        let mut w = 0;
         while budget > 0 && rows_left > 0 && plan.chunks.len() < max_seqs {
-            let Some(&id) = self.waiting.front() else {
+            let Some(&id) = self.waiting.get(w) else {
                 break;
             };
-            let Some(hits) = self.admit(id, budget) else {
-                break;
+            let hits = match self.admit(id, budget, &in_flight) {
+                Admission::Admitted { hits } => hits,
+                Admission::AwaitsPrefix => {
+                    w += 1;
+                    continue;
+                }
+                Admission::NoBlocks => break,
             };
-            self.waiting.pop_front();
+            self.waiting.remove(w);
             let seq = self.seqs.get_mut(&id).expect("waiting sequence exists");
             seq.prefilling = true;
             self.stats.prefix_cache_query_tokens += seq.compute_len();
@@ -330,6 +345,7 @@ impl Scheduler {
             plan.chunks.push(chunk);
             budget -= want;
             self.running.push(id);
+            in_flight.extend(self.uncomputed_prompt_hashes(id));
         }
 
         self.add_draws_and_targets(&mut plan);
@@ -367,9 +383,10 @@ impl Scheduler {
     }
 
     /// Takes the cached prefix of waiting sequence `id` if the blocks for its first chunk
-    /// (at most `budget` tokens) are available; returns the tokens taken from the cache, or
-    /// None (and changes nothing) when the blocks are not available.
-    fn admit(&mut self, id: SeqId, budget: usize) -> Option<usize> {
+    /// (at most `budget` tokens) are available, unless its first uncached block is one of
+    /// `in_flight` (then it waits a step and finds that block cached). Changes nothing
+    /// unless it admits.
+    fn admit(&mut self, id: SeqId, budget: usize, in_flight: &HashSet<BlockHash>) -> Admission {
         let bs = self.config.block_size;
         let seq = &self.seqs[&id];
         let len = seq.compute_len();
@@ -390,6 +407,12 @@ impl Scheduler {
                     None => break,
                 }
             }
+            if hashes
+                .get(hits.len())
+                .is_some_and(|h| in_flight.contains(h))
+            {
+                return Admission::AwaitsPrefix;
+            }
         }
         let computed = hits.len() * bs;
         let want = (len - computed).min(budget);
@@ -399,7 +422,7 @@ impl Scheduler {
             .filter(|&&b| self.pool.ref_count(b) == 0)
             .count();
         if self.pool.num_free() - free_hits < need {
-            return None;
+            return Admission::NoBlocks;
         }
         for &b in &hits {
             self.pool.acquire(b);
@@ -407,7 +430,36 @@ impl Scheduler {
         let seq = self.seqs.get_mut(&id).expect("waiting sequence exists");
         seq.blocks = hits;
         seq.num_computed_tokens = computed;
-        Some(computed)
+        Admission::Admitted { hits: computed }
+    }
+
+    /// The hashes of the full prompt blocks that running roots have still to compute, in
+    /// this step or later (empty without prefix caching). Only roots: their tokens are all
+    /// known, while a sample's last token may be a placeholder not yet drawn.
+    fn prompt_blocks_in_flight(&mut self) -> HashSet<BlockHash> {
+        let mut in_flight = HashSet::new();
+        for i in 0..self.running.len() {
+            let id = self.running[i];
+            in_flight.extend(self.uncomputed_prompt_hashes(id));
+        }
+        in_flight
+    }
+
+    /// The hashes of running root `id`'s full prompt blocks not computed before this step;
+    /// none for a sample, a sequence not prefilling, or without prefix caching.
+    fn uncomputed_prompt_hashes(&mut self, id: SeqId) -> Vec<BlockHash> {
+        let seq = &self.seqs[&id];
+        if !self.config.prefix_caching || seq.role != Role::Root || !seq.prefilling {
+            return Vec::new();
+        }
+        let (from, to) = (
+            seq.num_computed_tokens / self.config.block_size,
+            seq.prompt_len / self.config.block_size,
+        );
+        if from >= to {
+            return Vec::new();
+        }
+        self.hash_chain(id, to)[from..].to_vec()
     }
 
     /// The hashes of the first `blocks` full blocks of sequence `id`, extending (and
@@ -981,4 +1033,14 @@ impl Scheduler {
         }
         Ok(())
     }
+}
+
+/// What [`Scheduler::admit`] decided for a waiting sequence.
+enum Admission {
+    /// Admitted, with `hits` tokens from the prefix cache.
+    Admitted { hits: usize },
+    /// Its next uncached block is being computed by a running prompt: it waits a step.
+    AwaitsPrefix,
+    /// Too few free blocks for its first chunk: it and those behind it wait.
+    NoBlocks,
 }
