@@ -14,6 +14,7 @@ pub mod kv;
 pub mod model;
 pub mod reference;
 pub mod sched;
+pub mod spec;
 pub mod tokenizer;
 pub mod trajectory;
 
