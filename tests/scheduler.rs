@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
+use sprout::spec::SpecMode;
 use sprout::sched::{
     DRAWN, DrawResult, FinishReason, FinishedSample, Request, SamplingParams, SchedError,
     Scheduler, SchedulerConfig, StepPlan,
@@ -26,6 +27,7 @@ fn config(num_blocks: usize, block_size: usize, max_batch_tokens: usize) -> Sche
         max_model_len: 4096,
         weights_version: 7,
         prefix_caching: true,
+        speculative: SpecMode::Off,
     }
 }
 
@@ -52,6 +54,9 @@ struct FakeModel {
     block_size: usize,
     /// Stop tokens are allowed only when true, so that tests can force long samples.
     allow_stop: bool,
+    /// Draws depend only on the last two tokens (read through the block table) and the
+    /// sample, from a small alphabet: repetitive text, which drafts predict.
+    repetitive: bool,
 }
 
 impl FakeModel {
@@ -60,6 +65,7 @@ impl FakeModel {
             slots: vec![None; c.num_blocks * c.block_size],
             block_size: c.block_size,
             allow_stop,
+            repetitive: false,
         }
     }
 
@@ -112,13 +118,23 @@ impl FakeModel {
             .iter()
             .map(|d| {
                 let chunk = &plan.chunks[d.chunk];
-                let context = self.context(&chunk.block_table, chunk.end() - 1);
+                let pos = chunk.start + d.offset;
+                let context = self.context(&chunk.block_table, pos);
                 let mut h = context;
                 let mut mix = |x: u64| h = (h ^ x).wrapping_mul(0x100000001b3);
                 mix(d.request_index as u64);
                 mix(d.sample_index as u64 + 1000);
-                mix(d.position as u64 + 100_000);
-                let mut token = (h % VOCAB as u64) as u32;
+                let mut token = if self.repetitive {
+                    let mut h: u64 = d.sample_index as u64 % 2;
+                    for p in pos.saturating_sub(1)..=pos {
+                        let t = self.slots[self.slot(&chunk.block_table, p)].expect("written");
+                        h = (h ^ (t as u64 + 1)).wrapping_mul(0x100000001b3);
+                    }
+                    (h % 5) as u32 + 1
+                } else {
+                    mix(d.position as u64 + 100_000);
+                    (h % VOCAB as u64) as u32
+                };
                 if (!self.allow_stop && token == STOP) || d.forbidden.contains(&token) {
                     token = 1;
                 }
@@ -735,8 +751,101 @@ fn outputs(samples: Vec<FinishedSample>) -> Outputs {
         .collect()
 }
 
+/// Runs `requests` to the end, speculating (suffix drafts) when `speculate`; returns the
+/// samples and the scheduler.
+fn run_speculating(
+    c: &SchedulerConfig,
+    requests: &[Request],
+    speculate: bool,
+    repetitive: bool,
+) -> (Outputs, Scheduler) {
+    let mut c = c.clone();
+    c.speculative = if speculate {
+        SpecMode::Suffix
+    } else {
+        SpecMode::Off
+    };
+    let mut s = Scheduler::new(c.clone());
+    s.set_speculating(true);
+    let mut model = FakeModel::new(&c, true);
+    model.repetitive = repetitive;
+    for r in requests {
+        match s.add_request(r.clone()) {
+            Ok(_) | Err(SchedError::PoolTooSmall { .. }) => {}
+            Err(e) => panic!("{e}"),
+        }
+    }
+    let out = drain(&mut s, &mut model);
+    assert_eq!(s.pool().num_used(), 0, "every block is back");
+    (outputs(out), s)
+}
+
+#[test]
+fn drafts_of_repetitive_samples_are_accepted_and_change_nothing() {
+    let mut c = config(64, 4, 256);
+    c.max_num_seqs = 64; // rows enough for every draft
+    let requests: Vec<Request> = (0..3)
+        .map(|i| request(i, vec![3, 1, 4, 1, 5, 9, 2, 6], 4, 40))
+        .collect();
+    let (off, _) = run_speculating(&c, &requests, false, true);
+    let (on, s) = run_speculating(&c, &requests, true, true);
+    assert_eq!(on, off);
+    let stats = s.spec_stats();
+    assert!(stats.drafts > 0, "{stats:?}");
+    let rate = stats.accepted_tokens as f64 / stats.drafted_tokens as f64;
+    assert!(rate > 0.5, "acceptance {rate}: {stats:?}");
+    // Fewer steps than one per token: accepted drafts made several tokens a step.
+    let (_, plain) = run_speculating(&c, &requests, false, true);
+    let (steps, plain_steps) = (s.stats().steps, plain.stats().steps);
+    assert!(steps < plain_steps, "{steps} steps, {plain_steps} without drafts");
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(150))]
+
+    /// Speculating with suffix drafts gives bitwise the samples of not speculating: with
+    /// stop tokens, min_tokens, groups forking, scoring requests, shared prefixes,
+    /// chunked prefills and, under a small pool, preemption; on repetitive text (drafts
+    /// often accepted) and on hashed text (mostly rejected).
+    #[test]
+    fn speculation_gives_the_same_samples(
+        adds in prop::collection::vec(
+            (
+                0usize..3,
+                prop::collection::vec(1u32..40, 1..20),
+                1usize..4,
+                1usize..30,
+                0usize..4,
+                prop::option::weighted(0.2, prop::collection::vec(1u32..40, 1..10)),
+            ),
+            1..8,
+        ),
+        num_blocks in 10usize..60,
+        block_size in 1usize..5,
+        budget in 1usize..24,
+        repetitive in any::<bool>(),
+    ) {
+        let c = config(num_blocks, block_size, budget);
+        let prefixes: [Vec<u32>; 3] = [vec![], vec![9, 9, 8, 7, 9, 9], vec![9, 9, 8, 1]];
+        let requests: Vec<Request> = adds
+            .into_iter()
+            .enumerate()
+            .map(|(i, (prefix, extra, n, max_tokens, min_tokens, forced))| {
+                let mut prompt = prefixes[prefix].clone();
+                prompt.extend(extra);
+                let mut r = request(i as u32, prompt, n, max_tokens);
+                r.params.min_tokens = min_tokens.min(max_tokens);
+                r.params.stop_ids = vec![STOP, 3];
+                if let Some(forced) = forced {
+                    r.forced = vec![forced; n];
+                }
+                r
+            })
+            .collect();
+        let (off, _) = run_speculating(&c, &requests, false, repetitive);
+        let (on, _) = run_speculating(&c, &requests, true, repetitive);
+        prop_assert_eq!(on, off);
+    }
 
     /// Steps planned ahead give every sample exactly the tokens, log-probs and finish
     /// reason of steps planned one at a time: with stop tokens ending samples early (whose

@@ -41,6 +41,7 @@ use crate::sched::{
     FinishReason, FinishedSample, Request, RequestId, Scheduler, SchedulerConfig, SchedulerStats,
     StepPlan,
 };
+use crate::spec::SpecMode;
 use crate::tokenizer::Tokenizer;
 use paged_kv::PagedKv;
 
@@ -68,6 +69,9 @@ pub struct EngineConfig {
     pub weights_version: u64,
     /// Plan and submit each step while the GPU runs the one before.
     pub overlap: bool,
+    /// Speculative decoding ([`crate::spec`]): a step with drafts is not overlapped with
+    /// planning the next, whose tokens depend on how many drafted tokens it accepts.
+    pub speculative: SpecMode,
 }
 
 impl Default for EngineConfig {
@@ -80,6 +84,7 @@ impl Default for EngineConfig {
             prefix_caching: true,
             weights_version: 0,
             overlap: true,
+            speculative: SpecMode::Off,
         }
     }
 }
@@ -158,6 +163,8 @@ pub struct Engine<'d> {
     tokenizer: Option<&'d Tokenizer>,
     /// The stop strings and min_tokens of the unfinished requests that have stop strings.
     stops: HashMap<RequestId, (Vec<String>, usize)>,
+    /// The next step is planned with drafts (decided as the step before it ran).
+    speculate_next: bool,
 }
 
 impl Drop for Engine<'_> {
@@ -188,6 +195,7 @@ impl<'d> Engine<'d> {
             max_model_len: decoder.max_positions(),
             weights_version: config.weights_version,
             prefix_caching: config.prefix_caching,
+            speculative: config.speculative,
         });
         let runner = StepRunner::new(decoder, kv, config.max_batch_tokens, max_num_seqs);
         Ok(Engine {
@@ -198,6 +206,7 @@ impl<'d> Engine<'d> {
             in_flight: None,
             tokenizer: None,
             stops: HashMap::new(),
+            speculate_next: false,
         })
     }
 
@@ -300,35 +309,61 @@ impl<'d> Engine<'d> {
     /// Runs one step: applies its results and returns them. With overlap, the step after
     /// it has been planned and submitted by then.
     pub async fn step(&mut self) -> Result<StepOutput, SproutError> {
+        let started = Instant::now();
         let current = match self.in_flight.take() {
             Some(step) => step,
-            None => match self.plan_and_submit(false)? {
-                Some(step) => step,
-                None => return Ok(StepOutput::default()),
-            },
+            None => {
+                self.scheduler.set_speculating(self.speculate_next);
+                match self.plan_and_submit(false)? {
+                    Some(step) => step,
+                    None => return Ok(StepOutput::default()),
+                }
+            }
         };
-        // Plan and submit the next step before waiting for this one. Profiling reads each
-        // step's timestamps back as it submits, so there is nothing to overlap then.
-        if self.overlap && !self.decoder.gpu.profiling() {
+        // Plan and submit the next step before waiting for this one, unless this one
+        // verifies drafts or the next should (a draft needs its sample's last token).
+        // Profiling reads each step's timestamps back as it submits, so there is nothing
+        // to overlap then.
+        let drafted = current.plan.chunks.iter().any(|c| c.drafted > 0);
+        self.speculate_next = self.scheduler.wants_speculation();
+        let overlapped =
+            self.overlap && !self.decoder.gpu.profiling() && !drafted && !self.speculate_next;
+        if overlapped {
+            self.scheduler.set_speculating(false);
             self.scheduler.advance(&current.plan);
             self.in_flight = self.plan_and_submit(true)?;
         }
         let plan = &current.plan;
         let (results, scores, run) = self.runner.finish(self.decoder, current.submitted).await?;
         let updating = Instant::now();
-        let drawn = plan
+        let mut finished = self.scheduler.update(plan, &results, &scores)?;
+        let rejected = self.scheduler.rejected_draws();
+        let drawn: Vec<DrawnToken> = plan
             .draws
             .iter()
             .zip(&results)
-            .map(|(d, r)| DrawnToken {
+            .enumerate()
+            .filter(|(d, _)| !rejected.contains(d))
+            .map(|(_, (d, r))| DrawnToken {
                 request_index: d.request_index,
                 sample_index: d.sample_index,
                 token: r.token,
                 logprob: r.logprob,
             })
             .collect();
-        let mut finished = self.scheduler.update(plan, &results, &scores)?;
-        self.apply_stop_strings(plan, &mut finished)?;
+        let applied = applied_draws(plan, rejected);
+        self.apply_stop_strings(&applied, &mut finished)?;
+        let update_s = updating.elapsed().as_secs_f64();
+        // What the step cost, for `--speculative auto`: a step not overlapped exposes its
+        // CPU work; an overlapped one hides it behind the GPU's.
+        let step_s = started.elapsed().as_secs_f64();
+        let (rows, cpu_s) = (plan.num_tokens(), current.schedule_s + run.encode_s + update_s);
+        match overlapped {
+            true => self.scheduler.record_step_cost(rows, step_s, None),
+            false => self
+                .scheduler
+                .record_step_cost(rows, (step_s - cpu_s).max(0.0), Some(cpu_s)),
+        }
         Ok(StepOutput {
             drawn,
             finished,
@@ -339,7 +374,7 @@ impl<'d> Engine<'d> {
                 schedule_s: current.schedule_s,
                 encode_s: run.encode_s,
                 gpu_s: run.gpu_s,
-                update_s: updating.elapsed().as_secs_f64(),
+                update_s,
             },
         })
     }
@@ -367,41 +402,43 @@ impl<'d> Engine<'d> {
         }))
     }
 
-    /// Finishes (or cuts, if they finished anyway) the samples that drew a token this step
-    /// and whose text now holds one of their stop strings.
+    /// Finishes (or cuts, if they finished anyway) the samples that drew tokens this step
+    /// (`applied`: each with how many) and whose text now holds one of their stop strings.
+    /// With several new tokens, the first of them whose text holds one decides, as if
+    /// they had come one step at a time.
     fn apply_stop_strings(
         &mut self,
-        plan: &StepPlan,
+        applied: &[(RequestId, u32, usize)],
         finished: &mut Vec<FinishedSample>,
     ) -> Result<(), SproutError> {
         let Some(tokenizer) = self.tokenizer else {
             return Ok(());
         };
         let decode = |ids: &[u32]| tokenizer.decode_with(ids, true);
-        for draw in &plan.draws {
-            let Some((stops, min_tokens)) = self.stops.get(&draw.request) else {
+        for &(request, k, new) in applied {
+            let Some((stops, min_tokens)) = self.stops.get(&request) else {
                 continue;
             };
-            let k = draw.sample_index;
             let done = finished
                 .iter_mut()
-                .find(|s| s.request == draw.request && s.sample_index == k);
+                .find(|s| s.request == request && s.sample_index == k);
             if let Some(sample) = done {
                 if sample.stopped_by.is_none() {
-                    let cut = stop_strings::find(&sample.token_ids, stops, *min_tokens, decode)?;
+                    let cut =
+                        stop_strings::find_in_new(&sample.token_ids, new, stops, *min_tokens, decode)?;
                     if let Some(cut) = cut {
                         stop_strings::apply(sample, cut);
                     }
                 }
                 continue;
             }
-            let Some(tokens) = self.scheduler.generated(draw.request, k) else {
+            let Some(tokens) = self.scheduler.generated(request, k) else {
                 continue;
             };
-            if let Some(cut) = stop_strings::find(tokens, stops, *min_tokens, decode)? {
-                let mut sample =
-                    self.scheduler
-                        .finish_sample(draw.request, k, FinishReason::Stop)?;
+            if let Some(cut) = stop_strings::find_in_new(tokens, new, stops, *min_tokens, decode)? {
+                let mut sample = self
+                    .scheduler
+                    .finish_sample(request, k, FinishReason::Stop)?;
                 stop_strings::apply(&mut sample, cut);
                 finished.push(sample);
             }
@@ -426,6 +463,24 @@ impl<'d> Engine<'d> {
         out.sort_by_key(|s| (s.request_index, s.sample_index));
         Ok(out)
     }
+}
+
+/// The samples that took tokens in `plan` (draws not in `rejected`), in the order of
+/// their first draw, each with how many tokens it took.
+fn applied_draws(plan: &StepPlan, rejected: &[usize]) -> Vec<(RequestId, u32, usize)> {
+    let mut applied: Vec<(RequestId, u32, usize)> = Vec::new();
+    for (d, draw) in plan.draws.iter().enumerate() {
+        if rejected.contains(&d) {
+            continue;
+        }
+        let key = (draw.request, draw.sample_index);
+        match applied.iter_mut().find(|(r, k, _)| (*r, *k) == key) {
+            // A sample's draws are consecutive (one chunk), so only the last can match.
+            Some(entry) => entry.2 += 1,
+            None => applied.push((key.0, key.1, 1)),
+        }
+    }
+    applied
 }
 
 fn num_blocks(gpu: &Gpu, c: &ModelConfig, config: &EngineConfig) -> Result<usize, SproutError> {

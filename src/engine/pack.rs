@@ -15,8 +15,8 @@ pub struct PackedBatch {
     /// Which workgroups compute which rows' attention: decode rows split across pages when
     /// `split` asks for it, other rows whole.
     pub attention: AttentionPlan,
-    /// The rows whose logits are computed: the last row of each chunk that draws, and
-    /// every row that scores a target, in batch order.
+    /// The rows whose logits are computed: every row that draws (the last of a chunk, or
+    /// each row of a chunk with a draft) or scores a target, in batch order.
     pub logit_rows: Vec<u32>,
     /// Per draw of the plan, the index into `logit_rows` it draws from (the G draws of a
     /// group's prompt share one).
@@ -45,7 +45,7 @@ impl PackedBatch {
         let mut wanted: Vec<(usize, usize)> = plan
             .draws
             .iter()
-            .map(|d| (d.chunk, plan.chunks[d.chunk].tokens.len() - 1))
+            .map(|d| (d.chunk, d.offset))
             .chain(plan.targets.iter().map(|t| (t.chunk, t.offset)))
             .collect();
         wanted.sort_unstable();
@@ -77,8 +77,7 @@ impl PackedBatch {
             .extend(wanted.iter().map(|&(c, i)| first_row[c] + i as u32));
         let index = |key: (usize, usize)| wanted.binary_search(&key).expect("collected") as u32;
         for d in &plan.draws {
-            let last = plan.chunks[d.chunk].tokens.len() - 1;
-            self.draw_rows.push(index((d.chunk, last)));
+            self.draw_rows.push(index((d.chunk, d.offset)));
         }
         for t in &plan.targets {
             self.target_rows.push(index((t.chunk, t.offset)));
@@ -101,9 +100,10 @@ mod tests {
     use super::*;
     use crate::sched::{Chunk, Draw, RequestId, SeqId, Target};
 
-    fn draw(chunk: usize, sample_index: u32) -> Draw {
+    fn draw(chunk: usize, offset: usize, sample_index: u32) -> Draw {
         Draw {
             chunk,
+            offset,
             request: RequestId(0),
             request_index: 0,
             sample_index,
@@ -130,6 +130,7 @@ mod tests {
                     tokens: vec![10, 11, 12],
                     block_table: vec![7, 2],
                     is_prefill: true,
+                    drafted: 0,
                 },
                 Chunk {
                     seq: SeqId(1),
@@ -137,6 +138,7 @@ mod tests {
                     tokens: vec![20, 21],
                     block_table: vec![5],
                     is_prefill: true,
+                    drafted: 0,
                 },
                 Chunk {
                     seq: SeqId(2),
@@ -144,21 +146,22 @@ mod tests {
                     tokens: vec![30],
                     block_table: vec![1, 4, 6],
                     is_prefill: false,
+                    drafted: 0,
                 },
             ],
             draws: vec![
                 Draw {
                     forbidden: vec![2, 9],
                     top_logprobs: 3,
-                    ..draw(0, 0)
+                    ..draw(0, 2, 0)
                 },
                 Draw {
                     forbidden: vec![2, 9],
-                    ..draw(0, 1)
+                    ..draw(0, 2, 1)
                 },
                 Draw {
                     top_logprobs: 5,
-                    ..draw(2, 0)
+                    ..draw(2, 0, 0)
                 },
             ],
             targets: vec![
@@ -215,12 +218,13 @@ mod tests {
             block_table: (0..(start + tokens.len()).div_ceil(16) as u32).collect(),
             tokens,
             is_prefill: false,
+            drafted: 0,
         };
         let plan = StepPlan {
             copies: vec![],
             // A decode at position 199 (200 keys, 4 pages) and a two-row chunk there.
             chunks: vec![chunk(0, 199, vec![5]), chunk(1, 199, vec![6, 7])],
-            draws: vec![draw(0, 0)],
+            draws: vec![draw(0, 0, 0)],
             targets: vec![],
             weights_version: 0,
         };

@@ -19,6 +19,25 @@ pub struct Cut {
     pub stop: StopMatch,
 }
 
+/// The stop of a sample whose last `new` tokens came in this step: the first of
+/// `tokens[..len - new + 1]`, ..., `tokens` whose text holds a stop string decides (as
+/// checking after each token would), by [`find`].
+pub fn find_in_new<E>(
+    tokens: &[u32],
+    new: usize,
+    stops: &[String],
+    min_tokens: usize,
+    decode: impl Fn(&[u32]) -> Result<String, E>,
+) -> Result<Option<Cut>, E> {
+    let first = tokens.len().saturating_sub(new.max(1)) + 1;
+    for end in first..=tokens.len() {
+        if let Some(cut) = find(&tokens[..end], stops, min_tokens, &decode)? {
+            return Ok(Some(cut));
+        }
+    }
+    Ok(None)
+}
+
 /// The earliest stop string in the text of `tokens` (on a tie, the first listed), if any.
 /// `decode` gives the text of a prefix of `tokens`.
 pub fn find<E>(

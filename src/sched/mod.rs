@@ -14,6 +14,7 @@
 //! both free and in use; the pool's hash map names only blocks that hold that hash.
 
 mod block_map;
+mod drafting;
 mod plan;
 mod request;
 mod scheduler;
@@ -21,6 +22,7 @@ mod sequence;
 mod validate;
 
 pub use block_map::{BlockUse, SeqBlocks, block_map};
+pub use drafting::SpecStats;
 pub use plan::{BlockCopy, Chunk, DRAWN, Draw, DrawResult, StepPlan, Target};
 pub use request::{
     FinishReason, FinishedSample, MAX_TOP_LOGPROBS, Request, RequestId, SamplingParams, StopMatch,

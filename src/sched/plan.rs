@@ -30,6 +30,9 @@ pub struct Chunk {
     pub block_table: Vec<BlockId>,
     /// Part of a (re)computed prompt rather than a decode of the last drawn token.
     pub is_prefill: bool,
+    /// Drafted tokens at the end of `tokens` (speculative decoding): the chunk is the
+    /// sample's last drawn token and then these, each row drawing the token after it.
+    pub drafted: usize,
 }
 
 impl Chunk {
@@ -38,11 +41,14 @@ impl Chunk {
     }
 }
 
-/// One token to draw from the logits of a chunk's last token.
+/// One token to draw from the logits of a row of a chunk: its last row, or any row of a
+/// chunk with a draft.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Draw {
     /// Index into [`StepPlan::chunks`].
     pub chunk: usize,
+    /// The row within the chunk (its position is `chunk.start + offset`).
+    pub offset: usize,
     pub request: RequestId,
     pub request_index: u32,
     pub sample_index: u32,

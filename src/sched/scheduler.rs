@@ -25,13 +25,16 @@
 //! that finishes on the token drawn (a stop token or string) has its next step's row
 //! computed for nothing; `update` ignores the results of sequences that are gone.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
 use serde::Serialize;
 
 use crate::kv::{BlockHash, BlockId, BlockPool};
 
+use crate::spec::{MAX_DRAFT, SpecMode};
+
 use super::block_map::SeqBlocks;
+use super::drafting::{Drafting, SpecStats};
 use super::plan::{BlockCopy, Chunk, DRAWN, Draw, DrawResult, StepPlan, Target};
 use super::request::{FinishReason, FinishedSample, Request, RequestId, SamplingParams};
 use super::sequence::{Role, SeqId, Sequence};
@@ -53,6 +56,9 @@ pub struct SchedulerConfig {
     pub weights_version: u64,
     /// Reuse cached blocks across sequences (off only to measure what it saves).
     pub prefix_caching: bool,
+    /// Speculative decoding: whether drafts may be verified (in the steps the engine
+    /// plans with [`Scheduler::set_speculating`]).
+    pub speculative: SpecMode,
 }
 
 /// Counters over the scheduler's life.
@@ -137,6 +143,9 @@ pub struct Scheduler {
     stats: SchedulerStats,
     /// `advance` has applied the chunks of the step `update` applies next.
     advanced: bool,
+    drafting: Drafting,
+    /// The draws the last `update` did not apply: rows after a rejected drafted token.
+    rejected_draws: Vec<usize>,
 }
 
 impl Scheduler {
@@ -146,7 +155,6 @@ impl Scheduler {
         assert!(config.max_num_seqs > 0, "max_num_seqs is 0");
         Scheduler {
             pool: BlockPool::new(config.num_blocks),
-            config,
             requests: HashMap::new(),
             seqs: HashMap::new(),
             running: Vec::new(),
@@ -155,6 +163,9 @@ impl Scheduler {
             next_seq: 0,
             stats: SchedulerStats::default(),
             advanced: false,
+            drafting: Drafting::new(config.speculative),
+            rejected_draws: Vec::new(),
+            config,
         }
     }
 
@@ -245,6 +256,9 @@ impl Scheduler {
             pending_scores: 0,
         });
         self.waiting.push_back(seq);
+        if request.forced.is_empty() {
+            self.drafting.add_request(id, &request.prompt);
+        }
         let unfinished = request.n;
         self.requests.insert(
             id,
@@ -285,6 +299,15 @@ impl Scheduler {
             // Nothing to compute: a root or a sample whose token the step before (advanced,
             // not yet updated) has not drawn, or will end it.
             if want == 0 {
+                i += 1;
+                continue;
+            }
+            let draft = self.draft_for(id, budget, rows_left);
+            if !draft.is_empty() && self.try_allocate(id, 1 + draft.len(), &mut plan) {
+                let chunk = self.make_draft_chunk(id, draft);
+                rows_left -= self.rows_needed(&chunk);
+                budget -= chunk.tokens.len();
+                plan.chunks.push(chunk);
                 i += 1;
                 continue;
             }
@@ -377,8 +400,10 @@ impl Scheduler {
         if seq.scoring {
             let first = seq.next_target_position().max(chunk.start);
             chunk.end().saturating_sub(first)
+        } else if chunk.end() >= seq.compute_len() {
+            1 + chunk.drafted
         } else {
-            usize::from(chunk.end() == seq.compute_len())
+            0
         }
     }
 
@@ -522,7 +547,47 @@ impl Scheduler {
             tokens: seq.tokens[start..start + want].to_vec(),
             block_table: seq.blocks.clone(),
             is_prefill: seq.prefilling,
+            drafted: 0,
         }
+    }
+
+    /// The draft to verify for running sequence `id` this step, if speculating: only for a
+    /// sample decoding a known token, no longer than its tokens left to draw, the context,
+    /// the step's budget and rows, and (in auto mode) the tokens worth a row each.
+    fn draft_for(&self, id: SeqId, budget: usize, rows_left: usize) -> Vec<u32> {
+        if !self.drafting.active {
+            return Vec::new();
+        }
+        let seq = &self.seqs[&id];
+        let Role::Sample(k) = seq.role else {
+            return Vec::new();
+        };
+        let last = *seq.tokens.last().expect("a sample has tokens");
+        if seq.scoring || seq.num_uncomputed() != 1 || last & DRAWN != 0 {
+            return Vec::new();
+        }
+        let params = &self.requests[&seq.request].request.params;
+        let tokens_left = params.max_tokens.saturating_sub(seq.generated().len() + 1);
+        let context_left = self.config.max_model_len.saturating_sub(seq.tokens.len() + 1);
+        let mut max = MAX_DRAFT
+            .min(tokens_left)
+            .min(context_left)
+            .min(budget.saturating_sub(1))
+            .min(rows_left.saturating_sub(1));
+        if self.drafting.mode == SpecMode::Auto {
+            let decoding = self.running.len();
+            max = self.drafting.policy.keep(decoding, decoding, max);
+        }
+        self.drafting.draft(seq.request, k, max)
+    }
+
+    /// A chunk of sample `id`'s last drawn token followed by `draft`, its blocks taken.
+    fn make_draft_chunk(&self, id: SeqId, draft: Vec<u32>) -> Chunk {
+        let mut chunk = self.make_chunk(id, 1);
+        chunk.drafted = draft.len();
+        chunk.tokens.extend(draft);
+        chunk.block_table = self.seqs[&id].blocks.clone();
+        chunk
     }
 
     /// A chunk that reaches its sequence's last token draws: `n` tokens for a root (its
@@ -549,16 +614,19 @@ impl Scheduler {
             if chunk.end() < seq.tokens.len() {
                 continue;
             }
+            if let (Role::Sample(k), true) = (seq.role, chunk.drafted > 0) {
+                // Row i draws the token after the draft's first i tokens.
+                let first = chunk.tokens.len() - 1 - chunk.drafted;
+                let generated = seq.generated().len();
+                for i in 0..=chunk.drafted {
+                    plan.draws
+                        .push(self.make_draw(c, first + i, seq, k, generated + i));
+                }
+                continue;
+            }
             let samples = match seq.role {
                 Role::Root => 0..request.n as u32,
                 Role::Sample(k) => k..k + 1,
-            };
-            // Stop tokens are forbidden until min_tokens; a root's draws are all first
-            // tokens, so the draws of one chunk share what they forbid.
-            let params = &request.params;
-            let forbidden = match seq.generated().len() < params.min_tokens {
-                true => params.stop_ids.clone(),
-                false => Vec::new(),
             };
             for sample_index in samples {
                 if !request.forced.is_empty() {
@@ -570,22 +638,46 @@ impl Scheduler {
                     });
                     continue;
                 }
-                plan.draws.push(Draw {
-                    chunk: c,
-                    request: seq.request,
-                    request_index: request.index,
-                    sample_index,
-                    key_index: request.params.key_index(request.index),
-                    position: seq.tokens.len() as u32,
-                    seed: request.params.seed,
-                    temperature: request.params.temperature,
-                    top_k: request.params.top_k,
-                    top_p: request.params.top_p,
-                    min_p: request.params.min_p,
-                    forbidden: forbidden.clone(),
-                    top_logprobs: params.top_logprobs,
-                });
+                let (last, generated) = (chunk.tokens.len() - 1, seq.generated().len());
+                plan.draws
+                    .push(self.make_draw(c, last, seq, sample_index, generated));
             }
+        }
+    }
+
+    /// The draw of sample `sample_index` of `seq`'s request from row `offset` of chunk
+    /// `c`, of the token after its first `generated` ones. Stop tokens are forbidden until
+    /// min_tokens (a root's draws are all first tokens, so the draws of one row share
+    /// what they forbid).
+    fn make_draw(
+        &self,
+        c: usize,
+        offset: usize,
+        seq: &Sequence,
+        sample_index: u32,
+        generated: usize,
+    ) -> Draw {
+        let request = &self.requests[&seq.request].request;
+        let params = &request.params;
+        let forbidden = match generated < params.min_tokens {
+            true => params.stop_ids.clone(),
+            false => Vec::new(),
+        };
+        Draw {
+            chunk: c,
+            offset,
+            request: seq.request,
+            request_index: request.index,
+            sample_index,
+            key_index: params.key_index(request.index),
+            position: (seq.prompt_len + generated) as u32,
+            seed: params.seed,
+            temperature: params.temperature,
+            top_k: params.top_k,
+            top_p: params.top_p,
+            min_p: params.min_p,
+            forbidden,
+            top_logprobs: params.top_logprobs,
         }
     }
 
@@ -616,6 +708,11 @@ impl Scheduler {
     /// will end at its length with the token drawn gets none (it takes no next step).
     /// `update(plan, ..)` must come next, before another `advance`.
     pub fn advance(&mut self, plan: &StepPlan) {
+        // How many drafted tokens a step accepts is known only from its results.
+        assert!(
+            plan.chunks.iter().all(|c| c.drafted == 0),
+            "a step with drafts cannot be advanced past"
+        );
         for chunk in &plan.chunks {
             if self.seqs.contains_key(&chunk.seq) {
                 self.computed(chunk);
@@ -669,15 +766,39 @@ impl Scheduler {
         let advanced = std::mem::take(&mut self.advanced);
         if !advanced {
             for chunk in &plan.chunks {
-                if self.seqs.contains_key(&chunk.seq) {
+                if self.seqs.contains_key(&chunk.seq) && chunk.drafted == 0 {
                     self.computed(chunk);
                 }
             }
         }
+        self.rejected_draws.clear();
         let mut finished = Vec::new();
         let mut forks: HashMap<SeqId, Vec<SeqId>> = HashMap::new();
+        // Per chunk with a draft: drafted tokens accepted so far, and whether one was not.
+        let mut verified: BTreeMap<usize, (usize, bool)> = BTreeMap::new();
         for (d, (draw, result)) in plan.draws.iter().zip(results).enumerate() {
-            let parent = plan.chunks[draw.chunk].seq;
+            let chunk = &plan.chunks[draw.chunk];
+            let parent = chunk.seq;
+            if chunk.drafted > 0 {
+                // Row i's draw counts only if the drafted token fed to it (row i's input)
+                // is the one row i - 1 drew.
+                let row = draw.offset + chunk.drafted + 1 - chunk.tokens.len();
+                let state = verified.entry(draw.chunk).or_insert((0, false));
+                if !self.seqs.contains_key(&parent) {
+                    state.1 = true; // finished (or aborted) at an earlier row
+                }
+                if row > 0 && !state.1 {
+                    if results[d - 1].token == chunk.tokens[draw.offset] {
+                        state.0 += 1;
+                    } else {
+                        state.1 = true;
+                    }
+                }
+                if state.1 {
+                    self.rejected_draws.push(d);
+                    continue;
+                }
+            }
             if !self.seqs.contains_key(&parent) {
                 continue;
             }
@@ -701,9 +822,14 @@ impl Scheduler {
             if !result.top.is_empty() {
                 seq.top_logprobs.push(result.top.clone());
             }
+            let (request, k) = (seq.request, draw.sample_index);
+            self.drafting.push(request, k, result.token);
             if let Some(reason) = self.finish_reason(target) {
                 finished.push(self.finish(target, reason));
             }
+        }
+        for (&c, &(accepted, _)) in &verified {
+            self.verified(&plan.chunks[c], accepted);
         }
         for (target, &logprob) in plan.targets.iter().zip(scores) {
             let parent = plan.chunks[target.chunk].seq;
@@ -753,6 +879,34 @@ impl Scheduler {
             self.seqs.remove(&root);
         }
         Ok(finished)
+    }
+
+    /// Records that draft chunk `chunk` ran and `accepted` of its drafted tokens were
+    /// taken: its first token and those are computed; the rejected rows' K and V are
+    /// dropped (their positions are written again when computed for real), and blocks
+    /// that only they used go back to the pool.
+    fn verified(&mut self, chunk: &Chunk, accepted: usize) {
+        let stats = &mut self.drafting.stats;
+        stats.drafts += 1;
+        stats.drafted_tokens += chunk.drafted;
+        stats.accepted_tokens += accepted;
+        self.drafting.policy.record_verify(chunk.drafted, accepted);
+        if !self.seqs.contains_key(&chunk.seq) {
+            return; // finished by a token it drew: its blocks are back already
+        }
+        let kept = Chunk {
+            tokens: chunk.tokens[..1 + accepted].to_vec(),
+            drafted: 0,
+            ..chunk.clone()
+        };
+        self.computed(&kept);
+        let bs = self.config.block_size;
+        let seq = self.seqs.get_mut(&chunk.seq).expect("checked above");
+        let needed = seq.num_computed_tokens.div_ceil(bs);
+        let extra: Vec<BlockId> = seq.blocks.drain(needed.min(seq.blocks.len())..).collect();
+        for b in extra.into_iter().rev() {
+            self.pool.release(b);
+        }
     }
 
     /// Records that `chunk` ran: its tokens are computed, and blocks it filled are named.
@@ -853,8 +1007,10 @@ impl Scheduler {
             cached_prompt_tokens: state.cached_prompt_tokens.unwrap_or(0),
         };
         state.unfinished -= 1;
+        self.drafting.finished(seq.request, &out.token_ids);
         if state.unfinished == 0 {
             self.requests.remove(&seq.request);
+            self.drafting.end_request(seq.request);
         }
         out
     }
@@ -887,7 +1043,59 @@ impl Scheduler {
     /// under), and the blocks they fill with it: blocks computed under other weights are
     /// never a prefix-cache hit for them.
     pub fn set_weights_version(&mut self, version: u64) {
+        self.drafting.corpus.clear();
         self.config.weights_version = version;
+    }
+
+    /// Plans the next steps with drafts (when the mode allows) or without: the engine
+    /// turns it on only for steps it does not plan ahead of the one before, since a
+    /// draft needs its sample's last token known.
+    pub fn set_speculating(&mut self, on: bool) {
+        self.drafting.active = on && self.config.speculative != SpecMode::Off;
+    }
+
+    /// Whether the next step should carry drafts: never when off, whenever a sample
+    /// decodes with `suffix`, and with `auto` when the measured acceptance and step cost
+    /// predict a gain.
+    pub fn wants_speculation(&mut self) -> bool {
+        let decoding = self.running.len();
+        match self.config.speculative {
+            SpecMode::Off => false,
+            SpecMode::Suffix => decoding > 0,
+            SpecMode::Auto => self.drafting.policy.should_speculate(decoding, decoding),
+        }
+    }
+
+    /// A step of `rows` rows ran: `gpu_s` its GPU part, and `cpu_s` the CPU time it
+    /// exposed when it was not overlapped with planning the next (for `auto`).
+    pub fn record_step_cost(&mut self, rows: usize, gpu_s: f64, cpu_s: Option<f64>) {
+        let cost = &mut self.drafting.policy.cost;
+        cost.record(rows, gpu_s);
+        if let Some(cpu) = cpu_s {
+            cost.record_cpu(cpu);
+        }
+    }
+
+    /// Keeps every finished sample as a draft source for later requests with the same
+    /// prompt (a server's per-prompt corpus; cleared when the weights change).
+    pub fn keep_draft_corpus(&mut self, on: bool) {
+        self.drafting.keep_corpus = on;
+    }
+
+    /// Adds an earlier completion of `prompt` to draft from (`--draft-corpus`).
+    pub fn add_draft_corpus(&mut self, prompt: &[u32], completion: &[u32]) {
+        self.drafting.corpus.add(prompt, completion);
+    }
+
+    /// What speculation did so far.
+    pub fn spec_stats(&self) -> &SpecStats {
+        &self.drafting.stats
+    }
+
+    /// The draws of the last `update` that were not applied (rows after a rejected
+    /// drafted token): their tokens are not part of any sample.
+    pub fn rejected_draws(&self) -> &[usize] {
+        &self.rejected_draws
     }
 
     /// Forgets the prefix cache's reusable entries (the hashes of free blocks); returns
@@ -972,6 +1180,7 @@ impl Scheduler {
             }
         }
         self.requests.remove(&id);
+        self.drafting.end_request(id);
         out.sort_by_key(|s| s.sample_index);
         Ok(out)
     }
