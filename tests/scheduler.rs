@@ -9,11 +9,11 @@
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
-use sprout::spec::SpecMode;
 use sprout::sched::{
     DRAWN, DrawResult, FinishReason, FinishedSample, Request, SamplingParams, SchedError,
     Scheduler, SchedulerConfig, StepPlan,
 };
+use sprout::spec::SpecMode;
 
 const VOCAB: u32 = 50;
 const STOP: u32 = 0;
@@ -797,7 +797,10 @@ fn drafts_of_repetitive_samples_are_accepted_and_change_nothing() {
     // Fewer steps than one per token: accepted drafts made several tokens a step.
     let (_, plain) = run_speculating(&c, &requests, false, true);
     let (steps, plain_steps) = (s.stats().steps, plain.stats().steps);
-    assert!(steps < plain_steps, "{steps} steps, {plain_steps} without drafts");
+    assert!(
+        steps < plain_steps,
+        "{steps} steps, {plain_steps} without drafts"
+    );
 }
 
 proptest! {

@@ -25,7 +25,7 @@ use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::time::Instant;
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
@@ -34,7 +34,8 @@ use sprout::engine::{Engine, EngineConfig, StepTimings};
 use sprout::gpu::BackendChoice;
 use sprout::gpu::profile::KernelProfile;
 use sprout::model::decoder::Decoder;
-use sprout::sched::{FinishReason, Request, RequestId, SamplingParams};
+use sprout::sched::{FinishReason, Request, RequestId, SamplingParams, SpecStats};
+use sprout::spec::SpecMode;
 
 use crate::cli::bench_workload::{Lengths, SampleSpec, Workload};
 use crate::cli::bootstrap::{self, Kernels};
@@ -67,7 +68,8 @@ pub struct BenchArgs {
     model: ModelArg,
     #[command(flatten)]
     load: LoadArgs,
-    /// Prompts (P), cut from a built-in text (random token ids with dummy weights).
+    /// Prompts (P), cut from a built-in text or --text (random token ids with dummy
+    /// weights).
     #[arg(long, default_value_t = 4)]
     prompts: usize,
     /// Samples per prompt (G).
@@ -108,6 +110,14 @@ pub struct BenchArgs {
     /// mode's median round.
     #[arg(long, default_value_t = 1)]
     rounds: usize,
+    /// A second epoch: first run the workload once more (untimed, the next seed) and give
+    /// its samples to --speculative as drafts, as the last epoch's rollouts would be.
+    #[arg(long)]
+    second_epoch: bool,
+    /// Cut the prompts from this text file instead of the built-in text (e.g. JSON
+    /// records or code, to measure speculation on structured text).
+    #[arg(long, value_name = "FILE")]
+    text: Option<std::path::PathBuf>,
     #[command(flatten)]
     engine: EngineArgs,
 }
@@ -136,6 +146,39 @@ pub struct ModeResult {
     /// Time per kernel, with `--profile`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kernels: Option<KernelProfile>,
+    /// The `--speculative` mode, and what its drafts did.
+    pub speculative: String,
+    pub speculation: SpecSummary,
+    /// Every sample's (prompt, tokens): a second epoch's draft corpus.
+    #[serde(skip)]
+    pub samples: Vec<(Vec<u32>, Vec<u32>)>,
+}
+
+/// What speculative decoding did in one run.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct SpecSummary {
+    pub steps: usize,
+    pub drafts: usize,
+    pub drafted_tokens: usize,
+    pub accepted_tokens: usize,
+    /// Accepted / drafted tokens (None without drafts).
+    pub acceptance_rate: Option<f64>,
+    /// Accepted tokens per verified draft.
+    pub mean_accepted_length: Option<f64>,
+}
+
+impl SpecSummary {
+    fn of(s: &SpecStats) -> SpecSummary {
+        let per = |a: usize, b: usize| (b > 0).then(|| a as f64 / b as f64);
+        SpecSummary {
+            steps: s.steps,
+            drafts: s.drafts,
+            drafted_tokens: s.drafted_tokens,
+            accepted_tokens: s.accepted_tokens,
+            acceptance_rate: per(s.accepted_tokens, s.drafted_tokens),
+            mean_accepted_length: per(s.accepted_tokens, s.drafts),
+        }
+    }
 }
 
 pub fn run(backend: BackendChoice, args: BenchArgs) -> Result<()> {
@@ -151,7 +194,8 @@ pub fn run(backend: BackendChoice, args: BenchArgs) -> Result<()> {
     if args.modes.is_empty() {
         bail!("--modes needs at least one of sequential, static, continuous, sprout");
     }
-    let config = args.engine.config()?;
+    let spec_modes = args.engine.speculative_modes().to_vec();
+    let config = args.engine.config_with(SpecMode::Off)?;
     let opened = bootstrap::open(
         backend,
         args.load.open(&args.model, args.seed)?,
@@ -159,7 +203,25 @@ pub fn run(backend: BackendChoice, args: BenchArgs) -> Result<()> {
     )?;
     let (decoder, gpu) = (&opened.decoder, &opened.gpu);
     let text_ids = match &opened.tokenizer {
-        Some(tokenizer) => tokenizer.encode(crate::cli::bench_workload::text())?,
+        Some(tokenizer) => match &args.text {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("reading --text {}", path.display()))?;
+                let ids = tokenizer.encode(&text)?;
+                let need = Workload::text_len(args.prompts, args.prompt_tokens);
+                if ids.len() < need {
+                    bail!(
+                        "--text {} has {} tokens; {} prompts of {} need {need}",
+                        path.display(),
+                        ids.len(),
+                        args.prompts,
+                        args.prompt_tokens
+                    );
+                }
+                ids
+            }
+            None => tokenizer.encode(crate::cli::bench_workload::text())?,
+        },
         // No vocabulary (dummy weights): as many random ids as the prompts need.
         None => {
             let c = &decoder.config;
@@ -210,22 +272,55 @@ pub fn run(backend: BackendChoice, args: BenchArgs) -> Result<()> {
         args.seed,
         &eos,
         &hidden,
+        &[],
     )?;
 
-    // Every mode's rounds, in the order of `args.modes`.
-    let mut rounds: Vec<Vec<ModeResult>> = vec![Vec::new(); args.modes.len()];
+    // A second epoch: the samples of a first run (another seed, not timed) to draft from.
+    let corpus = match args.second_epoch {
+        false => Vec::new(),
+        true => {
+            let first = run_mode(
+                decoder,
+                &config,
+                &workload,
+                Mode::Sprout,
+                batch,
+                args.seed + 1,
+                &eos,
+                &hidden,
+                &[],
+            )?;
+            first.samples
+        }
+    };
+
+    // Every (mode, speculative mode)'s rounds, in the order given.
+    let runs: Vec<(Mode, SpecMode, String)> = args
+        .modes
+        .iter()
+        .flat_map(|&mode| spec_modes.iter().map(move |&spec| (mode, spec)))
+        .map(|(mode, spec)| {
+            let name = match spec_modes[..] {
+                [SpecMode::Off] => mode.name().to_string(),
+                _ => format!("{}/{}", mode.name(), spec.name()),
+            };
+            (mode, spec, name)
+        })
+        .collect();
+    let mut rounds: Vec<Vec<ModeResult>> = vec![Vec::new(); runs.len()];
     for round in 1..=args.rounds {
-        for (i, &mode) in args.modes.iter().enumerate() {
+        for (i, (mode, spec, name)) in runs.iter().enumerate() {
+            let (mode, config) = (*mode, args.engine.config_with(*spec)?);
             let label = match args.rounds {
-                1 => mode.name().to_string(),
-                n => format!("{} {round}/{n}", mode.name()),
+                1 => name.clone(),
+                n => format!("{name} {round}/{n}"),
             };
             let bar = progress(&label, workload.tokens());
             if args.profile {
                 gpu.start_profiling();
             }
             let mut r = run_mode(
-                decoder, &config, &workload, mode, batch, args.seed, &eos, &bar,
+                decoder, &config, &workload, mode, batch, args.seed, &eos, &bar, &corpus,
             )?;
             r.kernels = gpu.finish_profiling();
             bar.finish_and_clear();
@@ -238,16 +333,16 @@ pub fn run(backend: BackendChoice, args: BenchArgs) -> Result<()> {
             rounds[i].push(r);
         }
     }
-    let mut results: Vec<(Mode, ModeResult)> = args
-        .modes
+    let mut results: Vec<(String, ModeResult)> = runs
         .iter()
         .zip(rounds)
-        .map(|(&mode, runs)| (mode, median_round(runs)))
+        .map(|((_, _, name), runs)| (name.clone(), median_round(runs)))
         .collect();
-    let sequential = results
+    let sequential = runs
         .iter()
-        .find(|(m, _)| *m == Mode::Sequential)
-        .map(|(_, r)| r.generated_tokens_per_s);
+        .zip(&results)
+        .find(|((m, s, _), _)| *m == Mode::Sequential && *s == spec_modes[0])
+        .map(|(_, (_, r))| r.generated_tokens_per_s);
     for (_, r) in &mut results {
         r.speedup_vs_sequential = sequential.map(|s| r.generated_tokens_per_s / s);
     }
@@ -255,7 +350,7 @@ pub fn run(backend: BackendChoice, args: BenchArgs) -> Result<()> {
     if args.json {
         let modes: serde_json::Map<String, serde_json::Value> = results
             .iter()
-            .map(|(m, r)| Ok((m.name().to_string(), json_out::to_value(r)?)))
+            .map(|(m, r)| Ok((m.clone(), json_out::to_value(r)?)))
             .collect::<Result<_>>()?;
         let out = json!({
             "workload": {
@@ -267,6 +362,7 @@ pub fn run(backend: BackendChoice, args: BenchArgs) -> Result<()> {
                 "static_batch": batch,
                 "seed": args.seed,
                 "rounds": args.rounds,
+                "second_epoch": args.second_epoch,
                 "model_file": opened.info.name,
             },
             "adapter": {
@@ -284,7 +380,7 @@ pub fn run(backend: BackendChoice, args: BenchArgs) -> Result<()> {
         print_table(&results);
         for (mode, r) in &results {
             if let Some(profile) = &r.kernels {
-                print_profile(*mode, profile);
+                print_profile(mode, profile);
             }
         }
     }
@@ -375,6 +471,7 @@ fn run_mode(
     seed: u64,
     eos: &[u32],
     bar: &ProgressBar,
+    corpus: &[(Vec<u32>, Vec<u32>)],
 ) -> Result<ModeResult> {
     let config = match mode {
         Mode::Sequential => EngineConfig {
@@ -394,7 +491,11 @@ fn run_mode(
         Mode::Sprout => config.clone(),
     };
     let mut engine = Engine::new(decoder, &config)?;
+    for (prompt, completion) in corpus {
+        engine.add_draft_corpus(prompt, completion);
+    }
     let all = requests(workload, mode, seed, eos);
+    let mut samples = Vec::new();
     // Static batches wait for their longest member; the other modes queue everything.
     let chunk = match mode {
         Mode::Static => batch,
@@ -418,20 +519,33 @@ fn run_mode(
                 decode_dispatches += step.dispatches;
             }
             bar.inc(step.drawn.len() as u64);
-            let done: Vec<(u32, u32)> = step
+            let mut done: Vec<(u32, u32)> = step
                 .finished
                 .iter()
                 .map(|s| (s.request_index, s.sample_index))
                 .collect();
+            let mut finished = step.finished;
             for d in &step.drawn {
                 let (id, specs, counts) = live.get_mut(&d.request_index).expect("queued");
                 let k = d.sample_index as usize;
                 counts[k] += 1;
                 let reached = specs[k].target == Some(counts[k]);
+                // A step with drafts may draw a sample several tokens: the first that
+                // reaches the target ends it.
                 if reached && !done.contains(&(d.request_index, d.sample_index)) {
-                    engine.finish_sample(*id, d.sample_index, FinishReason::Length)?;
+                    finished.push(engine.finish_sample(
+                        *id,
+                        d.sample_index,
+                        FinishReason::Length,
+                    )?);
+                    done.push((d.request_index, d.sample_index));
                 }
             }
+            samples.extend(
+                finished
+                    .into_iter()
+                    .map(|s| (s.prompt_token_ids, s.token_ids)),
+            );
             let s = engine.stats();
             let rate = s.generated_tokens as f64 / started.elapsed().as_secs_f64();
             bar.set_message(format!("{rate:.1} tokens/s, {} steps", s.steps));
@@ -454,10 +568,13 @@ fn run_mode(
             .then(|| decode_dispatches as f64 / decode_steps as f64),
         time,
         kernels: None,
+        speculative: config.speculative.name().to_string(),
+        speculation: SpecSummary::of(engine.spec_stats()),
+        samples,
     })
 }
 
-fn print_table(results: &[(Mode, ModeResult)]) {
+fn print_table(results: &[(String, ModeResult)]) {
     let several = results.iter().any(|(_, r)| r.rounds_tokens_per_s.len() > 1);
     if several {
         println!("median round of each mode; every round's tokens/s:");
@@ -467,20 +584,32 @@ fn print_table(results: &[(Mode, ModeResult)]) {
                 .iter()
                 .map(|x| format!("{x:.2}"))
                 .collect();
-            println!("  {:<10} {}", mode.name(), all.join(", "));
+            println!("  {:<16} {}", mode, all.join(", "));
         }
     }
     println!(
-        "{:<10} {:>9} {:>9} {:>7} {:>8} {:>6} {:>6} {:>8} {:>10}   step time: schedule/encode/gpu/update",
-        "mode", "tokens", "tokens/s", "x seq", "prefill", "peak", "steps", "wall s", "dispatches"
+        "{:<16} {:>9} {:>9} {:>7} {:>8} {:>6} {:>6} {:>8} {:>10} {:>7} {:>7}   step time: schedule/encode/gpu/update",
+        "mode",
+        "tokens",
+        "tokens/s",
+        "x seq",
+        "prefill",
+        "peak",
+        "steps",
+        "wall s",
+        "dispatches",
+        "accept",
+        "acc len"
     );
     for (mode, r) in results {
         let t = &r.time;
         let total = (t.schedule_s + t.encode_s + t.gpu_s + t.update_s).max(1e-12);
         let pct = |x: f64| 100.0 * x / total;
+        let spec = &r.speculation;
+        let or_dash = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{x:.2}"));
         println!(
-            "{:<10} {:>9} {:>9.2} {:>7} {:>8} {:>6} {:>6} {:>8.1} {:>10}   {:.1}% / {:.1}% / {:.1}% / {:.1}%",
-            mode.name(),
+            "{:<16} {:>9} {:>9.2} {:>7} {:>8} {:>6} {:>6} {:>8.1} {:>10} {:>7} {:>7}   {:.1}% / {:.1}% / {:.1}% / {:.1}%",
+            mode,
             r.generated_tokens,
             r.generated_tokens_per_s,
             r.speedup_vs_sequential
@@ -491,6 +620,8 @@ fn print_table(results: &[(Mode, ModeResult)]) {
             r.wall_s,
             r.dispatches_per_step
                 .map_or("-".to_string(), |x| format!("{x:.1}")),
+            or_dash(spec.acceptance_rate),
+            or_dash(spec.mean_accepted_length),
             pct(t.schedule_s),
             pct(t.encode_s),
             pct(t.gpu_s),
@@ -500,12 +631,12 @@ fn print_table(results: &[(Mode, ModeResult)]) {
 }
 
 /// The kernels that took the most time in one mode, with their share of all kernel time.
-fn print_profile(mode: Mode, profile: &KernelProfile) {
+fn print_profile(mode: &str, profile: &KernelProfile) {
     const SHOWN: usize = 15;
     let total = profile.total_seconds().max(1e-12);
     println!(
         "\n{}: kernel time {:.3} s ({})",
-        mode.name(),
+        mode,
         total,
         profile.method.describe()
     );
@@ -556,6 +687,9 @@ mod tests {
             dispatches_per_step: None,
             time: StepTimings::default(),
             kernels: None,
+            speculative: "off".into(),
+            speculation: SpecSummary::default(),
+            samples: Vec::new(),
         }
     }
 

@@ -9,6 +9,7 @@ use sprout::formats::WeightFormat;
 use sprout::model::open::ModelInfo;
 use sprout::model::source::WeightSource;
 use sprout::sched::SamplingParams;
+use sprout::spec::SpecMode;
 use sprout::tokenizer::Tokenizer;
 
 #[derive(Args)]
@@ -248,10 +249,35 @@ pub struct EngineArgs {
     /// and submitting it while the GPU runs that one (the results are the same).
     #[arg(long)]
     no_overlap: bool,
+    /// Speculative decoding: off; suffix (drafts from the prompt, the sibling samples and
+    /// earlier completions, checked against the model's own draws, so that every sample
+    /// is bitwise what it is without); or auto (suffix, in the steps where the measured
+    /// acceptance and step cost predict a gain). `sprout bench` takes a list.
+    #[arg(long, value_parser = parse_speculative, value_delimiter = ',', default_value = "off")]
+    speculative: Vec<SpecMode>,
+}
+
+/// Parses one `--speculative` mode.
+pub fn parse_speculative(text: &str) -> Result<SpecMode, String> {
+    SpecMode::parse(text).ok_or_else(|| format!("unknown mode `{text}` (use off, suffix or auto)"))
 }
 
 impl EngineArgs {
+    /// The `--speculative` modes, in the order given (one unless a command takes a list).
+    pub fn speculative_modes(&self) -> &[SpecMode] {
+        &self.speculative
+    }
+
+    /// The engine's configuration, with the one `--speculative` mode given.
     pub fn config(&self) -> Result<EngineConfig> {
+        match self.speculative[..] {
+            [mode] => self.config_with(mode),
+            _ => bail!("--speculative takes one mode here (a list is for `sprout bench`)"),
+        }
+    }
+
+    /// The engine's configuration with speculative mode `speculative`.
+    pub fn config_with(&self, speculative: SpecMode) -> Result<EngineConfig> {
         if self.block_size == 0 || self.max_batch_tokens == 0 || self.max_num_seqs == 0 {
             bail!("--block-size, --max-batch-tokens and --max-num-seqs must be at least 1");
         }
@@ -269,6 +295,7 @@ impl EngineArgs {
             max_num_seqs: self.max_num_seqs,
             prefix_caching: !self.no_prefix_caching,
             overlap: !self.no_overlap,
+            speculative,
             ..EngineConfig::default()
         })
     }

@@ -14,6 +14,7 @@ pub mod bootstrap;
 pub mod check;
 pub mod cli_args;
 pub mod devices_cmd;
+pub mod draft_corpus;
 pub mod export_cmd;
 pub mod generate_cmd;
 pub mod json_out;

@@ -15,12 +15,14 @@ use clap::Args;
 
 use crate::cli::bootstrap::{self, Kernels};
 use crate::cli::cli_args::{EngineArgs, ModelArg, SamplingArgs};
+use crate::cli::draft_corpus;
 use crate::cli::json_out;
 use crate::cli::prompts_file::{self, LineError, LineParams, PromptInput, PromptLine};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 use sprout::gpu::BackendChoice;
 use sprout::sched::{FinishedSample, Request, SamplingParams};
+use sprout::spec::SpecMode;
 use sprout::tokenizer::Tokenizer;
 use sprout::tokenizer::chat_template::ChatTemplate;
 use sprout::trajectory::{Provenance, SampleRecord};
@@ -51,6 +53,10 @@ pub struct RolloutArgs {
     /// Print a JSON summary to stdout (with the samples in it when there is no --out).
     #[arg(long)]
     json: bool,
+    /// Earlier rollouts to draft from with --speculative (e.g. the last epoch's output of
+    /// this command): JSON lines with `prompt_token_ids` and `token_ids`.
+    #[arg(long, value_name = "FILE.jsonl")]
+    draft_corpus: Option<PathBuf>,
     #[command(flatten)]
     engine: EngineArgs,
 }
@@ -127,6 +133,15 @@ pub fn run(backend: BackendChoice, args: RolloutArgs) -> Result<()> {
     let opened = bootstrap::open(backend, args.model.open()?, Kernels::Tuned)?;
     let (decoder, tokenizer, gpu) = (&opened.decoder, opened.tokenizer()?, &opened.gpu);
     let mut engine = opened.engine(&config)?;
+    if let Some(path) = &args.draft_corpus {
+        if config.speculative == SpecMode::Off {
+            bail!("--draft-corpus gives drafts to --speculative suffix or auto; it is off");
+        }
+        let records = draft_corpus::read(path, decoder.config.vocab_size)?;
+        for (prompt, completion) in &records {
+            engine.add_draft_corpus(prompt, completion);
+        }
+    }
     let model_path = std::path::PathBuf::from(&opened.info.path);
     let (sprout_version, git_commit) = Provenance::build();
     let provenance = Provenance {

@@ -39,7 +39,7 @@ use crate::model::decoder::Decoder;
 use crate::model::decoder_weights::DecoderWeights;
 use crate::sched::{
     FinishReason, FinishedSample, Request, RequestId, Scheduler, SchedulerConfig, SchedulerStats,
-    StepPlan,
+    SpecStats, StepPlan,
 };
 use crate::spec::SpecMode;
 use crate::tokenizer::Tokenizer;
@@ -280,6 +280,22 @@ impl<'d> Engine<'d> {
         self.scheduler.reset_prefix_cache();
     }
 
+    /// Adds an earlier completion of `prompt` for speculative drafts (`--draft-corpus`).
+    pub fn add_draft_corpus(&mut self, prompt: &[u32], completion: &[u32]) {
+        self.scheduler.add_draft_corpus(prompt, completion);
+    }
+
+    /// Keeps finished samples as drafts for later requests with the same prompt (a
+    /// server's corpus, cleared when the weights change).
+    pub fn keep_draft_corpus(&mut self, on: bool) {
+        self.scheduler.keep_draft_corpus(on);
+    }
+
+    /// What speculation did so far.
+    pub fn spec_stats(&self) -> &SpecStats {
+        self.scheduler.spec_stats()
+    }
+
     /// The version the steps planned from now on are labelled with.
     pub fn weights_version(&self) -> u64 {
         self.scheduler.config().weights_version
@@ -357,7 +373,10 @@ impl<'d> Engine<'d> {
         // What the step cost, for `--speculative auto`: a step not overlapped exposes its
         // CPU work; an overlapped one hides it behind the GPU's.
         let step_s = started.elapsed().as_secs_f64();
-        let (rows, cpu_s) = (plan.num_tokens(), current.schedule_s + run.encode_s + update_s);
+        let (rows, cpu_s) = (
+            plan.num_tokens(),
+            current.schedule_s + run.encode_s + update_s,
+        );
         match overlapped {
             true => self.scheduler.record_step_cost(rows, step_s, None),
             false => self
@@ -424,8 +443,13 @@ impl<'d> Engine<'d> {
                 .find(|s| s.request == request && s.sample_index == k);
             if let Some(sample) = done {
                 if sample.stopped_by.is_none() {
-                    let cut =
-                        stop_strings::find_in_new(&sample.token_ids, new, stops, *min_tokens, decode)?;
+                    let cut = stop_strings::find_in_new(
+                        &sample.token_ids,
+                        new,
+                        stops,
+                        *min_tokens,
+                        decode,
+                    )?;
                     if let Some(cut) = cut {
                         stop_strings::apply(sample, cut);
                     }

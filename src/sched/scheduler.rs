@@ -568,7 +568,10 @@ impl Scheduler {
         }
         let params = &self.requests[&seq.request].request.params;
         let tokens_left = params.max_tokens.saturating_sub(seq.generated().len() + 1);
-        let context_left = self.config.max_model_len.saturating_sub(seq.tokens.len() + 1);
+        let context_left = self
+            .config
+            .max_model_len
+            .saturating_sub(seq.tokens.len() + 1);
         let mut max = MAX_DRAFT
             .min(tokens_left)
             .min(context_left)
@@ -830,6 +833,9 @@ impl Scheduler {
         }
         for (&c, &(accepted, _)) in &verified {
             self.verified(&plan.chunks[c], accepted);
+        }
+        if !verified.is_empty() {
+            self.drafting.stats.steps += 1;
         }
         for (target, &logprob) in plan.targets.iter().zip(scores) {
             let parent = plan.chunks[target.chunk].seq;

@@ -78,7 +78,10 @@ mod tests {
         c.add(&[1, 2], &[3, 4]);
         c.add(&[1, 2], &[5]);
         c.add(&[9], &[]);
-        assert_eq!(c.completions(&[1, 2]).collect::<Vec<_>>(), [&[3, 4][..], &[5]]);
+        assert_eq!(
+            c.completions(&[1, 2]).collect::<Vec<_>>(),
+            [&[3, 4][..], &[5]]
+        );
         assert_eq!(c.completions(&[9]).count(), 0);
         assert_eq!(c.num_tokens(), 3);
         for i in 0..MAX_PER_PROMPT as u32 {

@@ -79,7 +79,10 @@ impl SuffixIndex {
         let end = stream.len();
         for n in 1..=MAX_KEY.min(end) {
             let key = (n as u8, hash(&stream[end - n..]));
-            self.places.entry(key).or_default().push((id as u32, end as u32));
+            self.places
+                .entry(key)
+                .or_default()
+                .push((id as u32, end as u32));
         }
         self.tokens += 1;
     }

@@ -183,13 +183,16 @@ fn run(
     let engine = opened
         .tokenizer()
         .and_then(|t| Ok((t, opened.engine(&config)?)));
-    let (tokenizer, engine) = match engine {
+    let (tokenizer, mut engine) = match engine {
         Ok(pair) => pair,
         Err(e) => {
             let _ = ready.send(Err(e));
             return;
         }
     };
+    // With --speculative, what earlier requests generated is kept to draft from when a
+    // prompt comes again (a GRPO epoch), until the weights change.
+    engine.keep_draft_corpus(config.speculative != sprout::spec::SpecMode::Off);
     let chat_template = match opened.chat_template(tokenizer, labels.chat_template.as_deref()) {
         Ok(template) => template,
         Err(e) => {
