@@ -292,6 +292,11 @@ impl Scheduler {
         let max_seqs = self.config.max_num_seqs;
         // Rows of logits this step may compute (draws and scored tokens need one each).
         let mut rows_left = max_seqs;
+        // Samples that may still carry a draft this step (auto mode may limit them).
+        let mut drafting_left = match self.config.speculative {
+            SpecMode::Auto => self.drafting.policy.drafting_samples(self.running.len()),
+            _ => usize::MAX,
+        };
         while i < self.running.len() && budget > 0 && rows_left > 0 && plan.chunks.len() < max_seqs
         {
             let id = self.running[i];
@@ -302,8 +307,12 @@ impl Scheduler {
                 i += 1;
                 continue;
             }
-            let draft = self.draft_for(id, budget, rows_left);
+            let draft = match drafting_left {
+                0 => Vec::new(),
+                _ => self.draft_for(id, budget, rows_left),
+            };
             if !draft.is_empty() && self.try_allocate(id, 1 + draft.len(), &mut plan) {
+                drafting_left -= 1;
                 let chunk = self.make_draft_chunk(id, draft);
                 rows_left -= self.rows_needed(&chunk);
                 budget -= chunk.tokens.len();

@@ -18,6 +18,8 @@
 pub const MARGIN: f64 = 1.05;
 /// One step in this many speculates whatever the prediction, to keep measuring.
 pub const EXPLORE_EVERY: u64 = 64;
+/// A step that only measures drafts for one in this many decoding samples.
+pub const EXPLORE_SHARE: usize = 8;
 /// Weight kept by the old estimates at each new measurement.
 const DECAY: f64 = 0.97;
 
@@ -85,6 +87,8 @@ pub struct AutoPolicy {
     accepted: f64,
     rejected: f64,
     steps: u64,
+    /// The step being planned speculates to measure, not because it is predicted to pay.
+    exploring: bool,
 }
 
 impl AutoPolicy {
@@ -104,10 +108,12 @@ impl AutoPolicy {
     /// `rows` rows in all without drafts. Counts the step.
     pub fn should_speculate(&mut self, decoding: usize, rows: usize) -> bool {
         self.steps += 1;
+        self.exploring = false;
         if decoding == 0 {
             return false;
         }
         if self.steps % EXPLORE_EVERY == 1 {
+            self.exploring = true;
             return true;
         }
         let Some((c0, c1)) = self.cost.fit() else {
@@ -125,10 +131,23 @@ impl AutoPolicy {
         spec > MARGIN * off
     }
 
+    /// How many of `decoding` samples may carry a draft in the step being planned: all of
+    /// them when it is predicted to pay; when it only measures, one in [`EXPLORE_SHARE`]
+    /// (at least one), so that measuring costs little even where drafts never pay.
+    pub fn drafting_samples(&self, decoding: usize) -> usize {
+        match self.exploring {
+            true => decoding.div_ceil(EXPLORE_SHARE),
+            false => decoding,
+        }
+    }
+
     /// How many of a draft's `max` tokens are worth a row each in a step of `rows` rows
     /// with `decoding` drawing samples: token j (1-based) is kept while its chance `a^j`
     /// of being accepted beats the tokens a row's time would give at the step's rate.
     pub fn keep(&self, decoding: usize, rows: usize, max: usize) -> usize {
+        if self.exploring {
+            return max;
+        }
         match self.cost.fit() {
             Some((c0, c1)) => self.draft_len(c0, c1, decoding, rows, max),
             None => max,
@@ -208,5 +227,15 @@ mod tests {
             .collect();
         assert_eq!(decisions.iter().filter(|&&d| d).count(), 2);
         assert!(!p.should_speculate(0, 4));
+        // While exploring, few samples draft, each all it can.
+        p.steps = EXPLORE_EVERY * 3;
+        assert!(p.should_speculate(64, 64));
+        assert_eq!(p.drafting_samples(64), 64 / EXPLORE_SHARE);
+        assert_eq!(p.drafting_samples(1), 1);
+        assert_eq!(p.keep(64, 64, 5), 5);
+        // Otherwise every sample may, and nothing is worth a row here.
+        assert!(!p.should_speculate(64, 64));
+        assert_eq!(p.drafting_samples(64), 64);
+        assert_eq!(p.keep(64, 64, 5), 0);
     }
 }
