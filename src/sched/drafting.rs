@@ -110,3 +110,49 @@ impl Drafting {
         self.groups.remove(&id);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn drafts_come_from_the_prompt_the_siblings_and_the_corpus() {
+        let mut d = Drafting::new(SpecMode::Suffix);
+        let prompt = [1, 2, 3, 4];
+        // An earlier epoch's completion of the same prompt.
+        d.corpus.add(&prompt, &[7, 8, 9, 10]);
+        d.add_request(RequestId(0), &prompt);
+        // Sample 0 starts with 7: the corpus says 8, 9 next (seen once: two tokens).
+        d.push(RequestId(0), 0, 7);
+        assert_eq!(d.draft(RequestId(0), 0, 8), vec![8, 9]);
+        // Sample 1 follows what sample 0 wrote as it grows.
+        d.push(RequestId(0), 0, 5);
+        d.push(RequestId(0), 0, 6);
+        d.push(RequestId(0), 1, 5);
+        assert_eq!(d.draft(RequestId(0), 1, 8), vec![6]);
+        // From the prompt itself: after 2, 3 came.
+        d.push(RequestId(0), 2, 2);
+        assert_eq!(d.draft(RequestId(0), 2, 8), vec![3, 4]);
+        // Off: nothing is indexed.
+        let mut off = Drafting::new(SpecMode::Off);
+        off.add_request(RequestId(0), &prompt);
+        off.push(RequestId(0), 0, 2);
+        assert!(off.draft(RequestId(0), 0, 8).is_empty());
+    }
+
+    #[test]
+    fn finished_samples_feed_the_corpus_only_when_kept() {
+        let mut d = Drafting::new(SpecMode::Suffix);
+        d.add_request(RequestId(0), &[1, 2]);
+        d.finished(RequestId(0), &[5, 6]);
+        assert_eq!(d.corpus.num_tokens(), 0);
+        d.keep_corpus = true;
+        d.finished(RequestId(0), &[5, 6]);
+        d.end_request(RequestId(0));
+        assert_eq!(d.corpus.completions(&[1, 2]).count(), 1);
+        assert!(
+            d.draft(RequestId(0), 0, 4).is_empty(),
+            "the request's index is gone"
+        );
+    }
+}
