@@ -11,8 +11,10 @@
 //! A step speculates when `(B + gain) / (c0 + c1 (R + K) + cpu)` beats `B / (c0 + c1 R)`
 //! by [`MARGIN`], with `B` decoding samples, `R` rows without drafts and `K` drafted
 //! rows, each draft cut to the tokens whose expected gain `a^j` is worth a row's cost.
-//! Without measurements it assumes nothing pays (`c0 = 0`), and it speculates one step in
-//! [`EXPLORE_EVERY`] anyway, so that the estimates follow the workload.
+//! Without measurements it assumes nothing pays (acceptance 0), and it speculates one step
+//! in [`EXPLORE_EVERY`] anyway (the first after that many steps, so that a short run never
+//! pays for measuring), with one decoding sample in [`EXPLORE_SHARE`], so that the
+//! estimates follow the workload at little cost.
 
 /// Speculate only when predicted to be at least this much faster.
 pub const MARGIN: f64 = 1.05;
@@ -112,12 +114,12 @@ impl AutoPolicy {
         if decoding == 0 {
             return false;
         }
-        if self.steps % EXPLORE_EVERY == 1 {
+        if self.steps % EXPLORE_EVERY == 0 {
             self.exploring = true;
             return true;
         }
         let Some((c0, c1)) = self.cost.fit() else {
-            return true; // nothing measured yet: the first step measures
+            return false;
         };
         let a = self.acceptance();
         let k = self.draft_len(c0, c1, decoding, rows, usize::MAX);
@@ -228,7 +230,7 @@ mod tests {
         assert_eq!(decisions.iter().filter(|&&d| d).count(), 2);
         assert!(!p.should_speculate(0, 4));
         // While exploring, few samples draft, each all it can.
-        p.steps = EXPLORE_EVERY * 3;
+        p.steps = EXPLORE_EVERY * 3 - 1;
         assert!(p.should_speculate(64, 64));
         assert_eq!(p.drafting_samples(64), 64 / EXPLORE_SHARE);
         assert_eq!(p.drafting_samples(1), 1);
