@@ -114,7 +114,7 @@ impl AutoPolicy {
         if decoding == 0 {
             return false;
         }
-        if self.steps % EXPLORE_EVERY == 0 {
+        if self.steps.is_multiple_of(EXPLORE_EVERY) {
             self.exploring = true;
             return true;
         }
