@@ -30,7 +30,7 @@ use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use serde_json::json;
-use sprout::engine::{Engine, EngineConfig, StepTimings};
+use sprout::engine::{Engine, EngineConfig, StepTimings, sizes};
 use sprout::gpu::BackendChoice;
 use sprout::gpu::profile::KernelProfile;
 use sprout::model::decoder::Decoder;
@@ -40,6 +40,7 @@ use crate::cli::bench_workload::{Lengths, SampleSpec, Workload};
 use crate::cli::bootstrap::{self, Kernels};
 use crate::cli::cli_args::{EngineArgs, LoadArgs, ModelArg};
 use crate::cli::json_out;
+use crate::cli::warnings;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -188,6 +189,16 @@ pub fn run(backend: BackendChoice, args: BenchArgs) -> Result<()> {
     }
     let batch = args.batch.unwrap_or(args.n);
     let eos = decoder.config.eos_token_ids.clone();
+    args.engine
+        .warn_adjusted(&sizes(gpu, &decoder.config, &config)?.adjusted);
+    if args.batch.is_some() && args.modes.contains(&Mode::Static) {
+        // The static mode runs its batches as the engine's sequences per step.
+        let static_config = mode_config(&config, Mode::Static, batch);
+        let adjusted = sizes(gpu, &decoder.config, &static_config)?.adjusted;
+        for a in adjusted.iter().filter(|a| a.param == "max_num_seqs") {
+            warnings::warn("--batch", a);
+        }
+    }
 
     // An untimed pass first: the driver compiles pipelines and sizes its caches on first
     // use (llvmpipe JIT-compiles each shader then), which is start-up, not throughput.
@@ -365,18 +376,9 @@ fn requests(
         .collect()
 }
 
-#[allow(clippy::too_many_arguments)]
-fn run_mode(
-    decoder: &Decoder,
-    config: &EngineConfig,
-    workload: &Workload,
-    mode: Mode,
-    batch: usize,
-    seed: u64,
-    eos: &[u32],
-    bar: &ProgressBar,
-) -> Result<ModeResult> {
-    let config = match mode {
+/// The engine config a mode runs with: the command's, batched as the mode batches.
+fn mode_config(config: &EngineConfig, mode: Mode, batch: usize) -> EngineConfig {
+    match mode {
         Mode::Sequential => EngineConfig {
             max_num_seqs: 1,
             prefix_caching: false,
@@ -392,7 +394,21 @@ fn run_mode(
             ..config.clone()
         },
         Mode::Sprout => config.clone(),
-    };
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_mode(
+    decoder: &Decoder,
+    config: &EngineConfig,
+    workload: &Workload,
+    mode: Mode,
+    batch: usize,
+    seed: u64,
+    eos: &[u32],
+    bar: &ProgressBar,
+) -> Result<ModeResult> {
+    let config = mode_config(config, mode, batch);
     let mut engine = Engine::new(decoder, &config)?;
     let all = requests(workload, mode, seed, eos);
     // Static batches wait for their longest member; the other modes queue everything.
