@@ -1,6 +1,6 @@
 //! The command line end to end on the tiny Llama fixture: the seed rule, the sampling
-//! rules' messages, `sprout score` on bad lines, the drivers' runtime-directory noise, and the
-//! warnings for values used other than asked.
+//! rules' messages, `sprout score` on bad lines, the drivers' runtime-directory noise, the
+//! warnings for values used other than asked, and `sprout bench --plot`.
 //!
 //! They run the release binary on the GPU: with no adapter the commands fail, and so do
 //! these tests.
@@ -447,4 +447,39 @@ fn max_num_seqs_above_the_step_tokens_is_warned_of_only_when_given() {
     );
     // The default (128) is cut as well, but nobody asked for it.
     assert!(!run(&[]).contains("warning:"));
+}
+
+#[test]
+fn bench_draws_its_chart_and_refuses_other_formats_before_running() {
+    let dir = scratch("plot");
+    let model = tiny_llama();
+    let chart = dir.join("bench.svg");
+    let bench = |plot: &Path| {
+        sprout(&[
+            "bench",
+            "--model",
+            model.to_str().unwrap(),
+            "--prompts",
+            "1",
+            "-n",
+            "2",
+            "--prompt-tokens",
+            "8",
+            "--max-tokens",
+            "4",
+            "--modes",
+            "sequential,sprout",
+            "--plot",
+            plot.to_str().unwrap(),
+        ])
+    };
+    let out = bench(&chart);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let svg = std::fs::read_to_string(&chart).unwrap();
+    for text in ["<svg", "sequential", "sprout", "tokens/s", "gpu"] {
+        assert!(svg.contains(text), "{text} is missing from the chart");
+    }
+    let out = bench(&dir.join("bench.jpg"));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains(".svg or .png"), "{}", stderr(&out));
 }

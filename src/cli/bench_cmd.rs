@@ -20,9 +20,12 @@
 //! With `--rounds R` the whole list of modes runs R times, one round after another, so that
 //! a burst of other work on a shared machine lands on every mode alike; each mode reports
 //! its median round (see `median_round`), and every round's tokens/s.
+//!
+//! With `--plot FILE.svg|png` the results are also drawn as a chart (`bench_plot`).
 
 use std::collections::HashMap;
 use std::io::IsTerminal;
+use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Result, bail};
@@ -36,6 +39,7 @@ use sprout::gpu::profile::KernelProfile;
 use sprout::model::decoder::Decoder;
 use sprout::sched::{FinishReason, Request, RequestId, SamplingParams};
 
+use crate::cli::bench_plot::{self, ModeBar, PlotFormat};
 use crate::cli::bench_workload::{Lengths, SampleSpec, Workload};
 use crate::cli::bootstrap::{self, Kernels};
 use crate::cli::cli_args::{EngineArgs, LoadArgs, ModelArg};
@@ -101,6 +105,10 @@ pub struct BenchArgs {
     /// Print the results as JSON to stdout.
     #[arg(long)]
     json: bool,
+    /// Also draw the results into this .svg or .png file: tokens/s per mode, and each
+    /// mode's step-time split (schedule, encode, GPU, update).
+    #[arg(long, value_name = "FILE")]
+    plot: Option<PathBuf>,
     /// Also time every kernel (each dispatch then runs alone, so the modes run slower; the
     /// shares between kernels are what this shows).
     #[arg(long)]
@@ -151,6 +159,9 @@ pub fn run(backend: BackendChoice, args: BenchArgs) -> Result<()> {
     }
     if args.modes.is_empty() {
         bail!("--modes needs at least one of sequential, static, continuous, sprout");
+    }
+    if let Some(path) = &args.plot {
+        PlotFormat::of(path)?;
     }
     let config = args.engine.config()?;
     let opened = bootstrap::open(
@@ -263,6 +274,28 @@ pub fn run(backend: BackendChoice, args: BenchArgs) -> Result<()> {
         r.speedup_vs_sequential = sequential.map(|s| r.generated_tokens_per_s / s);
     }
 
+    if let Some(path) = &args.plot {
+        let title = format!(
+            "sprout bench: {} ({}), {}, {} prompts x {} samples, {}+{} tokens",
+            gpu.adapter.name,
+            gpu.adapter.backend,
+            opened.info.name,
+            args.prompts,
+            args.n,
+            args.prompt_tokens,
+            args.max_tokens
+        );
+        let bars: Vec<ModeBar> = results
+            .iter()
+            .map(|(mode, r)| ModeBar {
+                label: mode.name(),
+                tokens_per_s: r.generated_tokens_per_s,
+                time: r.time,
+            })
+            .collect();
+        bench_plot::draw(path, &title, &bars)?;
+        eprintln!("chart: {}", path.display());
+    }
     if args.json {
         let modes: serde_json::Map<String, serde_json::Value> = results
             .iter()

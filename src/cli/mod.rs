@@ -10,6 +10,7 @@
 //! stays free of both so that it compiles to wasm32.
 
 pub mod bench_cmd;
+pub mod bench_plot;
 pub mod bench_workload;
 pub mod bootstrap;
 pub mod check;
