@@ -286,7 +286,7 @@ fn build_request(
         PromptInput::Text(text) => tokenizer.encode(text)?,
         PromptInput::TokenIds(ids) => ids.clone(),
         PromptInput::Messages(messages) => match template {
-            Some(t) => tokenizer.encode(&t.render(messages)?)?,
+            Some(t) => t.prompt_ids(tokenizer, messages)?,
             None => bail!("\"messages\" needs a chat template, and this model has none"),
         },
     };
