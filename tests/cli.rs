@@ -1,5 +1,6 @@
 //! The command line end to end on the tiny Llama fixture: the seed rule, the sampling
-//! rules' messages, `sprout score` on bad lines, and the drivers' runtime-directory noise.
+//! rules' messages, `sprout score` on bad lines, the drivers' runtime-directory noise, the
+//! warnings for values used other than asked, and `sprout bench --plot`.
 //!
 //! They run the release binary on the GPU: with no adapter the commands fail, and so do
 //! these tests.
@@ -320,4 +321,165 @@ fn generate_refuses_the_flags_it_would_ignore() {
         "3",
     ]);
     assert!(!text.is_empty());
+}
+
+/// Runs sprout until a line of its stderr contains `wanted` (then stops it) or it ends;
+/// that line, and how long it took to come.
+fn stderr_line(args: &[&str], wanted: &str) -> (Option<String>, std::time::Duration) {
+    use std::io::BufRead;
+    let started = std::time::Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sprout"))
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("running sprout");
+    let err = child.stderr.take().unwrap();
+    let line = std::io::BufReader::new(err)
+        .lines()
+        .map_while(Result::ok)
+        .find(|l| l.contains(wanted));
+    let took = started.elapsed();
+    let _ = child.kill();
+    let _ = child.wait();
+    (line, took)
+}
+
+#[test]
+fn max_tokens_past_the_context_is_warned_of_with_the_cap_at_once() {
+    let model = tiny_llama();
+    let (line, took) = stderr_line(
+        &[
+            "rollout",
+            "--model",
+            model.to_str().unwrap(),
+            "--prompt",
+            "hi",
+            "-n",
+            "1",
+            "--max-tokens",
+            "100000000",
+        ],
+        "warning:",
+    );
+    let line = line.expect("no warning");
+    // The tiny model's context is 256 positions; "hi" is one token or more.
+    assert!(line.contains("--max-tokens 100000000"), "{line}");
+    assert!(
+        line.contains("context of 256 tokens minus the prompt's"),
+        "{line}"
+    );
+    let prompt: usize = line
+        .rsplit("prompt's ")
+        .next()
+        .and_then(|n| n.trim().parse().ok())
+        .expect("the prompt's length");
+    assert!(line.contains(&format!("using {}", 256 - prompt)), "{line}");
+    // Before the run, not at its end: within seconds even on a loaded machine.
+    assert!(took.as_secs() < 60, "the warning took {took:?}");
+}
+
+#[test]
+fn a_line_past_the_context_and_a_top_k_past_the_vocabulary_are_warned_of() {
+    let dir = scratch("adjusted");
+    let prompts = dir.join("p.jsonl");
+    let lines = [
+        r#"{"prompt": "a", "max_tokens": 5000}"#,
+        r#"{"prompt": "b"}"#,
+        r#"{"prompt": "c"}"#,
+    ];
+    std::fs::write(&prompts, lines.join("\n") + "\n").unwrap();
+    let model = tiny_llama();
+    let out = sprout(&[
+        "rollout",
+        "--model",
+        model.to_str().unwrap(),
+        "--prompts",
+        prompts.to_str().unwrap(),
+        "--max-tokens",
+        "4",
+        "--top-k",
+        "1000",
+        "--out",
+        dir.join("out.jsonl").to_str().unwrap(),
+    ]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    let warnings: Vec<&str> = err.lines().filter(|l| l.starts_with("warning:")).collect();
+    // The line's own max_tokens names the line; the flag's top_k is said once for all.
+    assert_eq!(warnings.len(), 2, "{err}");
+    assert!(
+        warnings[0].contains("p.jsonl line 1: \"max_tokens\" 5000") && warnings[0].contains("256"),
+        "{err}"
+    );
+    assert!(
+        warnings[1].contains("--top-k 1000") && warnings[1].contains("using 384"),
+        "{err}"
+    );
+    assert!(warnings[1].contains("line 1, and 2 more prompts"), "{err}");
+}
+
+#[test]
+fn max_num_seqs_above_the_step_tokens_is_warned_of_only_when_given() {
+    let model = tiny_llama();
+    let model = model.to_str().unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "rollout",
+            "--model",
+            model,
+            "--prompt",
+            "x",
+            "--max-tokens",
+            "2",
+            "--max-batch-tokens",
+            "8",
+        ];
+        args.extend(extra);
+        let out = sprout(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        stderr(&out)
+    };
+    let err = run(&["--max-num-seqs", "64"]);
+    assert!(
+        err.contains("warning: --max-num-seqs 64 cannot be used as asked: using 8"),
+        "{err}"
+    );
+    // The default (128) is cut as well, but nobody asked for it.
+    assert!(!run(&[]).contains("warning:"));
+}
+
+#[test]
+fn bench_draws_its_chart_and_refuses_other_formats_before_running() {
+    let dir = scratch("plot");
+    let model = tiny_llama();
+    let chart = dir.join("bench.svg");
+    let bench = |plot: &Path| {
+        sprout(&[
+            "bench",
+            "--model",
+            model.to_str().unwrap(),
+            "--prompts",
+            "1",
+            "-n",
+            "2",
+            "--prompt-tokens",
+            "8",
+            "--max-tokens",
+            "4",
+            "--modes",
+            "sequential,sprout",
+            "--plot",
+            plot.to_str().unwrap(),
+        ])
+    };
+    let out = bench(&chart);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let svg = std::fs::read_to_string(&chart).unwrap();
+    for text in ["<svg", "sequential", "sprout", "tokens/s", "gpu"] {
+        assert!(svg.contains(text), "{text} is missing from the chart");
+    }
+    let out = bench(&dir.join("bench.jpg"));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains(".svg or .png"), "{}", stderr(&out));
 }

@@ -28,5 +28,5 @@ rm -rf web/dist
 mkdir -p web/dist
 "$bindgen" --target web --no-typescript --out-dir web/dist/pkg \
   target/wasm32-unknown-unknown/release/sprout_web.wasm
-cp web/page/index.html web/page/app.js web/page/style.css web/dist/
+cp web/page/index.html web/page/app.js web/page/worker.js web/page/style.css web/dist/
 echo "built web/dist ($(du -sh web/dist | cut -f1)); serve it with web/serve.sh"

@@ -2,9 +2,12 @@
 //
 // For each case it runs the same rollout twice: natively (`sprout rollout` on this
 // machine's adapter) and in headless Chromium through the page, driven like a user (fill
-// the fields, press Generate). Every sample's tokens must be equal. Then it saves a
-// screenshot and prints tokens/s of both, and checks what the page says in a browser
-// without WebGPU.
+// the fields, press Generate). Every sample's tokens must be equal. The chat case sends
+// its prompt as a chat message, which the page renders with the model's template in the
+// engine; natively it is a prompts file's `{"messages": [...]}` line. Then it saves a
+// screenshot and prints tokens/s of both, stops a long rollout with Stop (the page must
+// stay responsive while it runs, the engine being in a Web Worker, and every KV block must
+// be free after), and checks what the page says in a browser without WebGPU.
 //
 // Environment: SPROUT_BIN (the native binary), BASE_URL (where the page is served),
 // MODEL_URL (the model, relative to BASE_URL), MODEL_PATH (the same file on disk),
@@ -34,13 +37,24 @@ const cases = [
   // The GPU-shaped kernels (matrix-vector and GEMM shapes, attention split across pages)
   // forced on the browser's adapter: the same tokens as native's CPU-shaped ones.
   { name: "gpu-kernels", n: 2, max_tokens: 6, temperature: 0.8, top_p: 0.95, seed: 3, kernels: "gpu" },
+  // The prompt as a user message through SmolLM2-Instruct's own chat template.
+  { name: "chat", chat: "Write a haiku about the sea.", n: 2, max_tokens: 24, temperature: 0.7, top_p: 0.95, seed: 5 },
 ];
 const CASE_TIMEOUT_MS = 10 * 60 * 1000;
+// WEB_TEST_CASES=chat,stop runs only the cases named (for a quick rerun); all by default.
+const only = process.env.WEB_TEST_CASES ? process.env.WEB_TEST_CASES.split(",") : null;
+const wanted = (name) => !only || only.includes(name);
 
 function native(c) {
   const out = `${outDir}/native-${c.name}.jsonl`;
+  let input = ["--prompt", prompt];
+  if (c.chat) {
+    const file = `${outDir}/native-${c.name}-prompts.jsonl`;
+    writeFileSync(file, JSON.stringify({ messages: [{ role: "user", content: c.chat }] }) + "\n");
+    input = ["--prompts", file];
+  }
   const summary = execFileSync(bin, [
-    "rollout", "--model", modelPath, "--prompt", prompt, "-n", String(c.n),
+    "rollout", "--model", modelPath, ...input, "-n", String(c.n),
     "--max-tokens", String(c.max_tokens), "--temperature", String(c.temperature),
     "--top-p", String(c.top_p), "--seed", String(c.seed), "--out", out, "--json",
   ], { encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] });
@@ -50,7 +64,8 @@ function native(c) {
 }
 
 async function inBrowser(page, c) {
-  await page.fill("#prompt", prompt);
+  await page.setChecked("#chat", Boolean(c.chat));
+  await page.fill("#prompt", c.chat ?? prompt);
   await page.fill("#n", String(c.n));
   await page.fill("#max-tokens", String(c.max_tokens));
   await page.fill("#temperature", String(c.temperature));
@@ -72,6 +87,64 @@ async function inBrowser(page, c) {
   const demo = await page.evaluate(() => window.sproutDemo);
   if (demo.state !== "done") throw new Error(`${c.name}: the page failed: ${demo.lastError}`);
   return demo.lastResult;
+}
+
+// The longest gap between timer ticks on the page over `ms`: with the engine in its
+// worker, the page's own thread stays free while it generates.
+const longestGap = (page, ms) => page.evaluate((ms) => new Promise((resolve) => {
+  let last = performance.now();
+  let gap = 0;
+  const end = last + ms;
+  const tick = () => {
+    const now = performance.now();
+    gap = Math.max(gap, now - last);
+    last = now;
+    if (now < end) setTimeout(tick, 10);
+    else resolve(gap);
+  };
+  setTimeout(tick, 10);
+}), ms);
+
+// A long rollout stopped with the Stop button after a few steps: it ends as "stopped",
+// its samples keep the tokens they had, and no KV block is held any more.
+async function stopCase(page) {
+  await page.setChecked("#chat", false);
+  await page.fill("#prompt", prompt);
+  await page.fill("#n", "4");
+  await page.fill("#max-tokens", "400");
+  await page.fill("#temperature", "0.8");
+  await page.selectOption("#kernels", "auto");
+  await page.click("#run");
+  await page.waitForFunction(
+    () => (window.sproutDemo.lastStep && window.sproutDemo.lastStep.step >= 4) ||
+      ["done", "error"].includes(window.sproutDemo.state),
+    null, { timeout: CASE_TIMEOUT_MS });
+  const gap = await longestGap(page, 3000);
+  const heldBefore = await page.evaluate(() =>
+    window.sproutDemo.lastStep.pool.filter((b) => b.use === "shared" || b.use === "private").length);
+  await page.click("#stop");
+  await page.waitForFunction(() => ["stopped", "done", "error"].includes(window.sproutDemo.state), null, {
+    timeout: CASE_TIMEOUT_MS,
+  });
+  const demo = await page.evaluate(() => window.sproutDemo);
+  if (demo.state !== "stopped") throw new Error(`stop: the page ended in state ${demo.state}: ${demo.lastError}`);
+  const r = demo.lastResult;
+  const held = demo.lastStep.pool.filter((b) => b.use === "shared" || b.use === "private").length;
+  const shown = (await page.textContent("#stat-blocks")).trim();
+  if (!r.stopped || r.blocks_in_use !== 0 || held !== 0 || !demo.lastStep.stopped || !shown.startsWith("0 /")) {
+    throw new Error(`stop: stopped ${r.stopped}, ${r.blocks_in_use} blocks in use, the block map holds ` +
+      `${held} and shows "${shown}"`);
+  }
+  if (heldBefore === 0) throw new Error("stop: no block was in use before Stop, so freeing proves nothing");
+  if (r.samples.length !== 4 || r.samples.some((s) => s.finish_reason !== "abort" && s.finish_reason !== "stop")) {
+    throw new Error(`stop: samples ${JSON.stringify(r.samples.map((s) => s.finish_reason))}`);
+  }
+  if (gap > 1000) throw new Error(`the page froze for ${gap.toFixed(0)} ms while the engine ran`);
+  console.log(`stop: after ${r.steps} steps and ${r.generated_tokens} tokens; ${heldBefore} KV blocks ` +
+    `held before, ${held} after (the block map shows ${shown}); the page's longest pause while ` +
+    `generating: ${gap.toFixed(0)} ms`);
+  return { case: "stop", steps: r.steps, tokens: r.generated_tokens, blocks_before: heldBefore, blocks_after: held,
+    longest_pause_ms: Math.round(gap) };
 }
 
 function compare(c, nat, web) {
@@ -129,7 +202,7 @@ try {
   console.log(`model: ${await page.textContent("#model-status")}`);
 
   const report = [];
-  for (const c of cases) {
+  for (const c of cases.filter((c) => wanted(c.name))) {
     const nat = native(c);
     const web = await inBrowser(page, c);
     writeFileSync(`${outDir}/browser-${c.name}.json`, JSON.stringify(web, null, 1));
@@ -145,7 +218,12 @@ try {
     report.push(line);
     console.log(`${c.name}: ${c.n} samples x ${c.max_tokens} tokens equal to native; ` +
       `browser ${line.browser_tokens_per_s} tokens/s, native ${line.native_tokens_per_s} tokens/s`);
+    if (c.chat) {
+      console.log(`${c.name}: "${c.chat}" -> ${JSON.stringify(web.samples[0].text)} ` +
+        `(prompt ${web.prompt_token_ids.length} tokens)`);
+    }
   }
+  if (wanted("stop")) report.push(await stopCase(page));
   writeFileSync(`${outDir}/report.json`, JSON.stringify(report, null, 1));
 
   // A file that is not a model: the page names the problem and keeps the loaded model.

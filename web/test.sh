@@ -2,9 +2,11 @@
 # The browser test of the demo page: builds the page (web/build.sh), serves it on
 # localhost, and drives it in headless Chromium (Debian's `chromium`, through
 # playwright-core; never a downloaded browser) on SwiftShader's WebGPU. The page runs a
-# greedy and a sampled rollout of the default model; every sample's tokens must equal the
-# native engine's for the same settings (web/test.mjs). Leaves the results and a
-# screenshot in target/web-test.
+# greedy, a sampled and a chat-mode rollout of the default model; every sample's tokens
+# must equal the native engine's for the same settings (web/test.mjs). Then it stops a
+# long rollout, which must free every KV block while the page stays responsive. Leaves
+# the results and a screenshot in target/web-test. WEB_TEST_CASES=chat,stop runs only the
+# cases named (greedy, sampled, gpu-kernels, chat, stop), for a quick rerun.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

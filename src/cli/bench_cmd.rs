@@ -20,9 +20,12 @@
 //! With `--rounds R` the whole list of modes runs R times, one round after another, so that
 //! a burst of other work on a shared machine lands on every mode alike; each mode reports
 //! its median round (see `median_round`), and every round's tokens/s.
+//!
+//! With `--plot FILE.svg|png` the results are also drawn as a chart (`bench_plot`).
 
 use std::collections::HashMap;
 use std::io::IsTerminal;
+use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
@@ -30,17 +33,19 @@ use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use serde_json::json;
-use sprout::engine::{Engine, EngineConfig, StepTimings};
+use sprout::engine::{Engine, EngineConfig, StepTimings, sizes};
 use sprout::gpu::BackendChoice;
 use sprout::gpu::profile::KernelProfile;
 use sprout::model::decoder::Decoder;
 use sprout::sched::{FinishReason, Request, RequestId, SamplingParams, SpecStats};
 use sprout::spec::SpecMode;
 
+use crate::cli::bench_plot::{self, ModeBar, PlotFormat};
 use crate::cli::bench_workload::{Lengths, SampleSpec, Workload};
 use crate::cli::bootstrap::{self, Kernels};
 use crate::cli::cli_args::{EngineArgs, LoadArgs, ModelArg};
 use crate::cli::json_out;
+use crate::cli::warnings;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -102,6 +107,10 @@ pub struct BenchArgs {
     /// Print the results as JSON to stdout.
     #[arg(long)]
     json: bool,
+    /// Also draw the results into this .svg or .png file: tokens/s per mode, and each
+    /// mode's step-time split (schedule, encode, GPU, update).
+    #[arg(long, value_name = "FILE")]
+    plot: Option<PathBuf>,
     /// Also time every kernel (each dispatch then runs alone, so the modes run slower; the
     /// shares between kernels are what this shows).
     #[arg(long)]
@@ -194,6 +203,9 @@ pub fn run(backend: BackendChoice, args: BenchArgs) -> Result<()> {
     if args.modes.is_empty() {
         bail!("--modes needs at least one of sequential, static, continuous, sprout");
     }
+    if let Some(path) = &args.plot {
+        PlotFormat::of(path)?;
+    }
     let spec_modes = args.engine.speculative_modes().to_vec();
     let config = args.engine.config_with(SpecMode::Off)?;
     let opened = bootstrap::open(
@@ -250,6 +262,16 @@ pub fn run(backend: BackendChoice, args: BenchArgs) -> Result<()> {
     }
     let batch = args.batch.unwrap_or(args.n);
     let eos = decoder.config.eos_token_ids.clone();
+    args.engine
+        .warn_adjusted(&sizes(gpu, &decoder.config, &config)?.adjusted);
+    if args.batch.is_some() && args.modes.contains(&Mode::Static) {
+        // The static mode runs its batches as the engine's sequences per step.
+        let static_config = mode_config(&config, Mode::Static, batch);
+        let adjusted = sizes(gpu, &decoder.config, &static_config)?.adjusted;
+        for a in adjusted.iter().filter(|a| a.param == "max_num_seqs") {
+            warnings::warn("--batch", a);
+        }
+    }
 
     // An untimed pass first: the driver compiles pipelines and sizes its caches on first
     // use (llvmpipe JIT-compiles each shader then), which is start-up, not throughput.
@@ -347,6 +369,28 @@ pub fn run(backend: BackendChoice, args: BenchArgs) -> Result<()> {
         r.speedup_vs_sequential = sequential.map(|s| r.generated_tokens_per_s / s);
     }
 
+    if let Some(path) = &args.plot {
+        let title = format!(
+            "sprout bench: {} ({}), {}, {} prompts x {} samples, {}+{} tokens",
+            gpu.adapter.name,
+            gpu.adapter.backend,
+            opened.info.name,
+            args.prompts,
+            args.n,
+            args.prompt_tokens,
+            args.max_tokens
+        );
+        let bars: Vec<ModeBar> = results
+            .iter()
+            .map(|(mode, r)| ModeBar {
+                label: mode,
+                tokens_per_s: r.generated_tokens_per_s,
+                time: r.time,
+            })
+            .collect();
+        bench_plot::draw(path, &title, &bars)?;
+        eprintln!("chart: {}", path.display());
+    }
     if args.json {
         let modes: serde_json::Map<String, serde_json::Value> = results
             .iter()
@@ -461,19 +505,9 @@ fn requests(
         .collect()
 }
 
-#[allow(clippy::too_many_arguments)]
-fn run_mode(
-    decoder: &Decoder,
-    config: &EngineConfig,
-    workload: &Workload,
-    mode: Mode,
-    batch: usize,
-    seed: u64,
-    eos: &[u32],
-    bar: &ProgressBar,
-    corpus: &[(Vec<u32>, Vec<u32>)],
-) -> Result<ModeResult> {
-    let config = match mode {
+/// The engine config a mode runs with: the command's, batched as the mode batches.
+fn mode_config(config: &EngineConfig, mode: Mode, batch: usize) -> EngineConfig {
+    match mode {
         Mode::Sequential => EngineConfig {
             max_num_seqs: 1,
             prefix_caching: false,
@@ -489,7 +523,22 @@ fn run_mode(
             ..config.clone()
         },
         Mode::Sprout => config.clone(),
-    };
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_mode(
+    decoder: &Decoder,
+    config: &EngineConfig,
+    workload: &Workload,
+    mode: Mode,
+    batch: usize,
+    seed: u64,
+    eos: &[u32],
+    bar: &ProgressBar,
+    corpus: &[(Vec<u32>, Vec<u32>)],
+) -> Result<ModeResult> {
+    let config = mode_config(config, mode, batch);
     let mut engine = Engine::new(decoder, &config)?;
     for (prompt, completion) in corpus {
         engine.add_draft_corpus(prompt, completion);

@@ -82,16 +82,11 @@ impl Opened {
         let Some(source) = source.or(self.chat_template.as_deref()) else {
             return Ok(None);
         };
-        let text = |id: Option<u32>| -> Result<String> {
-            Ok(match id {
-                Some(id) => tokenizer.decode_with(&[id], false)?,
-                None => String::new(),
-            })
-        };
-        let c = &self.decoder.config;
-        let bos = text(c.bos_token_id)?;
-        let eos = text(c.eos_token_ids.first().copied())?;
-        Ok(Some(ChatTemplate::new(source, &bos, &eos)?))
+        Ok(Some(ChatTemplate::for_model(
+            source,
+            tokenizer,
+            &self.decoder.config,
+        )?))
     }
 
     /// The tokenizer, or an error saying that dummy weights have none.

@@ -8,7 +8,7 @@ use sprout::engine::{EngineConfig, KvSize};
 use sprout::formats::WeightFormat;
 use sprout::model::open::ModelInfo;
 use sprout::model::source::WeightSource;
-use sprout::sched::SamplingParams;
+use sprout::sched::{Adjusted, SamplingParams};
 use sprout::spec::SpecMode;
 use sprout::tokenizer::Tokenizer;
 
@@ -239,9 +239,10 @@ pub struct EngineArgs {
     /// Tokens computed per step, at most (prefills longer than this are chunked).
     #[arg(long, default_value_t = EngineConfig::default().max_batch_tokens)]
     max_batch_tokens: usize,
-    /// Sequences computed per step, at most.
-    #[arg(long, default_value_t = EngineConfig::default().max_num_seqs)]
-    max_num_seqs: usize,
+    /// Sequences computed per step, at most (default 128, or --max-batch-tokens when
+    /// smaller).
+    #[arg(long)]
+    max_num_seqs: Option<usize>,
     /// Do not reuse cached KV blocks across sequences.
     #[arg(long)]
     no_prefix_caching: bool,
@@ -278,7 +279,10 @@ impl EngineArgs {
 
     /// The engine's configuration with speculative mode `speculative`.
     pub fn config_with(&self, speculative: SpecMode) -> Result<EngineConfig> {
-        if self.block_size == 0 || self.max_batch_tokens == 0 || self.max_num_seqs == 0 {
+        let max_num_seqs = self
+            .max_num_seqs
+            .unwrap_or(EngineConfig::default().max_num_seqs);
+        if self.block_size == 0 || self.max_batch_tokens == 0 || max_num_seqs == 0 {
             bail!("--block-size, --max-batch-tokens and --max-num-seqs must be at least 1");
         }
         if self.kv_blocks == Some(0) {
@@ -292,12 +296,24 @@ impl EngineArgs {
                 (None, None) => KvSize::Auto,
             },
             max_batch_tokens: self.max_batch_tokens,
-            max_num_seqs: self.max_num_seqs,
+            max_num_seqs,
             prefix_caching: !self.no_prefix_caching,
             overlap: !self.no_overlap,
             speculative,
             ..EngineConfig::default()
         })
+    }
+}
+
+impl EngineArgs {
+    /// Warns of the engine's values used other than these flags asked (`Engine::adjusted`),
+    /// for the flags that were given.
+    pub fn warn_adjusted(&self, adjusted: &[Adjusted]) {
+        crate::cli::warnings::warn_given(adjusted, |param| match param {
+            "kv_memory" => self.kv_memory.is_some(),
+            "max_num_seqs" => self.max_num_seqs.is_some(),
+            _ => true,
+        });
     }
 }
 

@@ -8,10 +8,12 @@ use clap::Args;
 use serde_json::json;
 use sprout::generate::{GenerateParams, generate};
 use sprout::gpu::BackendChoice;
+use sprout::sched::{SamplingParams, request_adjustments};
 
 use crate::cli::bootstrap::{self, Kernels};
 use crate::cli::cli_args::{ModelArg, SamplingArgs};
 use crate::cli::json_out;
+use crate::cli::warnings;
 
 #[derive(Args)]
 pub struct GenerateArgs {
@@ -42,6 +44,15 @@ pub fn run(backend: BackendChoice, args: GenerateArgs) -> Result<()> {
             false => decoder.config.eos_token_ids.clone(),
         },
     };
+    // The same cap as a rollout's: the sample ends where the model's context does.
+    let asked = SamplingParams {
+        max_tokens: params.max_tokens,
+        ..SamplingParams::default()
+    };
+    let (context, vocab) = (decoder.max_positions(), decoder.config.vocab_size);
+    for a in request_adjustments(prompt_ids.len(), &asked, context, vocab) {
+        warnings::warn(&warnings::flag(a.param), &a);
+    }
     let mut stream = tokenizer.stream(true);
     let mut stdout = std::io::stdout();
     let mut failed = None;

@@ -3,12 +3,14 @@
 //! and the one bootstrap that opens the GPU, the model and the engine for a command;
 //! `serve` is the HTTP server (`sprout serve`), `json_out` is the one way a command writes
 //! JSON (never a NaN as `null`), `progress` draws every progress bar and `runtime_dir`
-//! keeps the drivers' `XDG_RUNTIME_DIR` warning away.
+//! keeps the drivers' `XDG_RUNTIME_DIR` warning away; `warnings` reports the values a
+//! run uses other than asked.
 //!
 //! Everything here is native only and may block, print and exit; the library (`sprout`)
 //! stays free of both so that it compiles to wasm32.
 
 pub mod bench_cmd;
+pub mod bench_plot;
 pub mod bench_workload;
 pub mod bootstrap;
 pub mod check;
@@ -25,3 +27,4 @@ pub mod runtime_dir;
 pub mod score_cmd;
 pub mod serve;
 pub mod tune_cmd;
+pub mod warnings;

@@ -35,6 +35,30 @@ pub struct LineParams {
     pub top_logprobs: Option<usize>,
 }
 
+impl LineParams {
+    /// Whether the line gives the parameter named `param` (a [`SamplingParams`] field), so
+    /// that a note about its value names the line rather than the command's flag.
+    ///
+    /// [`SamplingParams`]: sprout::sched::SamplingParams
+    pub fn sets(&self, param: &str) -> bool {
+        match param {
+            "max_tokens" => self.max_tokens.is_some(),
+            "top_k" => self.top_k.is_some(),
+            "n" => self.n.is_some(),
+            "temperature" => self.temperature.is_some(),
+            "seed" => self.seed.is_some(),
+            "top_p" => self.top_p.is_some(),
+            "min_p" => self.min_p.is_some(),
+            "min_tokens" => self.min_tokens.is_some(),
+            "stop" => self.stop.is_some(),
+            "stop_token_ids" => self.stop_token_ids.is_some(),
+            "top_logprobs" => self.top_logprobs.is_some(),
+            "ignore_eos" => self.ignore_eos.is_some(),
+            _ => false,
+        }
+    }
+}
+
 /// `"stop"`: one string or a list of them.
 #[derive(Deserialize)]
 #[serde(untagged)]

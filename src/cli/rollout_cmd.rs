@@ -18,6 +18,7 @@ use crate::cli::cli_args::{EngineArgs, ModelArg, SamplingArgs};
 use crate::cli::draft_corpus;
 use crate::cli::json_out;
 use crate::cli::prompts_file::{self, LineError, LineParams, PromptInput, PromptLine};
+use crate::cli::warnings::{self, FlagWarnings};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 use sprout::gpu::BackendChoice;
@@ -160,10 +161,13 @@ pub fn run(backend: BackendChoice, args: RolloutArgs) -> Result<()> {
             .to_string(),
     };
     let template = opened.chat_template(tokenizer, None)?;
+    args.engine.warn_adjusted(engine.adjusted());
+    let file = args.prompts.as_deref().unwrap_or(Path::new("--prompt"));
     // Each prompt keeps its index among the file's non-blank lines (part of its draw
     // keys), whether or not other lines fail.
     let mut expected = BTreeMap::new();
     let mut errors: Vec<LineError> = Vec::new();
+    let mut flag_warnings = FlagWarnings::default();
     for (index, line) in lines.into_iter().enumerate() {
         let index = index as u32;
         let queued = line.and_then(|line| {
@@ -173,8 +177,22 @@ pub fn run(backend: BackendChoice, args: RolloutArgs) -> Result<()> {
             };
             let request =
                 build_request(index, &line, &args, decoder, tokenizer, &template).map_err(fail)?;
+            let adjusted = engine.request_adjustments(&request);
             let (params, n) = (request.params.clone(), request.n);
             engine.add_request(request).map_err(|e| fail(e.into()))?;
+            // Said once queued: a refused line's error is the one thing to read about it.
+            for a in adjusted {
+                if line.params.sets(a.param) {
+                    let at = format!("{} line {}", file.display(), line.line);
+                    warnings::warn(&format!("{at}: \"{}\"", a.param), &a);
+                } else {
+                    let place = args
+                        .prompts
+                        .as_ref()
+                        .map(|_| format!("{} line {}", file.display(), line.line));
+                    flag_warnings.note(a, place);
+                }
+            }
             Ok((params, n))
         });
         match queued {
@@ -182,12 +200,12 @@ pub fn run(backend: BackendChoice, args: RolloutArgs) -> Result<()> {
                 expected.insert(index, entry);
             }
             Err(e) => {
-                let file = args.prompts.as_deref().unwrap_or(Path::new("--prompt"));
                 eprintln!("warning: {} line {}: {}", file.display(), e.line, e.error);
                 errors.push(e);
             }
         }
     }
+    flag_warnings.print();
     if expected.is_empty() {
         bail!("no prompt could be used ({} lines failed)", errors.len());
     }
@@ -283,7 +301,7 @@ fn build_request(
         PromptInput::Text(text) => tokenizer.encode(text)?,
         PromptInput::TokenIds(ids) => ids.clone(),
         PromptInput::Messages(messages) => match template {
-            Some(t) => tokenizer.encode(&t.render(messages)?)?,
+            Some(t) => t.prompt_ids(tokenizer, messages)?,
             None => bail!("\"messages\" needs a chat template, and this model has none"),
         },
     };

@@ -133,6 +133,7 @@ pub fn run(backend: BackendChoice, args: ScoreArgs) -> Result<()> {
 
     let opened = bootstrap::open(backend, args.model.open()?, Kernels::Tuned)?;
     let mut engine = opened.engine(&config)?;
+    args.engine.warn_adjusted(engine.adjusted());
     let vocab = opened.decoder.config.vocab_size;
     for input in &mut lines {
         if let Ok(line) = &input.parsed

@@ -21,10 +21,12 @@
 mod pack;
 pub mod paged_kv;
 mod runner;
+mod sizes;
 pub mod stop_strings;
 
 pub use pack::PackedBatch;
 pub use runner::{StepRunner, Submitted};
+pub use sizes::{EngineSizes, sizes};
 
 use std::collections::HashMap;
 
@@ -34,12 +36,11 @@ use web_time::Instant;
 use crate::error::SproutError;
 use crate::gpu::Gpu;
 use crate::kv::DEFAULT_BLOCK_SIZE;
-use crate::model::config::ModelConfig;
 use crate::model::decoder::Decoder;
 use crate::model::decoder_weights::DecoderWeights;
 use crate::sched::{
-    FinishReason, FinishedSample, Request, RequestId, Scheduler, SchedulerConfig, SchedulerStats,
-    SpecStats, StepPlan,
+    Adjusted, FinishReason, FinishedSample, Request, RequestId, Scheduler, SchedulerConfig,
+    SchedulerStats, SpecStats, StepPlan,
 };
 use crate::spec::SpecMode;
 use crate::tokenizer::Tokenizer;
@@ -165,6 +166,8 @@ pub struct Engine<'d> {
     stops: HashMap<RequestId, (Vec<String>, usize)>,
     /// The next step is planned with drafts (decided as the step before it ran).
     speculate_next: bool,
+    /// The config's values used other than asked ([`sizes`]).
+    adjusted: Vec<Adjusted>,
 }
 
 impl Drop for Engine<'_> {
@@ -178,15 +181,12 @@ impl Drop for Engine<'_> {
 impl<'d> Engine<'d> {
     pub fn new(decoder: &'d Decoder, config: &EngineConfig) -> Result<Engine<'d>, SproutError> {
         let (gpu, c) = (&*decoder.gpu, &decoder.config);
-        let num_blocks = num_blocks(gpu, c, config)?;
+        let EngineSizes {
+            num_blocks,
+            max_num_seqs,
+            adjusted,
+        } = sizes(gpu, c, config)?;
         let kv = PagedKv::new(gpu, c, num_blocks, config.block_size)?;
-        // Each drawing sequence needs a row of logits; all of them must fit one binding.
-        let logit_rows = (gpu.caps.max_binding / (4 * c.vocab_size as u64)) as usize;
-        let max_num_seqs = config
-            .max_num_seqs
-            .min(config.max_batch_tokens)
-            .min(logit_rows)
-            .max(1);
         let scheduler = Scheduler::new(SchedulerConfig {
             block_size: config.block_size,
             num_blocks,
@@ -207,6 +207,7 @@ impl<'d> Engine<'d> {
             tokenizer: None,
             stops: HashMap::new(),
             speculate_next: false,
+            adjusted,
         })
     }
 
@@ -230,6 +231,23 @@ impl<'d> Engine<'d> {
 
     pub fn num_blocks(&self) -> usize {
         self.scheduler.config().num_blocks
+    }
+
+    /// The config's values this engine uses other than asked (a KV budget past what the
+    /// adapter binds, `max_num_seqs` past `max_batch_tokens`), for the caller to report.
+    pub fn adjusted(&self) -> &[Adjusted] {
+        &self.adjusted
+    }
+
+    /// The values `request` would run with other than asked (a `max_tokens` past the
+    /// model's context, a `top_k` past its vocabulary), for the caller to report.
+    pub fn request_adjustments(&self, request: &Request) -> Vec<Adjusted> {
+        crate::sched::request_adjustments(
+            request.prompt.len(),
+            &request.params,
+            self.decoder.max_positions(),
+            self.decoder.config.vocab_size,
+        )
     }
 
     pub fn has_work(&self) -> bool {
@@ -505,29 +523,4 @@ fn applied_draws(plan: &StepPlan, rejected: &[usize]) -> Vec<(RequestId, u32, us
         }
     }
     applied
-}
-
-fn num_blocks(gpu: &Gpu, c: &ModelConfig, config: &EngineConfig) -> Result<usize, SproutError> {
-    let bs = config.block_size;
-    if bs == 0 {
-        return Err(SproutError::Shape(
-            "the KV block size must be at least 1".into(),
-        ));
-    }
-    let max = PagedKv::max_blocks(gpu, c, bs);
-    let per_block = PagedKv::bytes_per_block(c, bs);
-    let wanted = match config.kv {
-        KvSize::Blocks(n) => return Ok(n),
-        KvSize::Memory(bytes) => {
-            let n = PagedKv::blocks_for_memory(c, bs, bytes);
-            if n == 0 {
-                return Err(SproutError::Shape(format!(
-                    "a KV budget of {bytes} bytes holds no block ({per_block} bytes each)"
-                )));
-            }
-            n
-        }
-        KvSize::Auto => PagedKv::blocks_for_memory(c, bs, default_kv_memory(gpu)),
-    };
-    Ok(wanted.min(max))
 }

@@ -7,12 +7,14 @@
 //! them. Everything about batching, prefix reuse and preemption is decided here and can be
 //! tested on the CPU in microseconds (tests/scheduler.rs). A request's sampling
 //! parameters are checked by [`SamplingParams::validate`], the one set of rules every
-//! front end also calls.
+//! front end also calls; [`request_adjustments`] says which of its values a run uses other
+//! than asked (a `max_tokens` past the context), for front ends to report.
 //!
 //! Invariants, checked by [`Scheduler::check`] after every step in the property test:
 //! a block's reference count equals the number of block tables that hold it; no block is
 //! both free and in use; the pool's hash map names only blocks that hold that hash.
 
+mod adjusted;
 mod block_map;
 mod drafting;
 mod plan;
@@ -21,6 +23,7 @@ mod scheduler;
 mod sequence;
 mod validate;
 
+pub use adjusted::{Adjusted, request_adjustments};
 pub use block_map::{BlockUse, SeqBlocks, block_map};
 pub use drafting::SpecStats;
 pub use plan::{BlockCopy, Chunk, DRAWN, Draw, DrawResult, StepPlan, Target};

@@ -1,9 +1,16 @@
 //! Rendering chat messages into a prompt with the model's own Jinja chat template
 //! (minijinja, with Python string methods that Hugging Face templates call).
+//!
+//! Every front end (the CLI's prompts files, the server's chat route, the web page's chat
+//! mode) makes its template with [`ChatTemplate::for_model`] and its prompt with
+//! [`ChatTemplate::prompt_ids`], so one set of messages becomes the same token ids
+//! everywhere.
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::SproutError;
+use crate::model::config::ModelConfig;
+use crate::tokenizer::Tokenizer;
 
 /// One chat message (`{"role": "user", "content": "..."}`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -38,6 +45,35 @@ impl ChatTemplate {
             bos_token: bos_token.to_string(),
             eos_token: eos_token.to_string(),
         })
+    }
+
+    /// A model's template `source`, printing the model's own beginning- and
+    /// end-of-sequence tokens (its first end-of-sequence id) as `bos_token` and
+    /// `eos_token`; a model without them prints empty text.
+    pub fn for_model(
+        source: &str,
+        tokenizer: &Tokenizer,
+        config: &ModelConfig,
+    ) -> Result<Self, SproutError> {
+        let text = |id: Option<u32>| -> Result<String, SproutError> {
+            Ok(match id {
+                Some(id) => tokenizer.decode_with(&[id], false)?,
+                None => String::new(),
+            })
+        };
+        let bos = text(config.bos_token_id)?;
+        let eos = text(config.eos_token_ids.first().copied())?;
+        ChatTemplate::new(source, &bos, &eos)
+    }
+
+    /// The token ids of the prompt for `messages`: the rendered text, encoded with its
+    /// special tokens recognised (as `sprout rollout --prompt` encodes text).
+    pub fn prompt_ids(
+        &self,
+        tokenizer: &Tokenizer,
+        messages: &[Message],
+    ) -> Result<Vec<u32>, SproutError> {
+        tokenizer.encode(&self.render(messages)?)
     }
 
     /// The prompt for `messages`, ending with the assistant's turn opened.

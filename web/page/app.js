@@ -1,14 +1,17 @@
 // The demo page: loads a GGUF model into sprout's engine (wasm32, WebGPU), runs G samples
-// of a prompt and draws them as they grow, with the KV block pool beside them.
+// of a prompt, raw or as a chat message through the model's own template, and draws them
+// as they grow, with the KV block pool beside them.
 //
-// Every token comes from the engine (pkg/sprout_web.js); this file only moves bytes in
-// and draws what each step reports. `window.sproutDemo` exposes the state and the last
-// result so that web/test.sh can check them.
-
-import init, { Session } from "./pkg/sprout_web.js";
+// The engine runs in a Web Worker (worker.js), so the page stays responsive while it
+// loads and generates; this file only moves bytes to the worker and draws what each step
+// reports. Stop asks the worker to abort the rollout, whose last report shows its blocks
+// freed. `window.sproutDemo` exposes the state, the last step report and the last result
+// so that web/test.sh can check them.
 
 const $ = (id) => document.getElementById(id);
-const demo = { state: "starting", adapter: null, model: null, lastResult: null, lastError: null };
+const demo = {
+  state: "starting", adapter: null, model: null, lastStep: null, lastResult: null, lastError: null,
+};
 window.sproutDemo = demo;
 
 function setState(state) {
@@ -24,7 +27,50 @@ function fail(where, err) {
   setState("error");
 }
 
-let session = null;
+// The engine's worker, and the one request it is answering (stop aside).
+let worker = null;
+let pending = null;
+let stepHandler = null;
+const replies = { open: "opened", load: "loaded", rollout: "result" };
+
+function call(type, data = {}, transfer = []) {
+  return new Promise((resolve, reject) => {
+    pending = { type, resolve, reject };
+    worker.postMessage({ type, ...data }, transfer);
+  });
+}
+
+function onWorkerMessage(event) {
+  const m = event.data;
+  if (m.type === "step") {
+    if (stepHandler) stepHandler(m.report);
+    return;
+  }
+  const p = pending;
+  if (!p) return;
+  pending = null;
+  if (m.type === "error") {
+    const err = new Error(m.message);
+    err.kept = m.kept;
+    p.reject(err);
+  } else if (m.type === replies[p.type]) {
+    p.resolve(m);
+  } else {
+    p.reject(new Error(`the engine answered ${m.type} to ${p.type}`));
+  }
+}
+
+function onWorkerError(event) {
+  event.preventDefault();
+  const err = new Error(`the engine's worker failed: ${event.message || "it could not start"}`);
+  if (pending) {
+    const p = pending;
+    pending = null;
+    p.reject(err);
+  } else {
+    fail("run-status", err);
+  }
+}
 
 async function start() {
   if (!("gpu" in navigator)) {
@@ -39,9 +85,11 @@ async function start() {
     setState("no-webgpu");
     return;
   }
-  await init();
+  worker = new Worker(new URL("./worker.js", import.meta.url), { type: "module" });
+  worker.onmessage = onWorkerMessage;
+  worker.onerror = onWorkerError;
   try {
-    session = await Session.open();
+    demo.adapter = (await call("open")).adapter;
   } catch (err) {
     $("no-webgpu").hidden = false;
     $("no-webgpu").textContent = String(err.message || err);
@@ -49,13 +97,7 @@ async function start() {
     setState("no-webgpu");
     return;
   }
-  demo.adapter = JSON.parse(session.adapter());
   const a = demo.adapter;
-  if (!a.name) {
-    // Browsers leave wgpu's adapter name empty; WebGPU's own adapter info names it.
-    const info = (await navigator.gpu.requestAdapter())?.info;
-    if (info) a.name = info.description || [info.vendor, info.architecture].filter(Boolean).join(" ");
-  }
   const features = [a.shader_f16 ? "f16" : "no f16", a.subgroups ? "subgroups" : "no subgroups"];
   $("adapter").textContent = `${a.backend} · ${a.name || "unnamed adapter"} · ${a.device_type} · ${features.join(", ")}`;
   setState("ready");
@@ -115,30 +157,46 @@ async function loadFile(file) {
 async function loadBytes(name, bytes) {
   $("model-status").textContent = `uploading ${name} to the GPU…`;
   $("load-bar").style.width = "100%";
-  // Let the status paint before the (synchronous) upload.
-  await new Promise((r) => setTimeout(r, 30));
+  // The bytes move to the worker (transferred, not copied); the page stays live meanwhile.
+  for (const id of ["run", "load-url", "model-file"]) $(id).disabled = true;
   try {
-    demo.model = JSON.parse(session.load_model(name, bytes));
+    demo.model = JSON.parse((await call("load", { name, bytes: bytes.buffer }, [bytes.buffer])).model);
   } catch (err) {
     // A file that is not a model sprout runs leaves the old model loaded.
-    const kept = session.model_name();
+    const kept = err.kept;
     if (!kept) demo.model = null;
     $("run").disabled = !kept;
     fail("model-status", err);
     if (kept) $("model-status").textContent += ` (${kept} is still loaded)`;
     return;
+  } finally {
+    $("load-url").disabled = false;
+    $("model-file").disabled = false;
   }
   const m = demo.model;
   $("model-status").textContent =
     `${m.name}: ${m.architecture}, ${m.n_layers} layers, ${m.weight_format}, ` +
-    `${(m.bytes / 2 ** 20).toFixed(0)} MiB, loaded in ${m.load_s.toFixed(1)} s`;
+    `${(m.bytes / 2 ** 20).toFixed(0)} MiB, loaded in ${m.load_s.toFixed(1)} s` +
+    (m.chat_template ? ", with a chat template" : ", no chat template");
+  // Chat mode is on by default for a model that has a template, and off without one.
+  $("chat").disabled = !m.chat_template;
+  $("chat").checked = m.chat_template;
+  showMode();
   $("run").disabled = false;
   setState("loaded");
+}
+
+// The prompt field's label says whether it is sent as it is or as a chat message.
+function showMode() {
+  $("prompt-label").textContent = $("chat").checked
+    ? "Message (rendered with the model's chat template)"
+    : "Prompt (sent as it is)";
 }
 
 function options() {
   return {
     prompt: $("prompt").value,
+    chat: $("chat").checked,
     n: Number($("n").value),
     max_tokens: Number($("max-tokens").value),
     temperature: Number($("temperature").value),
@@ -163,7 +221,8 @@ function buildColumns(n) {
     card.innerHTML =
       `<header><span class="dot"></span>sample ${k}<span class="meta" id="meta-${k}">0 tokens</span></header>` +
       `<div class="text"><span class="prompt"></span><span class="gen" id="text-${k}"></span><span class="cursor"></span></div>`;
-    card.querySelector(".prompt").textContent = $("prompt").value;
+    // A chat's prompt is the template's text around the message; the card shows the message.
+    card.querySelector(".prompt").textContent = $("chat").checked ? "" : $("prompt").value;
     box.appendChild(card);
   }
 }
@@ -191,9 +250,10 @@ function drawPool(pool, n) {
 
 function onStep(json, n) {
   const r = JSON.parse(json);
+  demo.lastStep = r;
   r.texts.forEach((text, k) => {
     $(`text-${k}`).textContent = text;
-    const state = r.finished[k] ? "done" : "generating";
+    const state = r.stopped ? "stopped" : r.finished[k] ? "done" : "generating";
     $(`meta-${k}`).textContent = `${r.lengths[k]} tokens · ${state}`;
     $(`text-${k}`).closest(".sample").classList.toggle("finished", r.finished[k]);
   });
@@ -209,29 +269,49 @@ async function run(event) {
   const opts = options();
   buildColumns(opts.n);
   setState("running");
-  // One rollout at a time, and no model swap under it.
-  for (const id of ["run", "load-url", "model-file"]) $(id).disabled = true;
+  // One rollout at a time, and no model swap under it; Stop while it runs.
+  for (const id of ["run", "load-url", "model-file", "chat"]) $(id).disabled = true;
+  $("stop").disabled = false;
   $("run-status").classList.remove("error");
   $("run-status").textContent = "generating…";
+  // This rollout's reports only: nothing of the one before may read as its own.
+  demo.lastStep = null;
+  $("stat-steps").textContent = "0";
+  stepHandler = (json) => onStep(json, opts.n);
   try {
-    const result = JSON.parse(await session.rollout(JSON.stringify(opts), (json) => onStep(json, opts.n)));
+    const result = JSON.parse((await call("rollout", { options: opts })).result);
     demo.lastResult = result;
     $("stat-tps").textContent = result.tokens_per_s.toFixed(1);
     $("stat-prefill").textContent = result.prefill_tokens_computed;
+    const what = result.stopped
+      ? `stopped after ${result.generated_tokens} tokens; its KV blocks are free (${result.blocks_in_use} in use)`
+      : `${result.generated_tokens} tokens`;
     $("run-status").textContent =
-      `${result.generated_tokens} tokens in ${result.wall_s.toFixed(1)} s and ${result.steps} steps ` +
+      `${what} in ${result.wall_s.toFixed(1)} s and ${result.steps} steps ` +
       `(${result.tokens_per_s.toFixed(1)} tokens/s); peak ${result.peak_kv_blocks} of ${result.num_blocks} KV blocks`;
-    setState("done");
+    setState(result.stopped ? "stopped" : "done");
   } catch (err) {
     fail("run-status", err);
   } finally {
+    stepHandler = null;
+    $("stop").disabled = true;
     $("run").disabled = !demo.model;
+    $("chat").disabled = !(demo.model && demo.model.chat_template);
     $("load-url").disabled = false;
     $("model-file").disabled = false;
   }
 }
 
+function stop() {
+  if (demo.state !== "running") return;
+  $("stop").disabled = true;
+  $("run-status").textContent = "stopping…";
+  worker.postMessage({ type: "stop" });
+}
+
 $("load-url").addEventListener("click", loadFromUrl);
 $("model-file").addEventListener("change", (e) => e.target.files[0] && loadFile(e.target.files[0]));
 $("run-form").addEventListener("submit", run);
+$("stop").addEventListener("click", stop);
+$("chat").addEventListener("change", showMode);
 start().catch((err) => fail("run-status", err));

@@ -2,15 +2,25 @@
 //! calls through wasm-bindgen.
 //!
 //! A [`Session`] owns the browser's WebGPU device and, once one is loaded, a model (its
-//! weights on the GPU and its tokenizer). [`Session::rollout`] runs one group of G samples
-//! of a prompt through sprout's own engine, scheduler and WGSL kernels, the same code as
-//! native, and reports every step to a JavaScript callback: the tokens drawn, each
-//! sample's text so far, tokens/s, and a picture of the KV block pool. Nothing about the
-//! model or sampling is computed in JavaScript.
+//! weights on the GPU, its tokenizer and its chat template). [`Session::rollout`] runs one
+//! group of G samples of a prompt through sprout's own engine, scheduler and WGSL kernels,
+//! the same code as native, and reports every step to a JavaScript callback: the tokens
+//! drawn, each sample's text so far, tokens/s, and a picture of the KV block pool. Nothing
+//! about the model, the chat template or sampling is computed in JavaScript.
+//!
+//! In chat mode the prompt is one user message, rendered by the model's own template with
+//! the library's [`ChatTemplate`] (as native `sprout rollout` renders a prompts file's
+//! `"messages"`), so the same message gives the same token ids and samples as native.
+//!
+//! The page runs a session inside a Web Worker (web/page/worker.js), so that the page
+//! stays responsive while the engine works. [`Session::stop`] asks the running rollout to
+//! stop: between two steps it aborts the request, which gives every KV block back, and its
+//! last report shows the pool with them freed.
 //!
 //! Options and reports cross the boundary as JSON strings (see [`RolloutOptions`],
 //! [`StepReport`] and [`RolloutResult`]), so the page needs no generated type bindings.
 
+use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -28,6 +38,7 @@ use sprout::model::gguf_model::GgufModel;
 use sprout::model::source::WeightSource;
 use sprout::sched::{BlockUse, FinishReason, Request, SamplingParams, block_map};
 use sprout::tokenizer::Tokenizer;
+use sprout::tokenizer::chat_template::{ChatTemplate, Message};
 
 /// The most samples one rollout may ask for (the page's columns).
 pub const MAX_SAMPLES: usize = 64;
@@ -41,11 +52,13 @@ fn js_error(e: impl std::fmt::Display) -> JsError {
     JsError::new(&e.to_string())
 }
 
-/// A loaded model: its weights on the device and its tokenizer.
+/// A loaded model: its weights on the device, its tokenizer and its chat template (when
+/// the file has one).
 struct Model {
     name: String,
     decoder: Decoder,
     tokenizer: Tokenizer,
+    chat_template: Option<ChatTemplate>,
 }
 
 /// What the page shows about a loaded model.
@@ -59,12 +72,16 @@ struct ModelReport {
     weight_format: String,
     bytes: usize,
     load_s: f64,
+    /// Whether the model has a chat template (the page then starts in chat mode).
+    chat_template: bool,
 }
 
 #[wasm_bindgen]
 pub struct Session {
     gpu: Arc<Gpu>,
     model: Option<Rc<Model>>,
+    /// Set by [`Session::stop`]; the running rollout reads it between steps.
+    stop: Rc<Cell<bool>>,
 }
 
 #[wasm_bindgen]
@@ -79,7 +96,11 @@ impl Session {
                  --enable-unsafe-webgpu"
             ))
         })?;
-        Ok(Session { gpu, model: None })
+        Ok(Session {
+            gpu,
+            model: None,
+            stop: Rc::new(Cell::new(false)),
+        })
     }
 
     /// The adapter in use, as JSON (`sprout devices`' fields: backend, name, device_type,
@@ -99,6 +120,7 @@ impl Session {
             .tokenizer()
             .map_err(|e| js_error(format!("{name}: {e}")))?;
         check_supported(gguf.config()).map_err(|e| js_error(format!("{name}: {e}")))?;
+        let template_source = gguf.chat_template().map(str::to_string);
         // The file reads as a model sprout runs: let the old model's buffers go before the
         // new one's are made, so that two models never share the browser's GPU memory.
         self.model = None;
@@ -115,13 +137,26 @@ impl Session {
             weight_format: decoder.weight_format(),
             bytes: size,
             load_s: started.elapsed().as_secs_f64(),
+            chat_template: template_source.is_some(),
         };
+        // A template that does not compile is an error now, not at the first chat.
+        let chat_template = template_source
+            .map(|source| ChatTemplate::for_model(&source, &tokenizer, &decoder.config))
+            .transpose()
+            .map_err(|e| js_error(format!("{name}: {e}")))?;
         self.model = Some(Rc::new(Model {
             name,
             decoder,
             tokenizer,
+            chat_template,
         }));
         serde_json::to_string(&report).map_err(js_error)
+    }
+
+    /// Asks the running rollout, if any, to stop after its current step: it aborts, its
+    /// KV blocks go back to the pool, and it resolves with what its samples had.
+    pub fn stop(&self) {
+        self.stop.set(true);
     }
 
     /// The name of the model loaded now, if any.
@@ -134,11 +169,13 @@ impl Session {
     /// [`RolloutResult`] (JSON).
     pub fn rollout(&self, options: String, on_step: js_sys::Function) -> js_sys::Promise {
         let model = self.model.clone();
+        let stop = self.stop.clone();
+        stop.set(false);
         wasm_bindgen_futures::future_to_promise(async move {
             let model = model.ok_or_else(|| JsValue::from(js_error("load a model first")))?;
             let options: RolloutOptions = serde_json::from_str(&options)
                 .map_err(|e| JsValue::from(js_error(format!("rollout options: {e}"))))?;
-            let result = run_rollout(&model, &options, &on_step).await?;
+            let result = run_rollout(&model, &options, &on_step, &stop).await?;
             Ok(JsValue::from(
                 serde_json::to_string(&result).map_err(|e| JsValue::from(js_error(e)))?,
             ))
@@ -151,11 +188,15 @@ fn summary_json(summary: &AdapterSummary) -> String {
 }
 
 /// What the page asks for: the same meaning as `sprout rollout`'s options of the same
-/// names (the prompt is raw text, not a chat).
+/// names. The prompt is raw text, or with `chat` one user message rendered by the model's
+/// chat template.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RolloutOptions {
     prompt: String,
+    /// The prompt is a user message, rendered with the model's chat template.
+    #[serde(default)]
+    chat: bool,
     n: usize,
     max_tokens: usize,
     temperature: f32,
@@ -191,6 +232,31 @@ fn default_kv_mib() -> u64 {
 }
 
 impl RolloutOptions {
+    /// The prompt's token ids: its text as it is, or in chat mode the prompt of one user
+    /// message as the model's template renders it (`ChatTemplate::prompt_ids`, the same
+    /// code as a native prompts file's `"messages"`).
+    fn prompt_ids(&self, model: &Model) -> Result<Vec<u32>, String> {
+        if !self.chat {
+            return model
+                .tokenizer
+                .encode(&self.prompt)
+                .map_err(|e| e.to_string());
+        }
+        let template = model.chat_template.as_ref().ok_or_else(|| {
+            format!(
+                "{} has no chat template: turn chat mode off to send the prompt as it is",
+                model.name
+            )
+        })?;
+        let messages = [Message {
+            role: "user".into(),
+            content: self.prompt.clone(),
+        }];
+        template
+            .prompt_ids(&model.tokenizer, &messages)
+            .map_err(|e| e.to_string())
+    }
+
     /// The sampling parameters the options ask for (no stop tokens).
     fn params(&self) -> SamplingParams {
         SamplingParams {
@@ -238,6 +304,8 @@ pub struct StepReport {
     tokens_per_s: f64,
     /// The use of every block of the KV pool, by block id.
     pool: Vec<BlockUse>,
+    /// The rollout was stopped: this is its last report, after its blocks were freed.
+    stopped: bool,
 }
 
 #[derive(Serialize)]
@@ -262,12 +330,17 @@ pub struct RolloutResult {
     steps: usize,
     wall_s: f64,
     tokens_per_s: f64,
+    /// Stopped before every sample finished ([`Session::stop`]).
+    stopped: bool,
+    /// KV blocks still held by a sequence when the rollout ended (0 once it has).
+    blocks_in_use: usize,
 }
 
 async fn run_rollout(
     model: &Model,
     options: &RolloutOptions,
     on_step: &js_sys::Function,
+    stop: &Cell<bool>,
 ) -> Result<RolloutResult, JsValue> {
     let fail = |e: &dyn std::fmt::Display| JsValue::from(js_error(e));
     options.check().map_err(|e| fail(&e))?;
@@ -279,7 +352,7 @@ async fn run_rollout(
     };
     decoder.set_choices(KernelChoices::defaults(cpu_shaped));
     let tokenizer = &model.tokenizer;
-    let prompt = tokenizer.encode(&options.prompt).map_err(|e| fail(&e))?;
+    let prompt = options.prompt_ids(model).map_err(|e| fail(&e))?;
     let config = EngineConfig {
         kv: KvSize::Memory(options.kv_mib << 20),
         ..EngineConfig::default()
@@ -288,7 +361,7 @@ async fn run_rollout(
         .map_err(|e| fail(&e))?
         .with_tokenizer(tokenizer);
     let n = options.n;
-    engine
+    let id = engine
         .add_request(Request {
             index: 0,
             prompt: prompt.clone(),
@@ -304,8 +377,24 @@ async fn run_rollout(
     let started = Instant::now();
     let mut tokens: Vec<Vec<u32>> = vec![Vec::new(); n];
     let mut samples = Vec::new();
+    let mut stopped = false;
     while engine.has_work() {
+        if stop.get() && !stopped && engine.scheduler().has_request(id) {
+            stopped = true;
+            // Only the unfinished samples come back, with what they had.
+            for mut s in engine.abort(id).map_err(|e| fail(&e))? {
+                // With overlap, the step in flight may have left a placeholder for its draw:
+                // the tokens reported so far are the sample's.
+                s.token_ids = tokens[s.sample_index as usize].clone();
+                s.logprobs.truncate(s.token_ids.len());
+                samples.push(s);
+            }
+        }
         let out = engine.step().await.map_err(|e| fail(&e))?;
+        if stopped {
+            // The step in flight when it stopped: its draws belong to no sample now.
+            continue;
+        }
         for d in &out.drawn {
             tokens[d.sample_index as usize].push(d.token);
         }
@@ -336,6 +425,38 @@ async fn run_rollout(
             elapsed_s,
             tokens_per_s: generated as f64 / elapsed_s.max(1e-9),
             pool: block_map(scheduler.pool(), &scheduler.block_tables()),
+            stopped: false,
+        };
+        let json = serde_json::to_string(&report).map_err(|e| fail(&e))?;
+        on_step.call1(&JsValue::NULL, &JsValue::from(json))?;
+    }
+    let scheduler = engine.scheduler();
+    let pool = block_map(scheduler.pool(), &scheduler.block_tables());
+    let blocks_in_use = pool
+        .iter()
+        .filter(|b| matches!(b, BlockUse::Shared { .. } | BlockUse::Private { .. }))
+        .count();
+    if stopped {
+        // The last picture: the samples as they stopped, and the pool with their blocks
+        // given back.
+        let texts = tokens
+            .iter()
+            .map(|ids| tokenizer.decode_with(ids, true))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| fail(&e))?;
+        let generated: usize = tokens.iter().map(Vec::len).sum();
+        let elapsed_s = started.elapsed().as_secs_f64();
+        let report = StepReport {
+            step: engine.stats().steps,
+            tokens: 0,
+            texts,
+            lengths: tokens.iter().map(Vec::len).collect(),
+            finished: vec![true; n],
+            generated_tokens: generated,
+            elapsed_s,
+            tokens_per_s: generated as f64 / elapsed_s.max(1e-9),
+            pool,
+            stopped: true,
         };
         let json = serde_json::to_string(&report).map_err(|e| fail(&e))?;
         on_step.call1(&JsValue::NULL, &JsValue::from(json))?;
@@ -370,6 +491,8 @@ async fn run_rollout(
         steps: stats.steps,
         wall_s,
         tokens_per_s: generated_tokens as f64 / wall_s.max(1e-9),
+        stopped,
+        blocks_in_use,
     })
 }
 
@@ -386,6 +509,8 @@ mod tests {
         let base = r#""prompt": "Hi", "n": 4, "max_tokens": 8, "temperature": 0.7, "seed": 1"#;
         let ok = options(&format!("{{{base}}}"));
         assert_eq!((ok.top_p, ok.top_k, ok.kv_mib), (1.0, 0, 64));
+        assert!(!ok.chat, "raw text unless chat mode is asked for");
+        assert!(options(&format!("{{{base}, \"chat\": true}}")).chat);
         assert_eq!(ok.check(), Ok(()));
         let wrong = |extra: &str| {
             options(&format!("{{{base}, {extra}}}"))
