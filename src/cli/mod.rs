@@ -2,7 +2,8 @@
 //! share, the inputs only the command line reads (the prompts file, the bench workload),
 //! and the one bootstrap that opens the GPU, the model and the engine for a command;
 //! `serve` is the HTTP server (`sprout serve`), `json_out` is the one way a command writes
-//! JSON (never a NaN as `null`), `progress` draws every progress bar and `runtime_dir`
+//! JSON (never a NaN as `null`), `mismatch` measures what quantized rollouts cost a
+//! full-precision trainer, `progress` draws every progress bar and `runtime_dir`
 //! keeps the drivers' `XDG_RUNTIME_DIR` warning away; `warnings` reports the values a
 //! run uses other than asked.
 //!
@@ -20,6 +21,7 @@ pub mod draft_corpus;
 pub mod export_cmd;
 pub mod generate_cmd;
 pub mod json_out;
+pub mod mismatch;
 pub mod progress;
 pub mod prompts_file;
 pub mod rollout_cmd;

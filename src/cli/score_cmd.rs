@@ -8,6 +8,15 @@
 //! whatever shares its batch, so scoring a rollout with the model and adapter that produced
 //! it gives back exactly its `logprobs`.
 //!
+//! With `--trainer-model DIR` the full-precision trainer scores instead, and each line gets
+//! `trainer_logprobs` (its log-probs, temperature 1) and `tis_weight`: per token the
+//! truncated importance weight `min(p_train / p_rollout, C)` against the line's own
+//! `logprobs` (the rollout's, temperature 1), C from `--tis-cap` (2). A trainer applies TIS
+//! (multiply each token's loss by it) or MIS (drop tokens whose ratio leaves [1/C, C])
+//! without a forward pass of its own. `--model` then names the model that rolled the
+//! records out (the default model when not given): it is not loaded, but its vocabulary
+//! must be the trainer's, or the command stops with an error naming both.
+//!
 //! A line that cannot be scored (not JSON, no ids, a token id outside the model's
 //! vocabulary, ...) is an error reported with its line number; it is still copied to the
 //! output, without scores, so nothing is lost, and the command exits 1 after writing
@@ -26,7 +35,8 @@ use sprout::gpu::BackendChoice;
 use sprout::sched::{Request, SamplingParams};
 
 use crate::cli::bootstrap::{self, Kernels};
-use crate::cli::cli_args::{EngineArgs, ModelArg};
+use crate::cli::cli_args::{EngineArgs, LoadedModel, ModelArg};
+use crate::cli::mismatch::{metrics, vocabulary};
 use crate::cli::{json_out, progress};
 
 #[derive(Args)]
@@ -42,6 +52,15 @@ pub struct ScoreArgs {
     /// Print a JSON summary to stdout.
     #[arg(long)]
     json: bool,
+    /// Score with this full-precision trainer (a Hugging Face directory or GGUF, as
+    /// stored) instead, adding `trainer_logprobs` and `tis_weight` (against each line's
+    /// `logprobs`) rather than `scored_logprobs`; --model names the rollout model, whose
+    /// vocabulary must be the trainer's.
+    #[arg(long, value_name = "DIR", conflicts_with = "quantize")]
+    trainer_model: Option<PathBuf>,
+    /// The cap C of `tis_weight = min(p_train / p_rollout, C)` (with --trainer-model).
+    #[arg(long, default_value_t = metrics::DEFAULT_CAP)]
+    tis_cap: f64,
     #[command(flatten)]
     engine: EngineArgs,
 }
@@ -59,6 +78,31 @@ struct Line {
     record: serde_json::Map<String, Value>,
     prompt: Vec<u32>,
     completion: Vec<u32>,
+}
+
+/// The line's own `logprobs` (the rollout's), one per token: what `tis_weight` divides by.
+fn rollout_logprobs(line: &Line) -> Result<Vec<f32>, String> {
+    let list = line
+        .record
+        .get("logprobs")
+        .and_then(Value::as_array)
+        .ok_or("no \"logprobs\" list: tis_weight needs the rollout's log-probs")?;
+    let values: Vec<f32> = list
+        .iter()
+        .map(|v| {
+            v.as_f64()
+                .map(|x| x as f32)
+                .ok_or_else(|| format!("\"logprobs\" holds {v}, not a number"))
+        })
+        .collect::<Result<_, _>>()?;
+    if values.len() != line.completion.len() {
+        return Err(format!(
+            "\"logprobs\" has {} values for {} token ids",
+            values.len(),
+            line.completion.len()
+        ));
+    }
+    Ok(values)
 }
 
 fn ids(record: &serde_json::Map<String, Value>, key: &str) -> Result<Vec<u32>, String> {
@@ -107,6 +151,33 @@ fn check_vocabulary(line: &Line, vocab: usize) -> Result<(), String> {
     Ok(())
 }
 
+/// The trainer at `path`, as stored, after checking that the rollout model `rollout` (its
+/// tokenizer only is read) has the same vocabulary.
+fn open_trainer(path: &std::path::Path, rollout: &ModelArg) -> Result<LoadedModel> {
+    let trainer = sprout::model::open::open(Some(path))?;
+    let rolled = rollout.open_model()?;
+    let rollout_name = rolled.info.path.clone();
+    let trainer_name = path.display().to_string();
+    vocabulary::check_same(
+        &vocabulary::Side {
+            name: &rollout_name,
+            tokenizer: &rolled.tokenizer,
+            logits: rolled.source.config().vocab_size,
+        },
+        &vocabulary::Side {
+            name: &trainer_name,
+            tokenizer: &trainer.tokenizer,
+            logits: trainer.source.config().vocab_size,
+        },
+    )?;
+    Ok(LoadedModel {
+        source: trainer.source,
+        tokenizer: Some(trainer.tokenizer),
+        chat_template: trainer.chat_template,
+        info: trainer.info,
+    })
+}
+
 pub fn run(backend: BackendChoice, args: ScoreArgs) -> Result<()> {
     let config = args.engine.config()?;
     let file =
@@ -131,15 +202,26 @@ pub fn run(backend: BackendChoice, args: ScoreArgs) -> Result<()> {
         File::create(&args.out).with_context(|| format!("creating {}", args.out.display()))?,
     );
 
-    let opened = bootstrap::open(backend, args.model.open()?, Kernels::Tuned)?;
+    if !(args.tis_cap.is_finite() && args.tis_cap > 1.0) {
+        bail!("--tis-cap must be a number above 1, not {}", args.tis_cap);
+    }
+    let model = match &args.trainer_model {
+        None => args.model.open()?,
+        Some(path) => open_trainer(path, &args.model)?,
+    };
+    let opened = bootstrap::open(backend, model, Kernels::Tuned)?;
     let mut engine = opened.engine(&config)?;
     args.engine.warn_adjusted(engine.adjusted());
     let vocab = opened.decoder.config.vocab_size;
     for input in &mut lines {
-        if let Ok(line) = &input.parsed
-            && let Err(e) = check_vocabulary(line, vocab)
-        {
-            input.parsed = Err(e);
+        if let Ok(line) = &input.parsed {
+            let checked = check_vocabulary(line, vocab).and_then(|()| match args.trainer_model {
+                Some(_) => rollout_logprobs(line).map(|_| ()),
+                None => Ok(()),
+            });
+            if let Err(e) = checked {
+                input.parsed = Err(e);
+            }
         }
     }
 
@@ -221,8 +303,24 @@ pub fn run(backend: BackendChoice, args: ScoreArgs) -> Result<()> {
     for (input, score) in lines.iter_mut().zip(scores) {
         match (&mut input.parsed, score) {
             (Ok(line), Some(score)) => {
-                line.record
-                    .insert("scored_logprobs".into(), json_out::to_value(&score)?);
+                match args.trainer_model {
+                    None => {
+                        line.record
+                            .insert("scored_logprobs".into(), json_out::to_value(&score)?);
+                    }
+                    Some(_) => {
+                        let rollout = rollout_logprobs(line).map_err(anyhow::Error::msg)?;
+                        let weights: Vec<f64> = rollout
+                            .iter()
+                            .zip(&score)
+                            .map(|(&r, &t)| metrics::tis_weight(r, t, args.tis_cap))
+                            .collect();
+                        line.record
+                            .insert("trainer_logprobs".into(), json_out::to_value(&score)?);
+                        line.record
+                            .insert("tis_weight".into(), json_out::to_value(&weights)?);
+                    }
+                }
                 writeln!(out, "{}", json_out::to_line(&line.record)?)?;
             }
             (parsed, _) => {

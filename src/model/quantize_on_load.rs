@@ -1,17 +1,22 @@
-//! Quantizing on load (`--quantize q8_0|q4_0|q4_1`): a [`WeightSource`] that hands out
-//! another source's float matrices (the embedding, every projection, the head) in a GGUF
-//! block format, quantized on the CPU as each is read, so that the matmul kernels then
-//! run on the same block layouts as for a quantized GGUF file. Norms and biases are handed
-//! out as they are stored (the kernels take them in f32).
+//! Quantizing on load (`--quantize f16|bf16|q8_0|q4_0|q4_1`): a [`WeightSource`] that
+//! hands out another source's float matrices (the embedding, every projection, the head)
+//! in a 16-bit float or a GGUF block format, converted on the CPU as each is read, so that
+//! the matmul kernels then run on the same layouts as for a file stored that way (every
+//! matmul kernel reads f16, bf16 and the block formats; see `shaders/weight_formats`).
+//! Norms and biases are handed out as they are stored (the kernels take them in f32).
 //!
-//! Rounding is that of ggml's reference quantizers ([`crate::formats::quantize`]): Q8_0
+//! Rounding: f16 and bf16 round each value to nearest, ties to even (`half`'s
+//! conversions, as PyTorch's `.to(torch.float16 / torch.bfloat16)` rounds), so an f16 or
+//! bf16 copy of an f32 model holds what a trainer's half-precision copy would. The block
+//! formats round as ggml's reference quantizers do ([`crate::formats::quantize`]): Q8_0
 //! `d = amax / 127`, `q = round(x / d)`; Q4_0 `d = max / -8` with `max` the value of largest
 //! magnitude, signed; Q4_1 `d = (max - min) / 15`, `m = min`. Dequantizing a block that
 //! ggml's quantizer wrote and quantizing it again gives the same block bit for bit, with
 //! the exceptions stated and tested in `tests/requantize.rs`.
 //!
 //! Invariants: [`QuantizeOnLoad::new`] refuses, before anything is read, a target that is
-//! not a quantized format, a source any of whose matrices is already quantized (a
+//! not one of [`QUANTIZE_FORMATS`] (f32 is the stored values, not a conversion), a
+//! source any of whose matrices is already quantized (a
 //! quantized GGUF: quantizing it again would round its values a second time), and a model
 //! whose matrices' rows are not whole blocks of 32, each with an error naming the tensor;
 //! so every `read` of a source that opened succeeds as the inner source's would.
@@ -22,9 +27,21 @@ use crate::model::config::ModelConfig;
 use crate::model::names::TensorName;
 use crate::model::source::WeightSource;
 
-/// The formats weights can be quantized to on load.
-pub const QUANTIZE_FORMATS: [WeightFormat; 3] =
-    [WeightFormat::Q8_0, WeightFormat::Q4_0, WeightFormat::Q4_1];
+/// The formats weights can be converted to on load: the 16-bit floats and the block
+/// formats.
+pub const QUANTIZE_FORMATS: [WeightFormat; 5] = [
+    WeightFormat::F16,
+    WeightFormat::Bf16,
+    WeightFormat::Q8_0,
+    WeightFormat::Q4_0,
+    WeightFormat::Q4_1,
+];
+
+/// The names of [`QUANTIZE_FORMATS`], comma-separated (for messages).
+pub fn quantize_format_names() -> String {
+    let names: Vec<&str> = QUANTIZE_FORMATS.iter().map(|f| f.name()).collect();
+    names.join(", ")
+}
 
 /// A source whose float matrices are quantized to one format as they are read.
 pub struct QuantizeOnLoad {
@@ -33,12 +50,14 @@ pub struct QuantizeOnLoad {
 }
 
 impl QuantizeOnLoad {
-    /// `inner`'s matrices, quantized to `format` (one of [`QUANTIZE_FORMATS`]) on read.
+    /// `inner`'s matrices, converted to `format` (one of [`QUANTIZE_FORMATS`]) on read.
     pub fn new(inner: Box<dyn WeightSource>, format: WeightFormat) -> Result<Self, SproutError> {
         let context = format!("quantizing to {format} on load");
         if !QUANTIZE_FORMATS.contains(&format) {
             return Err(SproutError::Model(format!(
-                "{context}: {format} is not a quantized format (use q8_0, q4_0 or q4_1)"
+                "{context}: {format} is not a format weights are converted to on load (use \
+                 one of {})",
+                quantize_format_names()
             )));
         }
         let config = inner.config();
@@ -159,8 +178,12 @@ mod tests {
             e.contains("tensor layers.0.q is already stored as q8_0") && e.contains("q4_1"),
             "{e}"
         );
-        let e = error(tiny("tiny-llama"), WeightFormat::Bf16);
-        assert!(e.contains("bf16 is not a quantized format"), "{e}");
+        let e = error(tiny("tiny-llama"), WeightFormat::F32);
+        assert!(
+            e.contains("f32 is not a format weights are converted to on load")
+                && e.contains("f16, bf16, q8_0, q4_0, q4_1"),
+            "{e}"
+        );
         let mut config = builtin_config("tiny-llama").unwrap();
         config.intermediate_size = 40;
         let f32_weights = DummyWeights::new(config, WeightFormat::F32, 0).unwrap();

@@ -133,6 +133,33 @@ impl Tokenizer {
     pub fn inner(&self) -> &tokenizers::Tokenizer {
         &self.inner
     }
+
+    /// Where `other`'s vocabulary first differs from this one's: its size, or the first id
+    /// that names another token; `None` when every id means the same token in both (token
+    /// ids from one model can then be scored by the other).
+    pub fn vocabulary_difference(&self, other: &Tokenizer) -> Option<VocabularyDifference> {
+        let (ours, theirs) = (self.vocab_size(), other.vocab_size());
+        if ours != theirs {
+            return Some(VocabularyDifference::Size { ours, theirs });
+        }
+        (0..ours as u32).find_map(|id| {
+            let (ours, theirs) = (self.id_to_token(id), other.id_to_token(id));
+            (ours != theirs).then_some(VocabularyDifference::Token { id, ours, theirs })
+        })
+    }
+}
+
+/// How two vocabularies differ ([`Tokenizer::vocabulary_difference`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum VocabularyDifference {
+    /// They hold different numbers of ids.
+    Size { ours: usize, theirs: usize },
+    /// Id `id` is another token in each.
+    Token {
+        id: u32,
+        ours: Option<String>,
+        theirs: Option<String>,
+    },
 }
 
 /// Decodes ids as they are sampled, returning only text that is complete UTF-8 and that
@@ -180,5 +207,29 @@ impl IncrementalDecoder {
             .to_string();
         *self = IncrementalDecoder::new(self.skip_special_tokens);
         Ok(rest)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture(name: &str) -> Tokenizer {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        Tokenizer::from_file(dir.join(name).join("tokenizer.json")).unwrap()
+    }
+
+    #[test]
+    fn vocabularies_differ_by_size_or_by_the_first_other_token() {
+        let (llama, qwen) = (fixture("tiny-llama"), fixture("tiny-qwen2"));
+        assert_eq!(llama.vocabulary_difference(&llama.clone()), None);
+        assert_eq!(
+            llama.vocabulary_difference(&qwen),
+            Some(VocabularyDifference::Size {
+                ours: llama.vocab_size(),
+                theirs: qwen.vocab_size()
+            })
+        );
+        assert_ne!(llama.vocab_size(), qwen.vocab_size());
     }
 }

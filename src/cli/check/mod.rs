@@ -35,7 +35,7 @@ pub struct CheckArgs {
     /// reference.
     #[arg(long)]
     model: Option<PathBuf>,
-    /// Quantize --model's float matrices on load: q8_0, q4_0, q4_1 or none (as every
+    /// Convert --model's float matrices on load: f16, bf16, q8_0, q4_0, q4_1 or none (as every
     /// command that loads a model takes it).
     #[arg(long, value_parser = parse_quantize, default_value = "none", value_name = "FORMAT")]
     quantize: Quantize,

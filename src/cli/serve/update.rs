@@ -33,7 +33,7 @@ use sprout::model::gguf_model::GgufModel;
 use sprout::model::quantize_on_load::QuantizeOnLoad;
 use sprout::model::safetensors_dir::SafetensorsDir;
 use sprout::model::source::WeightSource;
-use sprout::tokenizer::Tokenizer;
+use sprout::tokenizer::{Tokenizer, VocabularyDifference};
 use tokio::sync::oneshot;
 
 use crate::cli::cli_args::parse_quantize;
@@ -86,7 +86,10 @@ fn parse(body: &[u8]) -> Result<UpdateRequest, ApiError> {
         Some(v) => {
             return Err(ApiError::bad(
                 "quantize",
-                format!("quantize must be q8_0, q4_0, q4_1 or none, not {v}"),
+                format!(
+                    "quantize must be one of {} or none, not {v}",
+                    sprout::model::quantize_on_load::quantize_format_names()
+                ),
             ));
         }
     };
@@ -212,21 +215,14 @@ fn load(
 
 /// The new checkpoint's tokenizer must map every id to the same token as the served one.
 fn check_vocabulary(serving: &Tokenizer, new: &Tokenizer) -> Result<(), String> {
-    if serving.vocab_size() != new.vocab_size() {
-        return Err(format!(
-            "its vocabulary has {} tokens, the served model's {}",
-            new.vocab_size(),
-            serving.vocab_size()
-        ));
+    match serving.vocabulary_difference(new) {
+        None => Ok(()),
+        Some(VocabularyDifference::Size { ours, theirs }) => Err(format!(
+            "its vocabulary has {theirs} tokens, the served model's {ours}"
+        )),
+        Some(VocabularyDifference::Token { id, ours, theirs }) => Err(format!(
+            "its vocabulary differs from the served model's at token {id} ({theirs:?}, not \
+             {ours:?})"
+        )),
     }
-    for id in 0..serving.vocab_size() as u32 {
-        let (a, b) = (serving.id_to_token(id), new.id_to_token(id));
-        if a != b {
-            return Err(format!(
-                "its vocabulary differs from the served model's at token {id} ({b:?}, not \
-                 {a:?})"
-            ));
-        }
-    }
-    Ok(())
 }

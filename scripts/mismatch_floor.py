@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""The floor of `sprout mismatch`: Hugging Face transformers' float32 log-probs of a few
+sampled completions, which sprout's own float32 forward pass scores again.
+
+    /root/.cache/sprout/venv/bin/python scripts/mismatch_floor.py [--model DIR] [--out FILE]
+
+MODEL (default ~/.cache/sprout/grpo/smollm2-f32, made by `sprout export --out DIR`) is a
+float32 Hugging Face directory. For each built-in prompt (rendered with the model's chat
+template) transformers samples SAMPLES completions of at most MAX_NEW_TOKENS tokens
+(temperature 1, nothing cut, seed 0, on the CPU), then computes in float32, teacher-forced
+over prompt + completion, the log-probability of every completion token
+(log_softmax(logits)[token], the trainer's figure). The fixture records, per completion,
+`prompt_token_ids`, `token_ids` and `logprobs`, and in its header the versions, the dtype
+and `model_sha256`: the SHA-256 of the lines `<sha256>  <name>` of the directory's regular
+files in name order (as `sprout::model::open::model_sha256` computes it, and as records
+name their model), so sprout applies the floor only to this very model.
+
+The fixture is committed (tests/fixtures/mismatch_floor.json, embedded in the binary);
+building and testing sprout needs no Python. Floats are the shortest decimals that
+round-trip to the float32 value. About a minute on 2 CPU cores.
+"""
+
+import argparse
+import hashlib
+import importlib.metadata
+import json
+import os
+import sys
+from pathlib import Path
+
+PINNED = {
+    "torch": "2.15.0",
+    "transformers": "5.25.0",
+    "numpy": "2.4.6",
+}
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_MODEL = Path(os.path.expanduser("~/.cache/sprout/grpo/smollm2-f32"))
+DEFAULT_OUT = REPO / "tests" / "fixtures" / "mismatch_floor.json"
+SEED = 0
+SAMPLES = 2
+MAX_NEW_TOKENS = 48
+PROMPTS = [
+    "Name three colours of the rainbow and say what each makes you think of.",
+    "Explain in two sentences why the sky is blue.",
+]
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TQDM_DISABLE", "1")
+
+
+def check_versions():
+    for pkg, want in PINNED.items():
+        try:
+            have = importlib.metadata.version(pkg)
+        except importlib.metadata.PackageNotFoundError:
+            have = None
+        # torch's CPU and CUDA wheels carry a local suffix (2.15.0+cpu): the same release.
+        if have is None or have.split("+")[0] != want:
+            print(f"WARNING: {pkg} {have} installed, {want} pinned; the fixture may differ",
+                  file=sys.stderr)
+
+
+def model_sha256(path):
+    """sprout's model_sha256 of a directory."""
+    def file_hash(p):
+        h = hashlib.sha256()
+        with open(p, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        return h.hexdigest()
+
+    files = sorted(p for p in Path(path).iterdir() if p.is_file())
+    listing = "".join(f"{file_hash(p)}  {p.name}\n" for p in files)
+    return hashlib.sha256(listing.encode()).hexdigest()
+
+
+def f32_list(values):
+    import numpy as np
+
+    arr = np.asarray(values, dtype=np.float32).reshape(-1)
+    assert np.all(np.isfinite(arr)), "non-finite log-prob"
+    return [float(str(x)) for x in arr]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", type=Path, default=DEFAULT_MODEL)
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = parser.parse_args()
+    check_versions()
+
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.manual_seed(SEED)
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    model = AutoModelForCausalLM.from_pretrained(
+        args.model, dtype=torch.float32, attn_implementation="eager"
+    ).eval()
+    samples = []
+    with torch.inference_mode():
+        for prompt in PROMPTS:
+            text = tokenizer.apply_chat_template(
+                [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+            )
+            prompt_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+            for _ in range(SAMPLES):
+                out = model.generate(
+                    torch.tensor([prompt_ids]),
+                    do_sample=True,
+                    temperature=1.0,
+                    top_k=0,
+                    top_p=1.0,
+                    max_new_tokens=MAX_NEW_TOKENS,
+                    pad_token_id=tokenizer.eos_token_id,
+                )
+                completion = out[0, len(prompt_ids):].tolist()
+                # Teacher-forced, as a trainer computes it: one forward pass over the whole
+                # sequence, the log-softmax of the logits before each completion token.
+                ids = torch.tensor([prompt_ids + completion])
+                logits = model(ids).logits[0].float()
+                logp = torch.log_softmax(logits, dim=-1)
+                at = torch.arange(len(prompt_ids) - 1, ids.shape[1] - 1)
+                picked = logp[at, ids[0, at + 1]]
+                samples.append({
+                    "prompt_token_ids": prompt_ids,
+                    "token_ids": completion,
+                    "logprobs": f32_list(picked.tolist()),
+                })
+                print(f"sample {len(samples)}: {len(completion)} tokens", file=sys.stderr)
+    fixture = {
+        "what": "transformers float32 log-probs of sampled completions (sprout mismatch's floor)",
+        "script": "scripts/mismatch_floor.py",
+        "transformers": transformers.__version__,
+        "torch": torch.__version__,
+        "dtype": "float32",
+        "attn_implementation": "eager",
+        "model": args.model.name,
+        "model_sha256": model_sha256(args.model),
+        "seed": SEED,
+        "samples": samples,
+    }
+    args.out.write_text(json.dumps(fixture, indent=1) + "\n")
+    print(f"wrote {args.out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
