@@ -112,8 +112,13 @@ fn bench_json() {
         "4",
         "--json",
     ]);
-    // `tuning` is the tune file's path, or null on an adapter `sprout tune` has not seen.
-    let nullable = [("tuning", "string")];
+    // `tuning` is the tune file's path, or null on an adapter `sprout tune` has not seen;
+    // the speculation ratios are null without drafts.
+    let nullable = [
+        ("tuning", "string"),
+        ("acceptance_rate", "float"),
+        ("mean_accepted_length", "float"),
+    ];
     insta::assert_json_snapshot!("bench", shape(&parse(&out), &nullable));
 }
 
