@@ -515,11 +515,10 @@ fn applied_draws(plan: &StepPlan, rejected: &[usize]) -> Vec<(RequestId, u32, us
         if rejected.contains(&d) {
             continue;
         }
-        let key = (draw.request, draw.sample_index);
-        match applied.iter_mut().find(|(r, k, _)| (*r, *k) == key) {
-            // A sample's draws are consecutive (one chunk), so only the last can match.
-            Some(entry) => entry.2 += 1,
-            None => applied.push((key.0, key.1, 1)),
+        // A sample's draws are consecutive (one chunk), so only the last entry can match.
+        match applied.last_mut() {
+            Some((r, k, count)) if (*r, *k) == (draw.request, draw.sample_index) => *count += 1,
+            _ => applied.push((draw.request, draw.sample_index, 1)),
         }
     }
     applied
