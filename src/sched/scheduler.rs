@@ -1084,11 +1084,7 @@ impl Scheduler {
     /// A step of `rows` rows ran: `gpu_s` its GPU part, and `cpu_s` the CPU time it
     /// exposed when it was not overlapped with planning the next (for `auto`).
     pub fn record_step_cost(&mut self, rows: usize, gpu_s: f64, cpu_s: Option<f64>) {
-        let cost = &mut self.drafting.policy.cost;
-        cost.record(rows, gpu_s);
-        if let Some(cpu) = cpu_s {
-            cost.record_cpu(cpu);
-        }
+        self.drafting.policy.record_step(rows, gpu_s, cpu_s);
     }
 
     /// Keeps every finished sample as a draft source for later requests with the same

@@ -6,20 +6,29 @@
 //!   not planned during it (a speculative step's results decide the next step).
 //! - Acceptance: a drafted token is taken to be accepted with probability `a`, each
 //!   independently, so a draft of k tokens gains `a + a^2 + ... + a^k` tokens. `a` is
-//!   estimated from the verified drafts as accepted / (accepted + rejections).
+//!   estimated from the verified drafts as accepted / (accepted + rejections), which holds
+//!   for drafts of any length, one token included.
 //!
 //! A step speculates when `(B + gain) / (c0 + c1 (R + K) + cpu)` beats `B / (c0 + c1 R)`
 //! by [`MARGIN`], with `B` decoding samples, `R` rows without drafts and `K` drafted
 //! rows, each draft cut to the tokens whose expected gain `a^j` is worth a row's cost.
-//! Without measurements it assumes nothing pays (acceptance 0), and it speculates one step
-//! in [`EXPLORE_EVERY`] anyway (the first after that many steps, so that a short run never
-//! pays for measuring), with one decoding sample in [`EXPLORE_SHARE`], so that the
-//! estimates follow the workload at little cost.
+//!
+//! Without measurements it assumes nothing pays (acceptance 0). To learn otherwise it
+//! measures: a step not predicted to pay still drafts when the predicted cost of doing
+//! so (the exposed CPU time plus a row per drafted token) keeps all such measuring within
+//! [`EXPLORE_BUDGET`] of the time run so far. Measuring drafts for one decoding sample in
+//! [`EXPLORE_SHARE`], each as long as the budget left allows (one token at least). So
+//! measuring is cheap where rows cost little (a GPU: it starts within a few steps) and
+//! rare where they cost much (a CPU adapter), and it never costs more than the budget
+//! when drafts never pay.
+
+use super::MAX_DRAFT;
 
 /// Speculate only when predicted to be at least this much faster.
 pub const MARGIN: f64 = 1.05;
-/// One step in this many speculates whatever the prediction, to keep measuring.
-pub const EXPLORE_EVERY: u64 = 64;
+/// The share of the time run that drafting not predicted to pay may cost, to keep
+/// measuring acceptance.
+pub const EXPLORE_BUDGET: f64 = 0.02;
 /// A step that only measures drafts for one in this many decoding samples.
 pub const EXPLORE_SHARE: usize = 8;
 /// Weight kept by the old estimates at each new measurement.
@@ -88,12 +97,26 @@ pub struct AutoPolicy {
     pub cost: StepCost,
     accepted: f64,
     rejected: f64,
-    steps: u64,
-    /// The step being planned speculates to measure, not because it is predicted to pay.
-    exploring: bool,
+    /// Seconds of steps run (GPU and exposed CPU time).
+    run_s: f64,
+    /// Predicted seconds spent drafting in steps not predicted to pay.
+    explored_s: f64,
+    /// The step being planned drafts to measure, not because it is predicted to pay:
+    /// this many tokens per draft at most.
+    probe_len: Option<usize>,
 }
 
 impl AutoPolicy {
+    /// A step of `rows` rows ran: its GPU part took `gpu_s`, and it exposed `cpu_s` of CPU
+    /// time when it was not overlapped with planning the next.
+    pub fn record_step(&mut self, rows: usize, gpu_s: f64, cpu_s: Option<f64>) {
+        self.cost.record(rows, gpu_s);
+        if let Some(cpu) = cpu_s {
+            self.cost.record_cpu(cpu);
+        }
+        self.run_s += gpu_s + cpu_s.unwrap_or(0.0);
+    }
+
     /// A verified draft: `accepted` of its `drafted` tokens were taken.
     pub fn record_verify(&mut self, drafted: usize, accepted: usize) {
         self.accepted = DECAY * self.accepted + accepted as f64;
@@ -107,20 +130,37 @@ impl AutoPolicy {
     }
 
     /// Whether the next step should speculate, for `decoding` samples that draw and
-    /// `rows` rows in all without drafts. Counts the step.
+    /// `rows` rows in all without drafts: when predicted to pay, or to measure while the
+    /// measuring budget allows.
     pub fn should_speculate(&mut self, decoding: usize, rows: usize) -> bool {
-        self.steps += 1;
-        self.exploring = false;
+        self.probe_len = None;
         if decoding == 0 {
             return false;
-        }
-        if self.steps.is_multiple_of(EXPLORE_EVERY) {
-            self.exploring = true;
-            return true;
         }
         let Some((c0, c1)) = self.cost.fit() else {
             return false;
         };
+        if self.predicts_gain(c0, c1, decoding, rows) {
+            return true;
+        }
+        // What measuring may still cost, and what a draft token costs on the samples
+        // that measure.
+        let left = EXPLORE_BUDGET * self.run_s - self.explored_s - self.cost.cpu();
+        let per_token = c1 * decoding.div_ceil(EXPLORE_SHARE) as f64;
+        let tokens = match per_token > 0.0 {
+            true => (left / per_token).floor().min(MAX_DRAFT as f64),
+            false => MAX_DRAFT as f64,
+        };
+        if tokens < 1.0 {
+            return false;
+        }
+        let len = tokens as usize;
+        self.explored_s += self.cost.cpu() + per_token * len as f64;
+        self.probe_len = Some(len);
+        true
+    }
+
+    fn predicts_gain(&self, c0: f64, c1: f64, decoding: usize, rows: usize) -> bool {
         let a = self.acceptance();
         let k = self.draft_len(c0, c1, decoding, rows, usize::MAX);
         if k == 0 {
@@ -137,18 +177,19 @@ impl AutoPolicy {
     /// them when it is predicted to pay; when it only measures, one in [`EXPLORE_SHARE`]
     /// (at least one), so that measuring costs little even where drafts never pay.
     pub fn drafting_samples(&self, decoding: usize) -> usize {
-        match self.exploring {
-            true => decoding.div_ceil(EXPLORE_SHARE),
-            false => decoding,
+        match self.probe_len {
+            Some(_) => decoding.div_ceil(EXPLORE_SHARE),
+            None => decoding,
         }
     }
 
     /// How many of a draft's `max` tokens are worth a row each in a step of `rows` rows
     /// with `decoding` drawing samples: token j (1-based) is kept while its chance `a^j`
     /// of being accepted beats the tokens a row's time would give at the step's rate.
+    /// When the step only measures, as many as its budget allows.
     pub fn keep(&self, decoding: usize, rows: usize, max: usize) -> usize {
-        if self.exploring {
-            return max;
+        if let Some(len) = self.probe_len {
+            return len.min(max);
         }
         match self.cost.fit() {
             Some((c0, c1)) => self.draft_len(c0, c1, decoding, rows, max),
@@ -161,7 +202,7 @@ impl AutoPolicy {
         let row_worth = c1 * rate;
         let a = self.acceptance();
         let mut k = 0;
-        while k < max.min(super::MAX_DRAFT) && a.powi(k as i32 + 1) > row_worth {
+        while k < max.min(MAX_DRAFT) && a.powi(k as i32 + 1) > row_worth {
             k += 1;
         }
         k
@@ -203,41 +244,87 @@ mod tests {
             p.record_verify(5, 4);
         }
         assert!((p.acceptance() - 0.8).abs() < 1e-9);
-        p.steps = 1; // past the exploring step
         assert!(p.should_speculate(1, 1));
+        assert_eq!(p.probe_len, None, "predicted to pay, not measuring");
         assert_eq!(p.keep(1, 1, 8), 8);
-        // A CPU-like adapter: all cost per row. Nothing is worth a row.
+        // A CPU-like adapter: all cost per row. Nothing is worth a row, and with no time
+        // run there is no budget to measure with.
         let mut q = AutoPolicy::default();
         for rows in [1, 2, 4, 8, 64] {
             q.cost.record(rows, 0.001 * rows as f64);
         }
         q.accepted = p.accepted;
         q.rejected = p.rejected;
-        q.steps = 1;
         assert!(!q.should_speculate(1, 1));
         assert_eq!(q.keep(1, 1, 8), 0);
     }
 
-    #[test]
-    fn explores_once_in_a_while_and_not_without_decoding_samples() {
+    /// Runs `steps` steps of `decoding` samples at `c0 + c1 * rows` seconds each (a
+    /// measuring step: its drafted rows too, all rejected); returns the measuring steps
+    /// and the share of the time run they added.
+    fn run_rejecting_everything(c0: f64, c1: f64, decoding: usize, steps: usize) -> (usize, f64) {
         let mut p = AutoPolicy::default();
-        for rows in [1, 2, 4] {
-            p.cost.record(rows, 0.001 * rows as f64);
+        let prefill = c0 + c1 * 64.0;
+        p.record_step(64, prefill, None);
+        let (mut measuring, mut extra, mut total) = (0, 0.0, prefill);
+        for _ in 0..steps {
+            let drafted = match p.should_speculate(decoding, decoding) {
+                true => {
+                    measuring += 1;
+                    let samples = p.drafting_samples(decoding);
+                    let len = p.keep(decoding, decoding, MAX_DRAFT);
+                    for _ in 0..samples {
+                        p.record_verify(len, 0);
+                    }
+                    samples * len
+                }
+                false => 0,
+            };
+            let s = c0 + c1 * (decoding + drafted) as f64;
+            p.record_step(decoding + drafted, s, None);
+            extra += c1 * drafted as f64;
+            total += s;
         }
-        let decisions: Vec<bool> = (0..2 * EXPLORE_EVERY)
-            .map(|_| p.should_speculate(4, 4))
-            .collect();
-        assert_eq!(decisions.iter().filter(|&&d| d).count(), 2);
-        assert!(!p.should_speculate(0, 4));
-        // While exploring, few samples draft, each all it can.
-        p.steps = EXPLORE_EVERY * 3 - 1;
+        assert_eq!(p.acceptance(), 0.0);
+        (measuring, extra / total)
+    }
+
+    #[test]
+    fn measuring_stays_within_its_budget_and_starts_soon_where_rows_are_cheap() {
+        // A CPU-like adapter (all cost per row) and a GPU-like one (mostly fixed cost).
+        for (c0, c1, decoding) in [(0.0, 0.05, 1), (0.0, 0.05, 64), (0.010, 0.000_01, 8)] {
+            let (measuring, share) = run_rejecting_everything(c0, c1, decoding, 2000);
+            assert!(measuring > 0, "{c0} {c1} {decoding}: never measured");
+            assert!(share <= EXPLORE_BUDGET, "{c0} {c1} {decoding}: {share}");
+        }
+        // Where rows cost little, measuring starts at once and goes on often.
+        let (measuring, _) = run_rejecting_everything(0.010, 0.000_01, 8, 20);
+        assert!(measuring >= 10, "{measuring}");
+        // While measuring, few samples draft; otherwise every sample may.
+        let mut p = AutoPolicy::default();
+        for _ in 0..10 {
+            p.record_step(64, 0.020, None);
+        }
         assert!(p.should_speculate(64, 64));
         assert_eq!(p.drafting_samples(64), 64 / EXPLORE_SHARE);
         assert_eq!(p.drafting_samples(1), 1);
-        assert_eq!(p.keep(64, 64, 5), 5);
-        // Otherwise every sample may, and nothing is worth a row here.
-        assert!(!p.should_speculate(64, 64));
+        assert!(!p.should_speculate(0, 4), "nothing decodes");
         assert_eq!(p.drafting_samples(64), 64);
-        assert_eq!(p.keep(64, 64, 5), 0);
+    }
+
+    #[test]
+    fn a_measured_draft_that_is_accepted_turns_speculation_on() {
+        // Rows cost 20% of a step: a draft pays when accepted, not when rejected.
+        let mut p = AutoPolicy::default();
+        for rows in [64, 1, 1, 1] {
+            p.record_step(rows, 0.2 + 0.05 * rows as f64, None);
+        }
+        assert!(p.should_speculate(1, 1));
+        assert!(p.probe_len.is_some(), "measuring, not predicted to pay");
+        let len = p.keep(1, 1, MAX_DRAFT);
+        p.record_verify(len, len);
+        assert!(p.should_speculate(1, 1));
+        assert_eq!(p.probe_len, None, "now predicted to pay");
+        assert_eq!(p.keep(1, 1, MAX_DRAFT), MAX_DRAFT);
     }
 }
