@@ -10,8 +10,11 @@
 //! suffix tree, as suffix decoding does) while the product of the agreeing fractions
 //! stays above [`MIN_DRAFT_PROB`]; it is at most [`DRAFT_PER_MATCHED`] times the matched
 //! length, so a long match drafts further than a one-token coincidence. Each fraction is
-//! `agreeing / (places + 1)`, one place held back for a continuation not seen yet: a
-//! continuation seen once is trusted for two tokens, one seen in many places for longer.
+//! `agreeing / (places + 1/m)`, with `m` the tokens of context the places share with the
+//! stream so far (the matched suffix, then the drafted tokens): some weight is held back
+//! for a continuation not seen yet, less the longer the shared context. So a continuation
+//! seen once after a one-token match is trusted for about three tokens (1/2, 2/3, 3/4),
+//! after an eight-token match for the whole draft, and one seen in many places for longer.
 //!
 //! Invariants: a stream's entries are added as its tokens are pushed, never removed; keys
 //! are hashes, and every occurrence a draft uses is checked token by token, so a hash
@@ -124,16 +127,17 @@ impl SuffixIndex {
             }
             let limit = max_len.min(DRAFT_PER_MATCHED * n);
             return Draft {
-                tokens: self.walk(alive, limit),
+                tokens: self.walk(alive, n, limit),
                 matched: n,
             };
         }
         Draft::default()
     }
 
-    /// Follows `alive` (places whose next token continues the matched suffix) for at most
-    /// `limit` tokens, taking the continuation most of them share each time.
-    fn walk(&self, mut alive: Vec<(usize, usize)>, limit: usize) -> Vec<u32> {
+    /// Follows `alive` (places whose next token continues the matched suffix of
+    /// `matched` tokens) for at most `limit` tokens, taking the continuation most of them
+    /// share each time.
+    fn walk(&self, mut alive: Vec<(usize, usize)>, matched: usize, limit: usize) -> Vec<u32> {
         let mut out = Vec::new();
         let mut prob = 1.0f32;
         while out.len() < limit && !alive.is_empty() {
@@ -154,7 +158,10 @@ impl SuffixIndex {
             let Some(&(token, count)) = counts.iter().rev().max_by_key(|&&(_, n)| n) else {
                 break;
             };
-            prob *= count as f32 / (total + 1) as f32;
+            // What is held back for a continuation not seen yet shrinks as the context
+            // the places share with the stream grows (the suffix, then the drafted tokens).
+            let unseen = 1.0 / (matched + j) as f32;
+            prob *= count as f32 / (total as f32 + unseen);
             if prob < MIN_DRAFT_PROB {
                 break;
             }
@@ -184,20 +191,21 @@ mod tests {
     #[test]
     fn drafts_what_followed_the_longest_matching_suffix() {
         let mut index = SuffixIndex::default();
-        index.add_tokens(&[], &[1, 2, 3, 4, 5, 6, 1, 2, 9, 9]);
+        index.add_tokens(&[], &[1, 2, 3, 4, 5, 6, 1, 2, 9, 9, 1, 2, 8]);
         let s = index.add_tokens(&[], &[7, 1, 2]);
-        // "7 1 2" occurs nowhere else, so the key is "1 2", which occurs twice: followed
-        // by 3 and by 9, a tie, which the first met wins (1/3); then 4 (1/2 -> 1/6 < 0.2).
+        // "7 1 2" occurs nowhere else, so the key is "1 2", which occurs three times:
+        // followed by 3, 9 and 8, a tie, which the first met wins (1 / (3 + 1/2) = 2/7);
+        // then 4 (x 1 / (1 + 1/3): 3/14), then 5 (x 4/5: 6/35 < 0.2).
         let d = index.draft(s, 10);
         assert_eq!(d.matched, 2);
-        assert_eq!(d.tokens, vec![3]);
+        assert_eq!(d.tokens, vec![3, 4]);
         index.push(s, 3);
         let d = index.draft(s, 5);
         assert_eq!(
             d.matched, 3,
-            "now `1 2 3` matches, in one place: 4 (1/2), 5 (1/4)"
+            "now `1 2 3` matches, in one place: 3/4, 3/5, 1/2, 3/7, 3/8, cut at 5 tokens"
         );
-        assert_eq!(d.tokens, vec![4, 5]);
+        assert_eq!(d.tokens, vec![4, 5, 6, 1, 2]);
     }
 
     #[test]
@@ -230,7 +238,11 @@ mod tests {
         let c = index.add_tokens(&[5, 6], &[7, 8]);
         assert_eq!(index.stream(c), &[5, 6, 7, 8]);
         let s = index.add_tokens(&[], &[6, 7]);
-        assert_eq!(index.draft(s, 4).tokens, vec![8], "seen once: 1/2");
+        assert_eq!(
+            index.draft(s, 4).tokens,
+            vec![8],
+            "seen once after two tokens: 2/3"
+        );
         // "5" appears only in context, where nothing may be drafted from.
         let t = index.add_tokens(&[], &[4]);
         index.push(t, 5);
@@ -240,17 +252,17 @@ mod tests {
     #[test]
     fn a_long_match_drafts_further_than_a_short_one() {
         let mut index = SuffixIndex::default();
-        // The same text in four places: each token agrees in 4 of 5 (0.8 per token, 7
-        // tokens before the product falls under 0.2).
+        // The same text in four places, every place agreeing: the drafts go on to
+        // DRAFT_PER_MATCHED tokens per matched token (the product stays above 0.6).
         let text: Vec<u32> = (0..40).collect();
         for _ in 0..4 {
             index.add_tokens(&[], &text);
         }
         let one = index.add_tokens(&[], &[10]);
-        assert_eq!(index.draft(one, 100).tokens.len(), DRAFT_PER_MATCHED);
+        assert_eq!(index.draft(one, 100).tokens, vec![11, 12, 13]);
         let two = index.add_tokens(&[], &[9, 10]);
         assert_eq!(index.draft(two, 100).tokens, (11..17).collect::<Vec<_>>());
         let eight = index.add_tokens(&[], &(2..10).collect::<Vec<_>>());
-        assert_eq!(index.draft(eight, 100).tokens, (10..17).collect::<Vec<_>>());
+        assert_eq!(index.draft(eight, 100).tokens, (10..34).collect::<Vec<_>>());
     }
 }
