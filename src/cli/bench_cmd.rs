@@ -101,9 +101,12 @@ pub struct BenchArgs {
     /// Samples per batch in the static mode (default: G).
     #[arg(long)]
     batch: Option<usize>,
-    /// Sampling seed (temperature 1, no truncation); also draws dummy weights and prompts.
+    /// Sampling seed (no truncation); also draws dummy weights and prompts.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Sampling temperature (0 is greedy): a low one stands in for a confident policy.
+    #[arg(long, default_value_t = 1.0)]
+    temperature: f32,
     /// Print the results as JSON to stdout.
     #[arg(long)]
     json: bool,
@@ -200,6 +203,16 @@ pub fn run(backend: BackendChoice, args: BenchArgs) -> Result<()> {
     if args.rounds == 0 {
         bail!("--rounds must be at least 1");
     }
+    if !(args.temperature.is_finite() && args.temperature >= 0.0) {
+        bail!(
+            "--temperature must be a finite number at least 0, not {}",
+            args.temperature
+        );
+    }
+    let sampling = Sampling {
+        seed: args.seed,
+        temperature: args.temperature,
+    };
     if args.modes.is_empty() {
         bail!("--modes needs at least one of sequential, static, continuous, sprout");
     }
@@ -291,7 +304,7 @@ pub fn run(backend: BackendChoice, args: BenchArgs) -> Result<()> {
         &warm,
         Mode::Sprout,
         batch,
-        args.seed,
+        sampling,
         &eos,
         &hidden,
         &[],
@@ -307,7 +320,10 @@ pub fn run(backend: BackendChoice, args: BenchArgs) -> Result<()> {
                 &workload,
                 Mode::Sprout,
                 batch,
-                args.seed + 1,
+                Sampling {
+                    seed: args.seed + 1,
+                    ..sampling
+                },
                 &eos,
                 &hidden,
                 &[],
@@ -342,7 +358,7 @@ pub fn run(backend: BackendChoice, args: BenchArgs) -> Result<()> {
                 gpu.start_profiling();
             }
             let mut r = run_mode(
-                decoder, &config, &workload, mode, batch, args.seed, &eos, &bar, &corpus,
+                decoder, &config, &workload, mode, batch, sampling, &eos, &bar, &corpus,
             )?;
             r.kernels = gpu.finish_profiling();
             bar.finish_and_clear();
@@ -405,6 +421,7 @@ pub fn run(backend: BackendChoice, args: BenchArgs) -> Result<()> {
                 "lengths": args.lengths,
                 "static_batch": batch,
                 "seed": args.seed,
+                "temperature": args.temperature,
                 "rounds": args.rounds,
                 "second_epoch": args.second_epoch,
                 "model_file": opened.info.name,
@@ -452,16 +469,23 @@ fn progress(label: &str, tokens: usize) -> ProgressBar {
         .with_style(ProgressStyle::with_template(&template).expect("a valid template"))
 }
 
+/// How the bench samples: temperature and seed, no truncation.
+#[derive(Clone, Copy)]
+struct Sampling {
+    seed: u64,
+    temperature: f32,
+}
+
 /// The requests of one mode: a group per prompt (sprout), or one request per sample.
 fn requests(
     workload: &Workload,
     mode: Mode,
-    seed: u64,
+    sampling: Sampling,
     eos: &[u32],
 ) -> Vec<(Request, Vec<SampleSpec>)> {
     let params = |max_tokens: usize| SamplingParams {
-        temperature: 1.0,
-        seed,
+        temperature: sampling.temperature,
+        seed: sampling.seed,
         max_tokens,
         // Targets are enforced by the bench; natural lengths stop at end of sequence.
         stop_ids: match workload.lengths {
@@ -533,7 +557,7 @@ fn run_mode(
     workload: &Workload,
     mode: Mode,
     batch: usize,
-    seed: u64,
+    sampling: Sampling,
     eos: &[u32],
     bar: &ProgressBar,
     corpus: &[(Vec<u32>, Vec<u32>)],
@@ -543,7 +567,7 @@ fn run_mode(
     for (prompt, completion) in corpus {
         engine.add_draft_corpus(prompt, completion);
     }
-    let all = requests(workload, mode, seed, eos);
+    let all = requests(workload, mode, sampling, eos);
     let mut samples = Vec::new();
     // Static batches wait for their longest member; the other modes queue everything.
     let chunk = match mode {
