@@ -81,6 +81,12 @@ fn suffix_and_auto_write_the_jsonl_of_off_byte_for_byte() {
                 let mut args = base.clone();
                 args.extend(["--speculative", mode]);
                 let summary = rollout(&args, &out);
+                let drafts = summary["speculation"]["drafts"].as_u64().unwrap();
+                match mode {
+                    "off" => assert_eq!(drafts, 0, "{backend}: off drafted"),
+                    // Speculation that never ran would make the comparison hollow.
+                    _ => assert!(drafts > 0, "{backend} {mode}: no draft in {summary}"),
+                }
                 if pool.is_some() {
                     let preemptions = summary["preemptions"].as_u64().unwrap();
                     assert!(

@@ -253,6 +253,7 @@ pub fn run(backend: BackendChoice, args: RolloutArgs) -> Result<()> {
         "preemptions": s.preemptions,
         "peak_kv_blocks": s.peak_kv_blocks,
         "kv_blocks": engine.num_blocks(),
+        "speculation": json_out::to_value(engine.spec_stats())?,
         "wall_s": json_out::finite("wall_s", wall_s)?,
         "generated_tokens_per_s": json_out::finite(
             "generated_tokens_per_s",
