@@ -4,9 +4,8 @@
 //! the adapter.
 //!
 //! The format follows the file's extension; anything but `.svg` or `.png` is an error
-//! before the bench runs ([`PlotFormat::of`]). Text is drawn with the DejaVu Sans Mono font
-//! embedded in the binary (assets/fonts, with its licence), so a chart draws the same on
-//! every machine and needs no system font. This module knows nothing of the bench's
+//! before the bench runs ([`PlotFormat::of`]). Text is drawn with the font of
+//! [`super::chart_font`]. This module knows nothing of the bench's
 //! modes: it draws labelled bars.
 
 use std::path::Path;
@@ -19,9 +18,7 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use sprout::engine::StepTimings;
 
-/// The font every chart's text is drawn with: unmodified DejaVu Sans Mono, whose licence
-/// (assets/fonts/LICENSE-DejaVu.txt) allows it to be bundled with software.
-static FONT: &[u8] = include_bytes!("../../assets/fonts/DejaVuSansMono.ttf");
+use super::chart_font;
 
 const SIZE: (u32, u32) = (1200, 520);
 
@@ -62,7 +59,7 @@ pub fn draw(path: &Path, title: &str, bars: &[ModeBar]) -> Result<()> {
     if bars.is_empty() {
         bail!("no modes ran, so there is nothing to plot");
     }
-    register_font()?;
+    chart_font::register()?;
     let failed = |e: &dyn std::fmt::Display| anyhow!("drawing {}: {e}", path.display());
     match PlotFormat::of(path)? {
         PlotFormat::Svg => {
@@ -76,12 +73,6 @@ pub fn draw(path: &Path, title: &str, bars: &[ModeBar]) -> Result<()> {
             root.present().map_err(|e| failed(&e))
         }
     }
-}
-
-/// Makes the embedded font plotters' monospace family (idempotent).
-fn register_font() -> Result<()> {
-    plotters::style::register_font("monospace", FontStyle::Normal, FONT)
-        .map_err(|_| anyhow!("the embedded chart font could not be read"))
 }
 
 type DrawResult<DB> = Result<(), DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>>;

@@ -14,6 +14,7 @@ pub mod bench_cmd;
 pub mod bench_plot;
 pub mod bench_workload;
 pub mod bootstrap;
+pub mod chart_font;
 pub mod check;
 pub mod cli_args;
 pub mod devices_cmd;

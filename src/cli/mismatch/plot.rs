@@ -4,13 +4,9 @@
 //! bucket per row (log y axis, exact 0 at its foot), since mismatch grows along long
 //! outputs.
 //!
-//! Text is laid out and (for PNG) drawn with a font built into the binary, a subset of
-//! DejaVu Sans (`font/`, with its license): plotters lays out text with the font it was
-//! built for even in SVG, so a font read from the system would make the SVG depend on the
-//! machine, and fail where there is none. The subset is 14 KB.
+//! Text is laid out and (for PNG) drawn with the font of [`crate::cli::chart_font`].
 
 use std::path::Path;
-use std::sync::OnceLock;
 
 use anyhow::{Result, anyhow, bail};
 use plotters::coord::{CoordTranslate, Shift};
@@ -18,9 +14,8 @@ use plotters::prelude::*;
 
 use super::metrics::bucket_bounds;
 use super::report::Row;
+use crate::cli::chart_font::{self, FAMILY};
 
-const FONT: &[u8] = include_bytes!("font/DejaVuSans-subset.ttf");
-const FAMILY: &str = "sans-serif";
 /// |r| below this (exact zeros too) is drawn at the left edge of the log axis.
 const FLOOR: f64 = 1e-7;
 /// k3_kl below this (exact zeros too) is drawn at the foot of the log axis.
@@ -35,12 +30,7 @@ fn draw_error(e: impl std::fmt::Display) -> anyhow::Error {
 
 /// Draws `rows` into `path`, as SVG or PNG by its extension.
 pub fn write(path: &Path, rows: &[Row]) -> Result<()> {
-    static REGISTERED: OnceLock<bool> = OnceLock::new();
-    let registered = REGISTERED
-        .get_or_init(|| plotters::style::register_font(FAMILY, FontStyle::Normal, FONT).is_ok());
-    if !registered {
-        bail!("the plot's built-in font does not parse");
-    }
+    chart_font::register()?;
     match extension(path)?.as_str() {
         "svg" => draw(SVGBackend::new(path, SIZE).into_drawing_area(), rows),
         _ => draw(BitMapBackend::new(path, SIZE).into_drawing_area(), rows),
@@ -224,11 +214,6 @@ fn by_position<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, rows: &[Row]) 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_built_in_font_parses() {
-        assert!(plotters::style::register_font(FAMILY, FontStyle::Normal, FONT).is_ok());
-    }
 
     #[test]
     fn cdf_curves_are_thinned_and_end_at_one() {
