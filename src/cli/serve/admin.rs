@@ -21,9 +21,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
-use crate::cli::serve::engine_thread::{Command, PauseMode};
-use crate::cli::serve::error::ApiError;
-use crate::cli::serve::routes::AppState;
+use crate::cli::serve::error::{ApiError, poisoned};
+use crate::cli::serve::messages::{Command, PauseMode};
+use crate::cli::serve::state::AppState;
 use crate::cli::serve::update;
 
 pub fn router(state: Arc<AppState>) -> Router<Arc<AppState>> {
@@ -176,11 +176,4 @@ async fn reset_prefix_cache(State(state): State<Arc<AppState>>) -> Result<Json<V
     Ok(Json(
         json!({"success": true, "forgotten_blocks": forgotten}),
     ))
-}
-
-pub fn poisoned() -> ApiError {
-    ApiError::status(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "a lock was poisoned by an earlier failure",
-    )
 }

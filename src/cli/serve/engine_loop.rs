@@ -26,7 +26,7 @@ use sprout::engine::Engine;
 use sprout::sched::{FinishedSample, Request, RequestId, SchedulerStats};
 use tokio::sync::{mpsc as tmpsc, oneshot};
 
-use crate::cli::serve::engine_thread::{Command, Event, PauseMode};
+use crate::cli::serve::messages::{Command, Event, PauseMode};
 use crate::cli::serve::metrics::Metrics;
 
 /// One live engine request.

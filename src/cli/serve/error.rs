@@ -70,3 +70,16 @@ impl IntoResponse for ApiError {
         response
     }
 }
+
+/// A 500 for a failure of the server's own (never the request's).
+pub fn internal(e: impl std::fmt::Display) -> ApiError {
+    ApiError::status(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+}
+
+/// A 500 for a lock an earlier failure poisoned.
+pub fn poisoned() -> ApiError {
+    ApiError::status(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "a lock was poisoned by an earlier failure",
+    )
+}

@@ -21,11 +21,13 @@ mod admin;
 mod engine_loop;
 mod engine_thread;
 mod error;
+mod messages;
 mod metrics;
 mod reply;
 mod request;
 mod response;
 mod routes;
+mod state;
 mod submit;
 mod trl;
 mod update;
@@ -41,8 +43,8 @@ use clap::Args;
 use sprout::gpu::BackendChoice;
 
 use crate::cli::cli_args::{EngineArgs, ModelArg};
-use engine_thread::Command;
-use routes::AppState;
+use messages::Command;
+use state::AppState;
 
 #[derive(Args)]
 pub struct ServeArgs {

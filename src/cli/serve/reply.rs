@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use axum::body::{Body as HttpBody, Bytes};
-use axum::http::{StatusCode, header};
+use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use sprout::sched::FinishedSample;
@@ -20,15 +20,11 @@ use sprout::tokenizer::IncrementalDecoder;
 use tokio::sync::mpsc;
 
 use crate::cli::json_out;
-use crate::cli::serve::engine_thread::Event;
-use crate::cli::serve::error::ApiError;
+use crate::cli::serve::error::{ApiError, internal};
+use crate::cli::serve::messages::Event;
 use crate::cli::serve::response::{self, Api, Asked, Body, Choice, Piece, Usage};
-use crate::cli::serve::routes::AppState;
+use crate::cli::serve::state::AppState;
 use crate::cli::serve::submit::{Job, Pending, cached_share};
-
-pub fn internal(e: impl std::fmt::Display) -> ApiError {
-    ApiError::status(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
-}
 
 /// What the request asked each choice to carry, for a sample of `prompt`.
 fn asked_of<'a>(state: &AppState, job: &Job, prompt: &'a [u32]) -> Asked<'a> {

@@ -5,9 +5,8 @@
 //! A completion or chat handler reads its body (`request`), turns it into checked token
 //! ids, queues it (`submit`) and answers from its samples (`reply`).
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use axum::body::Bytes;
@@ -20,43 +19,17 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::json;
 
-use crate::cli::serve::engine_thread::{EngineHandle, ModelFacts};
 use crate::cli::serve::error::ApiError;
-use crate::cli::serve::reply::{self, internal};
+use crate::cli::serve::error::internal;
+use crate::cli::serve::reply;
 use crate::cli::serve::request::{ChatRequest, CompletionRequest, DEFAULT_MAX_TOKENS, Prompt};
 use crate::cli::serve::response::Api;
+use crate::cli::serve::state::AppState;
 use crate::cli::serve::submit::{self, Submission, check_context, check_model, tokenize};
 use crate::cli::serve::{admin, trl};
 
 /// The largest request body accepted.
 pub const MAX_BODY_BYTES: usize = 16 << 20;
-
-/// Everything the handlers share.
-pub struct AppState {
-    pub engine: EngineHandle,
-    pub facts: ModelFacts,
-    pub served_name: String,
-    pub max_model_len: usize,
-    pub api_key: Option<String>,
-    /// The most samples (each of `n` counted) queued or running at once.
-    pub max_queued: usize,
-    pub queued: AtomicUsize,
-    pub next_index: AtomicU32,
-    /// Keys the draws of requests without a seed of their own.
-    pub base_seed: u64,
-    /// When the server started (Unix seconds): `/v1/models`' `created`.
-    pub started: u64,
-    /// With `--admin-api-key`, the admin routes answer anyone with it (else loopback only).
-    pub admin_key: Option<String>,
-    /// A `/pause` has taken effect and no `/resume` has followed.
-    pub paused: AtomicBool,
-    /// The weights version in force (each choice reports its tokens' own).
-    pub weights_version: AtomicU64,
-    /// A `/update_weights` is loading.
-    pub updating: AtomicBool,
-    /// The requests in flight by id, with their engine indexes (for `/abort_requests`).
-    pub jobs: Mutex<HashMap<String, Vec<u32>>>,
-}
 
 pub fn router(state: Arc<AppState>) -> Router {
     let v1 = Router::new()

@@ -22,11 +22,11 @@ use axum::http::StatusCode;
 use sprout::sched::{FinishedSample, Request, SamplingParams};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::cli::serve::engine_thread::{Command, Event};
 use crate::cli::serve::error::ApiError;
+use crate::cli::serve::messages::{Command, Event};
 use crate::cli::serve::request::{Prompt, SamplingFields};
 use crate::cli::serve::response::Api;
-use crate::cli::serve::routes::AppState;
+use crate::cli::serve::state::AppState;
 
 /// A request queued in the engine.
 pub struct Job {
@@ -320,7 +320,7 @@ fn register(state: &AppState, id: &str, indexes: Vec<u32>) -> Result<(), ApiErro
     let mut jobs = state
         .jobs
         .lock()
-        .map_err(|_| crate::cli::serve::admin::poisoned())?;
+        .map_err(|_| crate::cli::serve::error::poisoned())?;
     if jobs.contains_key(id) {
         return Err(ApiError::bad(
             "request_id",

@@ -28,10 +28,11 @@ use serde_json::{Map, Value};
 use sprout::sched::FinishedSample;
 
 use crate::cli::serve::error::ApiError;
-use crate::cli::serve::reply::{self, internal};
+use crate::cli::serve::error::internal;
+use crate::cli::serve::reply;
 use crate::cli::serve::request::{self, SamplingFields, check_top, field, object, prompts};
 use crate::cli::serve::response::Api;
-use crate::cli::serve::routes::AppState;
+use crate::cli::serve::state::AppState;
 use crate::cli::serve::submit::{self, Submission, check_context, check_model, tokenize};
 
 /// The keys of `generation_kwargs` sprout reads.

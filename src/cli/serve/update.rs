@@ -37,10 +37,10 @@ use sprout::tokenizer::{Tokenizer, VocabularyDifference};
 use tokio::sync::oneshot;
 
 use crate::cli::cli_args::parse_quantize;
-use crate::cli::serve::engine_thread::Command;
 use crate::cli::serve::error::ApiError;
-use crate::cli::serve::reply::internal;
-use crate::cli::serve::routes::AppState;
+use crate::cli::serve::error::internal;
+use crate::cli::serve::messages::Command;
+use crate::cli::serve::state::AppState;
 
 /// What an update asks for.
 struct UpdateRequest {
