@@ -166,6 +166,13 @@ fn drain(s: &mut Scheduler, model: &mut FakeModel) -> Vec<FinishedSample> {
         if !s.has_work() {
             return out;
         }
+        // `auto` decides step by step, from step times recorded as a GPU's would be
+        // (mostly a fixed cost per step), as the engine does.
+        let auto = s.config().speculative == SpecMode::Auto;
+        if auto {
+            let on = s.wants_speculation();
+            s.set_speculating(on);
+        }
         let plan = s.schedule();
         assert!(!plan.is_empty(), "work is queued but nothing was scheduled");
         assert!(plan.num_tokens() <= s.config().max_batch_tokens);
@@ -173,6 +180,10 @@ fn drain(s: &mut Scheduler, model: &mut FakeModel) -> Vec<FinishedSample> {
         let results = model.run(&plan);
         out.extend(s.update(&plan, &results.0, &results.1).unwrap());
         s.check().unwrap();
+        if auto {
+            let rows = plan.num_tokens();
+            s.record_step_cost(rows, 0.010 + 0.000_01 * rows as f64, 0.001, false);
+        }
     }
     panic!("the scheduler did not finish");
 }
@@ -756,15 +767,11 @@ fn outputs(samples: Vec<FinishedSample>) -> Outputs {
 fn run_speculating(
     c: &SchedulerConfig,
     requests: &[Request],
-    speculate: bool,
+    speculative: SpecMode,
     repetitive: bool,
 ) -> (Outputs, Scheduler) {
     let mut c = c.clone();
-    c.speculative = if speculate {
-        SpecMode::Suffix
-    } else {
-        SpecMode::Off
-    };
+    c.speculative = speculative;
     let mut s = Scheduler::new(c.clone());
     s.set_speculating(true);
     let mut model = FakeModel::new(&c, true);
@@ -787,15 +794,19 @@ fn drafts_of_repetitive_samples_are_accepted_and_change_nothing() {
     let requests: Vec<Request> = (0..3)
         .map(|i| request(i, vec![3, 1, 4, 1, 5, 9, 2, 6], 4, 40))
         .collect();
-    let (off, _) = run_speculating(&c, &requests, false, true);
-    let (on, s) = run_speculating(&c, &requests, true, true);
+    let (off, _) = run_speculating(&c, &requests, SpecMode::Off, true);
+    let (on, s) = run_speculating(&c, &requests, SpecMode::Suffix, true);
     assert_eq!(on, off);
+    // `auto`, where a step's cost is mostly fixed, drafts too, and changes nothing.
+    let (auto, a) = run_speculating(&c, &requests, SpecMode::Auto, true);
+    assert_eq!(auto, off);
+    assert!(a.spec_stats().accepted_tokens > 0, "{:?}", a.spec_stats());
     let stats = s.spec_stats();
     assert!(stats.drafts > 0, "{stats:?}");
     let rate = stats.accepted_tokens as f64 / stats.drafted_tokens as f64;
     assert!(rate > 0.5, "acceptance {rate}: {stats:?}");
     // Fewer steps than one per token: accepted drafts made several tokens a step.
-    let (_, plain) = run_speculating(&c, &requests, false, true);
+    let (_, plain) = run_speculating(&c, &requests, SpecMode::Off, true);
     let (steps, plain_steps) = (s.stats().steps, plain.stats().steps);
     assert!(
         steps < plain_steps,
@@ -806,7 +817,8 @@ fn drafts_of_repetitive_samples_are_accepted_and_change_nothing() {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(150))]
 
-    /// Speculating with suffix drafts gives bitwise the samples of not speculating: with
+    /// Speculating with suffix drafts, always (`suffix`) or as `auto` decides, gives
+    /// bitwise the samples of not speculating: with
     /// stop tokens, min_tokens, groups forking, scoring requests, shared prefixes,
     /// chunked prefills and, under a small pool, preemption; on repetitive text (drafts
     /// often accepted) and on hashed text (mostly rejected).
@@ -845,9 +857,11 @@ proptest! {
                 r
             })
             .collect();
-        let (off, _) = run_speculating(&c, &requests, false, repetitive);
-        let (on, _) = run_speculating(&c, &requests, true, repetitive);
-        prop_assert_eq!(on, off);
+        let (off, _) = run_speculating(&c, &requests, SpecMode::Off, repetitive);
+        let (on, _) = run_speculating(&c, &requests, SpecMode::Suffix, repetitive);
+        prop_assert_eq!(on, off.clone());
+        let (auto, _) = run_speculating(&c, &requests, SpecMode::Auto, repetitive);
+        prop_assert_eq!(auto, off);
     }
 
     /// Steps planned ahead give every sample exactly the tokens, log-probs and finish

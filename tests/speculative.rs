@@ -85,7 +85,11 @@ fn suffix_and_auto_write_the_jsonl_of_off_byte_for_byte() {
                 match mode {
                     "off" => assert_eq!(drafts, 0, "{backend}: off drafted"),
                     // Speculation that never ran would make the comparison hollow.
-                    _ => assert!(drafts > 0, "{backend} {mode}: no draft in {summary}"),
+                    "suffix" => assert!(drafts > 0, "{backend}: no draft in {summary}"),
+                    // On a CPU adapter `auto` rightly predicts no gain in a run this short
+                    // and may not draft at all; its drafting, under a GPU's step costs, is
+                    // checked against `off` in tests/scheduler.rs.
+                    _ => {}
                 }
                 if pool.is_some() {
                     let preemptions = summary["preemptions"].as_u64().unwrap();

@@ -395,12 +395,8 @@ impl<'d> Engine<'d> {
             plan.num_tokens(),
             current.schedule_s + run.encode_s + update_s,
         );
-        match overlapped {
-            true => self.scheduler.record_step_cost(rows, step_s, None),
-            false => self
-                .scheduler
-                .record_step_cost(rows, (step_s - cpu_s).max(0.0), Some(cpu_s)),
-        }
+        self.scheduler
+            .record_step_cost(rows, step_s, cpu_s, overlapped);
         Ok(StepOutput {
             drawn,
             finished,

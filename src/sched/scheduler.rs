@@ -1081,10 +1081,12 @@ impl Scheduler {
         }
     }
 
-    /// A step of `rows` rows ran: `gpu_s` its GPU part, and `cpu_s` the CPU time it
-    /// exposed when it was not overlapped with planning the next (for `auto`).
-    pub fn record_step_cost(&mut self, rows: usize, gpu_s: f64, cpu_s: Option<f64>) {
-        self.drafting.policy.record_step(rows, gpu_s, cpu_s);
+    /// A step of `rows` rows took `step_s`, `cpu_s` of it CPU work, hidden when it was
+    /// `overlapped` with planning the next (for `auto`).
+    pub fn record_step_cost(&mut self, rows: usize, step_s: f64, cpu_s: f64, overlapped: bool) {
+        self.drafting
+            .policy
+            .record_step(rows, step_s, cpu_s, overlapped);
     }
 
     /// Keeps every finished sample as a draft source for later requests with the same
