@@ -182,7 +182,7 @@ fn drain(s: &mut Scheduler, model: &mut FakeModel) -> Vec<FinishedSample> {
         s.check().unwrap();
         if auto {
             let rows = plan.num_tokens();
-            s.record_step_cost(rows, 0.010 + 0.000_01 * rows as f64, 0.001, false);
+            s.record_step_cost(rows, 0.010 + 0.000_01 * rows as f64, Some(0.001), false);
         }
     }
     panic!("the scheduler did not finish");

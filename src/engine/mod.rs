@@ -391,17 +391,22 @@ impl<'d> Engine<'d> {
         // What the step cost, for `--speculative auto`: a step not overlapped exposes its
         // CPU work; an overlapped one hides it behind the GPU's.
         let step_s = started.elapsed().as_secs_f64();
-        let (rows, cpu_s) = (
+        // A step that computes prompt tokens spends far longer on the CPU than one that
+        // only decodes, and only decoding steps carry drafts: their CPU time is the one
+        // that counts.
+        let decode_only = plan.chunks.iter().all(|c| !c.is_prefill);
+        let cpu_s = current.schedule_s + run.encode_s + update_s;
+        self.scheduler.record_step_cost(
             plan.num_tokens(),
-            current.schedule_s + run.encode_s + update_s,
+            step_s,
+            decode_only.then_some(cpu_s),
+            overlapped,
         );
-        self.scheduler
-            .record_step_cost(rows, step_s, cpu_s, overlapped);
         Ok(StepOutput {
             drawn,
             finished,
             tokens: plan.num_tokens(),
-            decode_only: plan.chunks.iter().all(|c| !c.is_prefill),
+            decode_only,
             dispatches: run.dispatches,
             timings: StepTimings {
                 schedule_s: current.schedule_s,

@@ -309,7 +309,15 @@ impl Scheduler {
             }
             let draft = match drafting_left {
                 0 => Vec::new(),
-                _ => self.draft_for(id, budget, rows_left),
+                _ => match self.draft_for(id, budget, rows_left) {
+                    Some(draft) => {
+                        if draft.is_empty() {
+                            self.drafting.policy.record_no_draft();
+                        }
+                        draft
+                    }
+                    None => Vec::new(),
+                },
             };
             if !draft.is_empty() && self.try_allocate(id, 1 + draft.len(), &mut plan) {
                 drafting_left -= 1;
@@ -563,17 +571,18 @@ impl Scheduler {
     /// The draft to verify for running sequence `id` this step, if speculating: only for a
     /// sample decoding a known token, no longer than its tokens left to draw, the context,
     /// the step's budget and rows, and (in auto mode) the tokens worth a row each.
-    fn draft_for(&self, id: SeqId, budget: usize, rows_left: usize) -> Vec<u32> {
+    /// `None` when no draft is asked for; an empty draft when the index had none.
+    fn draft_for(&self, id: SeqId, budget: usize, rows_left: usize) -> Option<Vec<u32>> {
         if !self.drafting.active {
-            return Vec::new();
+            return None;
         }
         let seq = &self.seqs[&id];
         let Role::Sample(k) = seq.role else {
-            return Vec::new();
+            return None;
         };
         let last = *seq.tokens.last().expect("a sample has tokens");
         if seq.scoring || seq.num_uncomputed() != 1 || last & DRAWN != 0 {
-            return Vec::new();
+            return None;
         }
         let params = &self.requests[&seq.request].request.params;
         let tokens_left = params.max_tokens.saturating_sub(seq.generated().len() + 1);
@@ -590,7 +599,7 @@ impl Scheduler {
             let decoding = self.running.len();
             max = self.drafting.policy.keep(decoding, decoding, max);
         }
-        self.drafting.draft(seq.request, k, max)
+        (max > 0).then(|| self.drafting.draft(seq.request, k, max))
     }
 
     /// A chunk of sample `id`'s last drawn token followed by `draft`, its blocks taken.
@@ -1081,9 +1090,15 @@ impl Scheduler {
         }
     }
 
-    /// A step of `rows` rows took `step_s`, `cpu_s` of it CPU work, hidden when it was
-    /// `overlapped` with planning the next (for `auto`).
-    pub fn record_step_cost(&mut self, rows: usize, step_s: f64, cpu_s: f64, overlapped: bool) {
+    /// A step of `rows` rows took `step_s`, `cpu_s` of it CPU work (given for steps that
+    /// only decode), hidden when it was `overlapped` with planning the next (for `auto`).
+    pub fn record_step_cost(
+        &mut self,
+        rows: usize,
+        step_s: f64,
+        cpu_s: Option<f64>,
+        overlapped: bool,
+    ) {
         self.drafting
             .policy
             .record_step(rows, step_s, cpu_s, overlapped);

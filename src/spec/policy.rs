@@ -140,9 +140,10 @@ impl Default for AutoPolicy {
 
 impl AutoPolicy {
     /// A step of `rows` rows took `step_s`, of which `cpu_s` was CPU work (planning,
-    /// encoding, applying); `overlapped` when the next step was planned while the GPU
-    /// worked, which hid that CPU time.
-    pub fn record_step(&mut self, rows: usize, step_s: f64, cpu_s: f64, overlapped: bool) {
+    /// encoding, applying; given for steps that only decode, the steps that draft);
+    /// `overlapped` when the next step was planned while the GPU worked, which hid that
+    /// CPU time.
+    pub fn record_step(&mut self, rows: usize, step_s: f64, cpu_s: Option<f64>, overlapped: bool) {
         if self.charge_steps > 0 {
             self.charge_steps -= 1;
             let expected = self
@@ -156,12 +157,14 @@ impl AutoPolicy {
                 None => lost,
             });
         }
-        let gpu_s = match overlapped {
-            true => step_s,
-            false => (step_s - cpu_s).max(0.0),
+        let gpu_s = match (overlapped, cpu_s) {
+            (false, Some(cpu)) => (step_s - cpu).max(0.0),
+            _ => step_s,
         };
         self.cost.record(rows, gpu_s);
-        self.cost.record_cpu(cpu_s);
+        if let Some(cpu) = cpu_s {
+            self.cost.record_cpu(cpu);
+        }
         self.run_s += step_s;
     }
 
@@ -169,6 +172,12 @@ impl AutoPolicy {
     pub fn record_verify(&mut self, drafted: usize, accepted: usize) {
         self.accepted = DECAY * self.accepted + accepted as f64;
         self.rejected = DECAY * self.rejected + f64::from(u8::from(accepted < drafted));
+    }
+
+    /// A sample that could draft found nothing to draft from: as a draft rejected at its
+    /// first token, since it gains nothing (so a workload without drafts stops looking).
+    pub fn record_no_draft(&mut self) {
+        self.record_verify(1, 0);
     }
 
     /// The estimated chance that a drafted token is accepted (1/2 before any draft).
@@ -321,7 +330,7 @@ mod tests {
     ) -> (usize, f64) {
         let mut p = AutoPolicy::default();
         let prefill = c0 + c1 * 64.0 + cpu;
-        p.record_step(64, prefill, cpu, false);
+        p.record_step(64, prefill, Some(cpu), false);
         let (mut measuring, mut extra, mut total) = (0, 0.0, prefill);
         let mut next_drafts = None;
         for _ in 0..steps {
@@ -338,7 +347,7 @@ mod tests {
             if drafted > 0 {
                 p.record_verify(drafted, 0);
             }
-            p.record_step(decoding + drafted, s, cpu, overlapped);
+            p.record_step(decoding + drafted, s, Some(cpu), overlapped);
             extra += c1 * drafted as f64 + exposed;
             total += s;
         }
@@ -371,7 +380,7 @@ mod tests {
         // While measuring, few samples draft; otherwise every sample may.
         let mut p = AutoPolicy::default();
         for _ in 0..20 {
-            p.record_step(64, 0.020, 0.0, true);
+            p.record_step(64, 0.020, Some(0.0), true);
         }
         assert!(p.should_speculate(64, 64));
         assert_eq!(p.drafting_samples(64), 64 / EXPLORE_SHARE);
@@ -385,7 +394,7 @@ mod tests {
         // Rows cost 20% of a step at one sample: drafts pay when mostly accepted.
         let mut p = AutoPolicy::default();
         for rows in [64, 1, 1, 1, 1, 1, 1, 1] {
-            p.record_step(rows, 0.2 + 0.05 * rows as f64, 0.0, true);
+            p.record_step(rows, 0.2 + 0.05 * rows as f64, Some(0.0), true);
         }
         assert!(p.should_speculate(1, 1), "the prior (1/2) predicts a gain");
         assert_eq!(p.probe_len, None, "predicted to pay, not measuring");
@@ -405,7 +414,7 @@ mod tests {
         );
         // The budget lets a later step measure: its one-token draft is accepted...
         for _ in 0..40 {
-            p.record_step(1, 0.25, 0.0, true);
+            p.record_step(1, 0.25, Some(0.0), true);
         }
         assert!(p.should_speculate(1, 1));
         let len = p.probe_len.expect("measuring");
