@@ -9,13 +9,14 @@
 #   scripts/spec_bench.sh [--backend vulkan] [more bench options]
 # Environment: SPROUT (the binary, default target/release/sprout), SPEC_G (default
 # "1 8 64"), SPEC_TEMPERATURES (default "1 0.3"), SPEC_ROUNDS (default 3; G = 64 runs
-# SPEC_ROUNDS_64, default 1, since one of its rounds takes minutes on a CPU adapter).
+# SPEC_ROUNDS_64, default 1, since one of its rounds takes minutes on a CPU adapter),
+# SPEC_TOKENS (new tokens, default 32).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=target/spec-bench
 mkdir -p "$out"
 sprout=${SPROUT:-target/release/sprout}
-common=(--prompts 1 --prompt-tokens 64 --max-tokens 32 --modes sprout
+common=(--prompts 1 --prompt-tokens 64 --max-tokens "${SPEC_TOKENS:-32}" --modes sprout
   --speculative off,suffix,auto --json "$@")
 for g in ${SPEC_G:-1 8 64}; do
   rounds=${SPEC_ROUNDS:-3}
