@@ -16,19 +16,19 @@
 //! Before any draft is verified it takes a drafted token to be accepted half the time
 //! (a prior of one accepted token and one rejection, which fades as drafts are verified),
 //! so it starts drafting at once where rows are cheap and a step's fixed cost dominates
-//! (a GPU decoding few sequences), and not where they are dear. To learn that drafts pay
-//! where it predicted they would not, it measures: a step not predicted to pay still drafts when the predicted cost of doing
-//! so keeps all such measuring within [`EXPLORE_BUDGET`] of the time run so far. That
-//! cost is a row per drafted token, and what the step that drafts and the one before it
-//! lose by not planning the next step while the GPU works: taken as half a step each
-//! until measured, then charged as measured (each of those steps' time over what the fit
-//! gives for its rows), since on some adapters that loss is many times the CPU time
-//! itself. (So the budget may be overrun by what one measuring step costs beyond
-//! its prediction.) Measuring drafts for one decoding sample in
-//! [`EXPLORE_SHARE`], each as long as the budget left allows (one token at least). So
-//! measuring is cheap where rows cost little (a GPU: it starts within a few steps) and
-//! rare where they cost much (a CPU adapter), and it never costs more than the budget
-//! when drafts never pay.
+//! (a GPU decoding few sequences), and not where they are dear. A sample that finds
+//! nothing to draft counts as a rejection.
+//!
+//! To learn that drafts pay where it predicted they would not, it measures: a step not
+//! predicted to pay still drafts, for one decoding sample in [`EXPLORE_SHARE`], when the
+//! predicted cost keeps all such measuring within [`EXPLORE_BUDGET`] of the time run so
+//! far. That cost is a row per drafted token, and what the step that drafts and the one
+//! before it lose by not planning the next step while the GPU works: taken as half a step
+//! each until measured, then charged as measured (each of those steps' time over what the
+//! fit gives for its rows), since on some adapters that loss is many times the CPU time
+//! itself. So measuring is frequent where it costs little and rare where it costs much,
+//! and when drafts never pay it costs about the budget (over it by at most what one
+//! measuring step cost beyond its prediction).
 
 use super::MAX_DRAFT;
 
@@ -201,9 +201,9 @@ impl AutoPolicy {
             return true;
         }
         // What measuring may still cost, and what a draft token costs on the samples
-        // that measure.
-        // Until a measuring step has been timed, each of its two steps is taken to lose
-        // half a step: on some adapters the overlap hides far more than the CPU time.
+        // that measure. Until a measuring step has been timed, each of its two steps is
+        // taken to lose half a step: on some adapters the overlap hides far more than
+        // the CPU time.
         let step = c0 + c1 * rows as f64;
         let lost = self.exposure.unwrap_or(step / 2.0).max(self.cost.cpu());
         let exposed = 2.0 * lost;
