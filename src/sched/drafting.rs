@@ -122,9 +122,10 @@ mod tests {
         // An earlier epoch's completion of the same prompt.
         d.corpus.add(&prompt, &[7, 8, 9, 10]);
         d.add_request(RequestId(0), &prompt);
-        // Sample 0 starts with 7: the corpus says 8, 9 next (seen once: two tokens).
+        // Sample 0 starts with 7: the corpus says 8, 9, 10 next (seen once, but after the
+        // five tokens 1 2 3 4 7: all of it).
         d.push(RequestId(0), 0, 7);
-        assert_eq!(d.draft(RequestId(0), 0, 8), vec![8, 9]);
+        assert_eq!(d.draft(RequestId(0), 0, 8), vec![8, 9, 10]);
         // Sample 1 follows what sample 0 wrote as it grows.
         d.push(RequestId(0), 0, 5);
         d.push(RequestId(0), 0, 6);
