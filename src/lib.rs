@@ -13,6 +13,7 @@ pub mod gpu;
 pub mod kv;
 pub mod model;
 pub mod reference;
+pub mod rng;
 pub mod sched;
 pub mod spec;
 pub mod tokenizer;

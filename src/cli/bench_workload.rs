@@ -13,7 +13,7 @@
 use anyhow::{Result, bail};
 use clap::ValueEnum;
 use serde::Serialize;
-use sprout::model::dummy::SplitMix64;
+use sprout::rng::SplitMix64;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "kebab-case")]

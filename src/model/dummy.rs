@@ -25,6 +25,7 @@ use crate::gpu::kernels::rope::RopeLayout;
 use crate::model::config::{Architecture, ModelConfig};
 use crate::model::names::{self, TensorName};
 use crate::model::source::WeightSource;
+use crate::rng::SplitMix64;
 
 /// The names [`builtin_config`] knows.
 pub const BUILTIN_CONFIGS: [&str; 5] = [
@@ -171,14 +172,14 @@ impl WeightSource for DummyWeights {
             .filter(|n| n.exists_in(&self.config))
             .ok_or_else(|| names::missing(name, "the dummy model"))?;
         let (rows, cols) = tensor.shape(&self.config);
-        let mut rng = SplitMix64::for_tensor(self.seed, name, rows, cols);
+        let mut rng = tensor_stream(self.seed, name, rows, cols);
         if tensor.is_vector() {
             let (center, spread) = match tensor {
                 TensorName::Layer(_, t) if t.is_bias() => (0.0, 0.02),
                 _ => (1.0, 0.05),
             };
             let mut values = vec![0.0f32; cols];
-            rng.fill(&mut values, center, spread);
+            fill(&mut rng, &mut values, center, spread);
             return Ok(TensorData {
                 format: WeightFormat::F32,
                 rows,
@@ -195,7 +196,7 @@ impl WeightSource for DummyWeights {
         while row < rows {
             let n = chunk_rows.min(rows - row);
             let chunk = &mut values[..n * cols];
-            rng.fill(chunk, 0.0, scale);
+            fill(&mut rng, chunk, 0.0, scale);
             bytes.extend_from_slice(&quantize(format, chunk, cols)?);
             row += n;
         }
@@ -217,52 +218,29 @@ impl WeightSource for DummyWeights {
     }
 }
 
-/// splitmix64 (Steele, Lea and Flood): a small generator whose output is the same on
-/// every platform.
-pub struct SplitMix64(u64);
-
-impl SplitMix64 {
-    pub fn new(seed: u64) -> Self {
-        SplitMix64(seed)
+/// The stream of one tensor: keyed by the seed, the name (FNV-1a) and the shape.
+fn tensor_stream(seed: u64, name: &str, rows: usize, cols: usize) -> SplitMix64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in name.bytes() {
+        h = (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3);
     }
+    let mut g = SplitMix64::new(seed ^ h);
+    let key = g.next_u64() ^ (rows as u64).rotate_left(32) ^ cols as u64;
+    SplitMix64::new(key)
+}
 
-    /// The stream of one tensor: keyed by the seed, the name (FNV-1a) and the shape.
-    fn for_tensor(seed: u64, name: &str, rows: usize, cols: usize) -> Self {
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        for b in name.bytes() {
-            h = (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3);
-        }
-        let mut g = SplitMix64(seed ^ h);
-        let key = g.next_u64() ^ (rows as u64).rotate_left(32) ^ cols as u64;
-        SplitMix64(key)
+/// Fills `out` with values uniform in `center ± spread`, two per draw (24 bits each).
+fn fill(rng: &mut SplitMix64, out: &mut [f32], center: f32, spread: f32) {
+    const UNIT: f32 = 1.0 / (1u32 << 23) as f32;
+    let to_value = |bits: u64| center + spread * (((bits & 0xff_ffff) as f32) * UNIT - 1.0);
+    let mut pairs = out.chunks_exact_mut(2);
+    for pair in &mut pairs {
+        let x = rng.next_u64();
+        pair[0] = to_value(x >> 8);
+        pair[1] = to_value(x >> 40);
     }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// A number uniform in `0..n` (n > 0; the bias of a 64-bit modulus is negligible here).
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
-    }
-
-    /// Fills `out` with values uniform in `center ± spread`, two per draw (24 bits each).
-    fn fill(&mut self, out: &mut [f32], center: f32, spread: f32) {
-        const UNIT: f32 = 1.0 / (1u32 << 23) as f32;
-        let to_value = |bits: u64| center + spread * (((bits & 0xff_ffff) as f32) * UNIT - 1.0);
-        let mut pairs = out.chunks_exact_mut(2);
-        for pair in &mut pairs {
-            let x = self.next_u64();
-            pair[0] = to_value(x >> 8);
-            pair[1] = to_value(x >> 40);
-        }
-        if let [last] = pairs.into_remainder() {
-            *last = to_value(self.next_u64() >> 8);
-        }
+    if let [last] = pairs.into_remainder() {
+        *last = to_value(rng.next_u64() >> 8);
     }
 }
 

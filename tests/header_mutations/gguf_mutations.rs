@@ -3,7 +3,7 @@
 //! mutation rewrites one or more of them (or truncates, or flips bytes), so that most
 //! mutants get past the magic and the first length into the checks that matter.
 
-use sprout::model::dummy::SplitMix64;
+use sprout::rng::SplitMix64;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Kind {

@@ -22,10 +22,10 @@ use std::sync::Mutex;
 
 use sprout::formats::gguf::writer::GgufWriter;
 use sprout::formats::gguf::{GgufFile, GgufValue};
-use sprout::model::dummy::SplitMix64;
 use sprout::model::gguf_model::GgufModel;
 use sprout::model::safetensors_dir::SafetensorsDir;
 use sprout::model::source::WeightSource;
+use sprout::rng::SplitMix64;
 use sprout::tokenizer::chat_template::{ChatTemplate, Message};
 
 use gguf_mutations::GgufLayout;

@@ -3,7 +3,7 @@
 //! file's length, each rewritten to values that tend to break a reader.
 
 use serde_json::{Value, json};
-use sprout::model::dummy::SplitMix64;
+use sprout::rng::SplitMix64;
 
 /// A directory to open: config.json's text, the shard's header bytes (length prefix and
 /// JSON), and the shard's length in all (the data after the header reads as zeros).

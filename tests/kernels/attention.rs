@@ -12,8 +12,9 @@ use sprout::gpu::kernels::attention::{
     scratch_per_slot,
 };
 use sprout::reference;
+use sprout::rng::SplitMix64;
 
-use crate::common::{Case, Outcome, Rng, check_bitwise, check_close, read_f32};
+use crate::common::{Case, Outcome, check_bitwise, check_close, read_f32};
 
 /// Scores and weighted sums are f32 fma chains and `exp` is the shader's, against an f64
 /// reference: relative errors of ~1e-6 at worst, so an NMSE far below 1e-10 (about 1e-13
@@ -75,7 +76,7 @@ struct Seq {
 }
 
 fn sequences(heads: &Heads, lens: &[usize], seed: u64) -> Vec<Seq> {
-    let mut rng = Rng::new(seed);
+    let mut rng = SplitMix64::new(seed);
     lens.iter()
         .map(|&len| Seq {
             len,
@@ -107,10 +108,10 @@ fn page(heads: &Heads, seqs: &[Seq], seed: u64) -> Paged {
     let needed: Vec<usize> = seqs.iter().map(|s| s.len.div_ceil(bs)).collect();
     let used: usize = needed.iter().sum();
     let num_blocks = used + used / 2 + 3;
-    let mut rng = Rng::new(seed);
+    let mut rng = SplitMix64::new(seed);
     let mut ids: Vec<u32> = (0..num_blocks as u32).collect();
     for i in (1..ids.len()).rev() {
-        ids.swap(i, rng.below(i as u32 + 1) as usize);
+        ids.swap(i, rng.below(i as u64 + 1) as usize);
     }
     let (owned, spare) = ids.split_at(used);
     let mut k_pool = vec![f32::NAN; num_blocks * bs * kv_dim];

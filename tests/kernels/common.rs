@@ -263,33 +263,3 @@ pub fn read_f32(gpu: &Gpu, t: &Tensor) -> Vec<f32> {
 pub fn read_u32(gpu: &Gpu, t: &Tensor) -> Vec<u32> {
     pollster::block_on(gpu.read_u32(t)).expect("read-back")
 }
-
-/// A small deterministic generator (splitmix64) so every run tests the same values.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [-scale, scale).
-    pub fn uniform(&mut self, scale: f32) -> f32 {
-        ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
-    }
-
-    pub fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
-        (0..n).map(|_| self.uniform(scale)).collect()
-    }
-
-    pub fn below(&mut self, n: u32) -> u32 {
-        (self.next_u64() % n as u64) as u32
-    }
-}

@@ -6,8 +6,9 @@ use sprout::formats::{WeightFormat, dequantize, quantize};
 use sprout::gpu::kernels::embedding::{DRAWN, encode};
 use sprout::gpu::{Gpu, GpuWeight};
 use sprout::reference::embedding::embedding;
+use sprout::rng::SplitMix64;
 
-use crate::common::{Case, Outcome, Rng, check_bitwise, check_close, read_f32};
+use crate::common::{Case, Outcome, check_bitwise, check_close, read_f32};
 
 /// Decoding a stored value is exact in f32 on both sides, so the only allowed difference is
 /// a GPU flushing f16 subnormals (|v| < 6e-5, about 1 value in 10^4 here) to zero: an NMSE
@@ -26,7 +27,7 @@ struct Table {
 }
 
 fn table(format: WeightFormat, vocab: usize, dim: usize, seed: u64) -> Table {
-    let raw = Rng::new(seed).vec(vocab * dim, 0.5);
+    let raw = SplitMix64::new(seed).vec(vocab * dim, 0.5);
     let bytes = quantize(format, &raw, dim).unwrap();
     let values = dequantize(format, &bytes, vocab, dim).unwrap();
     Table {
@@ -39,13 +40,13 @@ fn table(format: WeightFormat, vocab: usize, dim: usize, seed: u64) -> Table {
 
 /// The first and last ids, a repeat, then random ones.
 fn ids(m: usize, vocab: usize, seed: u64) -> Vec<u32> {
-    let mut rng = Rng::new(seed);
+    let mut rng = SplitMix64::new(seed);
     (0..m)
         .map(|i| match i {
             0 => 0,
             1 => vocab as u32 - 1,
             2 => 0,
-            _ => rng.below(vocab as u32),
+            _ => rng.below(vocab as u64) as u32,
         })
         .collect()
 }

@@ -15,8 +15,9 @@ use sprout::gpu::kernels::rope::{RopeLayout, RopeTable};
 use sprout::gpu::{Gpu, Tensor};
 use sprout::model::fused_weights::{interleave_rows, stack_rows};
 use sprout::reference;
+use sprout::rng::SplitMix64;
 
-use crate::common::{Case, Outcome, Rng, check_bitwise, check_close, read_f32};
+use crate::common::{Case, Outcome, check_bitwise, check_close, read_f32};
 use crate::matmul::{Problem, for_shape, shapes_on};
 
 /// The norm rounds its output to f32 before the products (the reference keeps f64 until
@@ -48,7 +49,7 @@ struct Inputs {
 
 impl Inputs {
     fn new(format: WeightFormat, m: usize, k: usize, x_scale: f32, seed: u64) -> Inputs {
-        let mut rng = Rng::new(seed);
+        let mut rng = SplitMix64::new(seed);
         let x = rng.vec(m * k, x_scale);
         let norm = (0..k).map(|_| 1.0 + rng.uniform(0.5)).collect();
         Inputs {
@@ -134,7 +135,7 @@ fn silu_gate(gpu: &Gpu, i: &Inputs, shape: MatmulShape) -> (Vec<f32>, Vec<f32>) 
 fn residual(gpu: &Gpu, i: &Inputs, shape: MatmulShape) -> (Vec<f32>, Vec<f32>) {
     let n = 70;
     let p = i.weight(n, 3);
-    let h0 = Rng::new(i.seed + 5).vec(i.m * n, 2.0);
+    let h0 = SplitMix64::new(i.seed + 5).vec(i.m * n, 2.0);
     let (x, w, h) = (gpu.upload(&i.x), p.upload(gpu, None), gpu.upload(&h0));
     let mut rec = gpu.recorder();
     let op = Matmul {
@@ -168,19 +169,19 @@ fn qkv(gpu: &Gpu, i: &Inputs, shape: MatmulShape, bias: bool) -> (Vec<f32>, Vec<
     let joined = stack_rows(&[&tensor(&wq), &tensor(&wk), &tensor(&wv)]).unwrap();
     let n = q_dim + 2 * kv_dim;
     let w = sprout::gpu::GpuWeight::upload(gpu, joined.format, &joined.bytes, n, i.k).unwrap();
-    let mut rng = Rng::new(i.seed + 9);
+    let mut rng = SplitMix64::new(i.seed + 9);
     let biases = if bias { rng.vec(n, 0.3) } else { vec![] };
     // Positions: 0, the table's last, then random; distinct random slots in the pool.
     let positions: Vec<u32> = (0..i.m)
         .map(|r| match r {
             0 => 0,
             1 => TABLE as u32 - 1,
-            _ => rng.below(TABLE as u32),
+            _ => rng.below(TABLE as u64) as u32,
         })
         .collect();
     let mut slots: Vec<u32> = (0..POOL_ROWS as u32).collect();
     for j in (1..slots.len()).rev() {
-        slots.swap(j, rng.below(j as u32 + 1) as usize);
+        slots.swap(j, rng.below(j as u64 + 1) as usize);
     }
     slots.truncate(i.m);
     let rowinfo: Vec<[u32; 4]> = (0..i.m).map(|r| [0, positions[r], slots[r], 0]).collect();

@@ -11,8 +11,9 @@ use sprout::gpu::kernels::sample::{self, RowParams, SampleKey};
 use sprout::gpu::kernels::softmax::{self, Extra, RowStats};
 use sprout::reference::mask as reference;
 use sprout::reference::sample as sample_reference;
+use sprout::rng::SplitMix64;
 
-use crate::common::{Case, Outcome, Rng, check_bitwise, read_f32, read_u32};
+use crate::common::{Case, Outcome, check_bitwise, read_f32, read_u32};
 
 fn exact() -> Outcome {
     Outcome {
@@ -63,9 +64,14 @@ fn check(
 }
 
 /// `n` pairs over `rows` rows of `vocab`, some repeated.
-fn pairs(rng: &mut Rng, n: usize, rows: usize, vocab: usize) -> Vec<u32> {
+fn pairs(rng: &mut SplitMix64, n: usize, rows: usize, vocab: usize) -> Vec<u32> {
     let mut out: Vec<u32> = (0..n)
-        .flat_map(|_| [rng.below(rows as u32), rng.below(vocab as u32)])
+        .flat_map(|_| {
+            [
+                rng.below(rows as u64) as u32,
+                rng.below(vocab as u64) as u32,
+            ]
+        })
         .collect();
     if n >= 4 {
         let (a, b) = (out[0], out[1]);
@@ -117,7 +123,7 @@ fn end_to_end(gpu: &Gpu) -> Result<Outcome, String> {
         RowParams::temperature(1.0),
     ];
     let rows = params.len();
-    let mut logits = Rng::new(31).vec(rows * vocab, 4.0);
+    let mut logits = SplitMix64::new(31).vec(rows * vocab, 4.0);
     let mut top = Vec::new();
     for (r, row) in logits.chunks_mut(vocab).enumerate() {
         let c = (r * 211 + 17) % vocab;
@@ -195,7 +201,7 @@ pub fn cases() -> Vec<Case> {
             "mask",
             format!("rows{rows}_v{vocab}_n{n}"),
             move |gpu| {
-                let mut rng = Rng::new((rows * vocab + n) as u64);
+                let mut rng = SplitMix64::new((rows * vocab + n) as u64);
                 let logits = rng.vec(rows * vocab, 10.0);
                 let pairs = pairs(&mut rng, n, rows, vocab);
                 check(gpu, &logits, vocab, rows, &pairs)
@@ -206,7 +212,7 @@ pub fn cases() -> Vec<Case> {
     // vocabulary change nothing; the in-range ones around them still apply.
     cases.push(Case::new("mask", "out-of-range", |gpu| {
         let (rows, vocab) = (3, 300);
-        let logits = Rng::new(32).vec(5 * vocab, 10.0);
+        let logits = SplitMix64::new(32).vec(5 * vocab, 10.0);
         let pairs = [
             3,
             0, // a row the buffer holds, past `rows`
@@ -232,7 +238,7 @@ pub fn cases() -> Vec<Case> {
     // The same pair many times, and pairs naming already-masked logits.
     cases.push(Case::new("mask", "duplicates", |gpu| {
         let (rows, vocab) = (2, 500);
-        let mut logits = Rng::new(33).vec(rows * vocab, 10.0);
+        let mut logits = SplitMix64::new(33).vec(rows * vocab, 10.0);
         logits[3] = MASKED_LOGIT;
         let mut pairs: Vec<u32> = (0..200).flat_map(|_| [1, 42]).collect();
         pairs.extend([0, 3, 0, 3, 1, 499]);
@@ -248,7 +254,7 @@ pub fn cases() -> Vec<Case> {
     }));
     // No pairs: nothing is dispatched, nothing changes.
     cases.push(Case::new("mask", "no-pairs", |gpu| {
-        let logits = Rng::new(34).vec(3 * 257, 10.0);
+        let logits = SplitMix64::new(34).vec(3 * 257, 10.0);
         check(gpu, &logits, 257, 3, &[])?;
         // n = 0 with pairs present: they are not read.
         let (l, p) = (gpu.upload(&logits), gpu.upload(&[0u32, 0, 1, 1]));
@@ -264,7 +270,7 @@ pub fn cases() -> Vec<Case> {
     cases.push(
         Case::new("mask", "2d-grid", |gpu| {
             let (rows, vocab) = (2, 1000);
-            let logits = Rng::new(35).vec(rows * vocab, 10.0);
+            let logits = SplitMix64::new(35).vec(rows * vocab, 10.0);
             let n = two_row_grid_pairs(gpu);
             // Every pair names logit (0, 0) but the last workgroup's, which name row 1's
             // first WORKGROUP logits: only that workgroup, past the first grid row, masks

@@ -7,8 +7,9 @@ use sprout::formats::{WeightFormat, dequantize, quantize};
 use sprout::gpu::kernels::matmul::{self, Matmul, MatmulShape, Output, XLoads};
 use sprout::gpu::{Gpu, GpuWeight};
 use sprout::reference;
+use sprout::rng::SplitMix64;
 
-use crate::common::{Case, Outcome, Rng, check_bitwise, check_close, read_f32};
+use crate::common::{Case, Outcome, check_bitwise, check_close, read_f32};
 
 /// Dequantized weights are exact on both sides, so only f32 summation differs.
 pub const TOLERANCE: f64 = 1e-9;
@@ -42,7 +43,7 @@ pub struct Problem {
 
 impl Problem {
     pub fn new(format: WeightFormat, m: usize, k: usize, n: usize, seed: u64) -> Problem {
-        let mut rng = Rng::new(seed);
+        let mut rng = SplitMix64::new(seed);
         let x = rng.vec(m * k, 1.0);
         let raw = rng.vec(n * k, 0.5);
         let bytes = quantize(format, &raw, k).unwrap();

@@ -16,9 +16,10 @@ use sprout::gpu::kernels::sample::{
 };
 use sprout::gpu::kernels::softmax::{self, Extra, RowStats};
 use sprout::reference::sample as reference;
+use sprout::rng::SplitMix64;
 
 use crate::chi_square::chi_square;
-use crate::common::{Case, Outcome, Rng, check_bitwise, check_close, read_f32, read_u32};
+use crate::common::{Case, Outcome, check_bitwise, check_close, read_f32, read_u32};
 
 /// Draws are exact (the same token as the reference); log-probs are compared bitwise with
 /// softmax's, and with the f64 reference within softmax's own tolerance.
@@ -109,7 +110,7 @@ fn check(
     vocab: usize,
     temperature: f32,
 ) -> Result<Outcome, String> {
-    let logits = Rng::new(vocab as u64).vec(rows * vocab, 4.0);
+    let logits = SplitMix64::new(vocab as u64).vec(rows * vocab, 4.0);
     let keys = keys(m, rows);
     let got = draw(gpu, &logits, vocab, temperature, &keys);
     let params = vec![RowParams::temperature(temperature); rows];
@@ -134,7 +135,7 @@ fn check(
 /// Tokens drawn, their log-probs by `encode_draw_logprobs`, and softmax's target log-probs
 /// for the same rows and tokens (each draw's row copied to its own row of a second buffer).
 fn logprobs_case(gpu: &Gpu, rows: usize, vocab: usize, m: usize) -> Result<Outcome, String> {
-    let logits = Rng::new(77).vec(rows * vocab, 6.0);
+    let logits = SplitMix64::new(77).vec(rows * vocab, 6.0);
     let mut keys = keys(m, rows);
     keys.reverse(); // rows in another order than the buffer's
     let got = run(
@@ -199,13 +200,13 @@ enum Kind {
 const KINDS: [Kind; 4] = [Kind::Uniform, Kind::Peaked, Kind::Quantized, Kind::Planted];
 
 fn row_of(kind: Kind, vocab: usize, seed: u64, params: &RowParams) -> Vec<f32> {
-    let mut rng = Rng::new(seed);
+    let mut rng = SplitMix64::new(seed);
     match kind {
         Kind::Uniform => rng.vec(vocab, 4.0),
         Kind::Peaked => {
             let mut row = rng.vec(vocab, 2.0);
             for _ in 0..20 {
-                let c = rng.below(vocab as u32) as usize;
+                let c = rng.below(vocab as u64) as usize;
                 row[c] += 7.5 + rng.uniform(1.5);
             }
             row
@@ -228,7 +229,7 @@ fn row_of(kind: Kind, vocab: usize, seed: u64, params: &RowParams) -> Vec<f32> {
                     below
                 };
                 for _ in 0..3 {
-                    row[from[rng.below(from.len() as u32) as usize]] = tau;
+                    row[from[rng.below(from.len() as u64) as usize]] = tau;
                 }
             }
             row
@@ -472,7 +473,7 @@ fn draws_case(
 fn chi_square_case(gpu: &Gpu, what: &str, params: RowParams) -> Result<Outcome, String> {
     const N: u32 = 20_000;
     let vocab = 50;
-    let logits = Rng::new(2024).vec(vocab, 3.0);
+    let logits = SplitMix64::new(2024).vec(vocab, 3.0);
     let keys: Vec<SampleKey> = (0..N)
         .map(|s| SampleKey::new(0x5eed_0000_0001, 3, s, 17, 0))
         .collect();
@@ -519,7 +520,7 @@ fn batch_invariance_case(gpu: &Gpu) -> Result<Outcome, String> {
     let vocab = 3000;
     let all: Vec<RowParams> = settings(0.8).into_iter().map(|(_, p)| p).collect();
     let params: Vec<RowParams> = (0..8).map(|r| all[(3 * r + 1) % all.len()]).collect();
-    let logits = Rng::new(9).vec(8 * vocab, 4.0);
+    let logits = SplitMix64::new(9).vec(8 * vocab, 4.0);
     let keys = keys(64, 8);
     let batch = run(gpu, &logits, vocab, &params, &keys);
     for d in [0, 5, 17, 42, 63] {
@@ -532,7 +533,7 @@ fn batch_invariance_case(gpu: &Gpu) -> Result<Outcome, String> {
             &[params[r]],
             &[SampleKey { row: 0, ..keys[d] }],
         );
-        let mut five = Rng::new(d as u64).vec(5 * vocab, 6.0);
+        let mut five = SplitMix64::new(d as u64).vec(5 * vocab, 6.0);
         five[3 * vocab..4 * vocab].copy_from_slice(row);
         let mut five_params: Vec<RowParams> = (0..5).map(|i| all[(i + d) % all.len()]).collect();
         five_params[3] = params[r];
@@ -579,7 +580,7 @@ pub fn cases() -> Vec<Case> {
     }
     cases.push(Case::new("sample", "batch-invariance", |gpu| {
         let (m, vocab) = (64, 3000);
-        let logits = Rng::new(9).vec(m * vocab, 4.0);
+        let logits = SplitMix64::new(9).vec(m * vocab, 4.0);
         let keys = keys(m, m);
         let batch = draw(gpu, &logits, vocab, 1.0, &keys);
         for r in [0, 17, 63] {
@@ -618,7 +619,7 @@ pub fn cases() -> Vec<Case> {
     // One key draws the same token from a row alone and from that row as row 3 of 5.
     cases.push(Case::new("sample", "row-placement", |gpu| {
         let vocab = 2000;
-        let logits = Rng::new(11).vec(5 * vocab, 4.0);
+        let logits = SplitMix64::new(11).vec(5 * vocab, 4.0);
         let row3 = &logits[3 * vocab..4 * vocab];
         for stream in 0..8 {
             let key = SampleKey::new(42, 7, stream, 300, 0);
@@ -640,7 +641,7 @@ pub fn cases() -> Vec<Case> {
     // G draws of a group read one row; they agree with the reference and differ.
     cases.push(Case::new("sample", "group-shares-row", |gpu| {
         let vocab = 1000;
-        let logits = Rng::new(12).vec(4 * vocab, 1.0);
+        let logits = SplitMix64::new(12).vec(4 * vocab, 1.0);
         let keys: Vec<SampleKey> = (0..16).map(|s| SampleKey::new(5, 2, s, 40, 2)).collect();
         let got = draw(gpu, &logits, vocab, 1.0, &keys);
         let params = [RowParams::temperature(1.0); 4];
@@ -679,7 +680,7 @@ pub fn cases() -> Vec<Case> {
     // A key naming a row past the logits draws u32::MAX; its log-probs are NaN.
     cases.push(Case::new("sample", "row-past-logits", |gpu| {
         let vocab = 300;
-        let logits = Rng::new(13).vec(2 * vocab, 1.0);
+        let logits = SplitMix64::new(13).vec(2 * vocab, 1.0);
         let keys = [SampleKey::new(1, 0, 0, 0, 1), SampleKey::new(1, 0, 0, 0, 2)];
         let got = run(
             gpu,

@@ -6,8 +6,9 @@
 use sprout::gpu::Gpu;
 use sprout::gpu::kernels::softmax::{Extra, RowStats, encode};
 use sprout::reference::softmax as reference;
+use sprout::rng::SplitMix64;
 
-use crate::common::{Case, Outcome, Rng, check_bitwise, check_close, read_f32, read_u32};
+use crate::common::{Case, Outcome, check_bitwise, check_close, read_f32, read_u32};
 
 /// lse is a max plus the log of an f32 sum of exps (each within a few ulp, WGSL allows a
 /// few more for exp of large arguments), about 1e-6 off in absolute terms on values of
@@ -148,9 +149,9 @@ fn check(gpu: &Gpu, logits: &[f32], vocab: usize, targets: &[u32]) -> Result<Out
 }
 
 fn random(m: usize, vocab: usize, scale: f32, seed: u64) -> (Vec<f32>, Vec<u32>) {
-    let mut rng = Rng::new(seed);
+    let mut rng = SplitMix64::new(seed);
     let logits = rng.vec(m * vocab, scale);
-    let targets = (0..m).map(|_| rng.below(vocab as u32)).collect();
+    let targets = (0..m).map(|_| rng.below(vocab as u64) as u32).collect();
     (logits, targets)
 }
 
@@ -202,7 +203,7 @@ pub fn cases() -> Vec<Case> {
     cases.push(Case::new("softmax", "masked/m3_vocab1000", |gpu| {
         let vocab = 1000;
         let (mut logits, mut targets) = random(3, vocab, 10.0, 11);
-        let mut rng = Rng::new(12);
+        let mut rng = SplitMix64::new(12);
         for v in logits.iter_mut() {
             if rng.below(3) == 0 {
                 *v = MASKED;

@@ -9,8 +9,9 @@ use sprout::gpu::Gpu;
 use sprout::gpu::kernels::softmax::{self, Extra, RowStats};
 use sprout::gpu::kernels::top_logprobs::{MAX_TOP_LOGPROBS, encode};
 use sprout::reference::top_logprobs as reference;
+use sprout::rng::SplitMix64;
 
-use crate::common::{Case, Outcome, Rng, check_bitwise, check_close, read_f32, read_u32};
+use crate::common::{Case, Outcome, check_bitwise, check_close, read_f32, read_u32};
 
 /// Ids are exact and log-probs bitwise softmax's; against the f64 reference, softmax's own
 /// tolerance (see tests/kernels/softmax.rs).
@@ -155,7 +156,7 @@ pub fn cases() -> Vec<Case> {
                 format!("v{vocab}_n{n}"),
                 move |gpu| {
                     let rows = 3;
-                    let logits = Rng::new((vocab * 31 + n) as u64).vec(rows * vocab, 10.0);
+                    let logits = SplitMix64::new((vocab * 31 + n) as u64).vec(rows * vocab, 10.0);
                     check(gpu, &logits, vocab, &vec![n as u32; rows], n)
                 },
             ));
@@ -165,7 +166,7 @@ pub fn cases() -> Vec<Case> {
     // +0; quantized rows are ties all the way down.
     cases.push(Case::new("top_logprobs", "ties/v1000_n20", |gpu| {
         let (vocab, n) = (1000, MAX_TOP_LOGPROBS);
-        let mut rng = Rng::new(21);
+        let mut rng = SplitMix64::new(21);
         let mut logits = rng.vec(6 * vocab, 5.0);
         // Row 0: the max at 999, 513, 300, 44 and 256 (44, 300 and 556 share invocation 44;
         // 256 is invocation 0's second token), then 700 and 7 below it.
@@ -207,7 +208,7 @@ pub fn cases() -> Vec<Case> {
     }));
     cases.push(Case::new("top_logprobs", "ties/v49152_n20", |gpu| {
         let (vocab, n) = (49152, MAX_TOP_LOGPROBS);
-        let mut rng = Rng::new(22);
+        let mut rng = SplitMix64::new(22);
         let logits: Vec<f32> = (0..2 * vocab)
             .map(|_| (rng.uniform(4.0) * 4.0).round() / 4.0)
             .collect();
@@ -217,12 +218,12 @@ pub fn cases() -> Vec<Case> {
     // log-probs are the (finite) masked logit minus lse.
     cases.push(Case::new("top_logprobs", "masked/v1000_n20", |gpu| {
         let (vocab, n) = (1000, MAX_TOP_LOGPROBS);
-        let mut logits = Rng::new(23).vec(2 * vocab, 3.0);
+        let mut logits = SplitMix64::new(23).vec(2 * vocab, 3.0);
         logits[..vocab].fill(MASKED);
         for c in [5, 600, 999] {
             logits[c] = -2.0 - c as f32 / 1000.0;
         }
-        let mut rng = Rng::new(24);
+        let mut rng = SplitMix64::new(24);
         for v in &mut logits[vocab..] {
             if rng.below(2) == 0 {
                 *v = MASKED;
@@ -256,7 +257,7 @@ pub fn cases() -> Vec<Case> {
                         }
                     })
                     .collect();
-                let logits = Rng::new(25).vec(counts.len() * vocab, 6.0);
+                let logits = SplitMix64::new(25).vec(counts.len() * vocab, 6.0);
                 let got = run(gpu, &logits, vocab, &counts, n_max);
                 for r in [0, 4] {
                     let row = row_ids(&got, r, n_max);
@@ -274,13 +275,13 @@ pub fn cases() -> Vec<Case> {
         if !got.ids.is_empty() {
             return Err(format!("{} ids for no rows", got.ids.len()));
         }
-        check(gpu, &Rng::new(26).vec(30, 2.0), 10, &[0, 0, 0], 0)
+        check(gpu, &SplitMix64::new(26).vec(30, 2.0), 10, &[0, 0, 0], 0)
     }));
     // A row's entries are bitwise the same alone, in a batch of 16 and as row 3 of 5 among
     // other rows with other counts.
     cases.push(Case::new("top_logprobs", "batch-invariance/v3000", |gpu| {
         let (vocab, n_max) = (3000, MAX_TOP_LOGPROBS);
-        let mut rng = Rng::new(27);
+        let mut rng = SplitMix64::new(27);
         let logits = rng.vec(16 * vocab, 8.0);
         let counts: Vec<u32> = (0..16).map(|r| [20, 7, 1, 13][r % 4]).collect();
         let batch = run(gpu, &logits, vocab, &counts, n_max);
