@@ -11,5 +11,5 @@ mod tensor_data;
 mod weight_format;
 
 pub use hex::hex;
-pub use tensor_data::TensorData;
+pub use tensor_data::{StoredTensor, TensorData};
 pub use weight_format::{FormatError, QK, WeightFormat, dequantize, dequantize_row, quantize};

@@ -105,6 +105,22 @@ impl WeightFormat {
                 cols,
             })
     }
+
+    /// Checks that `got` bytes hold exactly a `rows x cols` matrix in this format, and
+    /// returns the bytes of one row: what every reader of a matrix's bytes checks first.
+    pub fn check_matrix(self, rows: usize, cols: usize, got: usize) -> Result<usize, FormatError> {
+        let want = self.matrix_bytes(rows, cols)?;
+        if got != want {
+            return Err(FormatError::WrongSize {
+                format: self,
+                rows,
+                cols,
+                got,
+                want,
+            });
+        }
+        self.row_bytes(cols)
+    }
 }
 
 impl std::fmt::Display for WeightFormat {
@@ -198,17 +214,7 @@ pub fn dequantize(
     rows: usize,
     cols: usize,
 ) -> Result<Vec<f32>, FormatError> {
-    let row_bytes = format.row_bytes(cols)?;
-    let want = format.matrix_bytes(rows, cols)?;
-    if bytes.len() != want {
-        return Err(FormatError::WrongSize {
-            format,
-            rows,
-            cols,
-            got: bytes.len(),
-            want,
-        });
-    }
+    let row_bytes = format.check_matrix(rows, cols, bytes.len())?;
     // The bytes are present, so the values (at most 8 per byte) can be allocated.
     let mut out = vec![0.0f32; rows * cols];
     for (o, b) in out

@@ -15,7 +15,7 @@ use wgpu::util::DeviceExt;
 
 use super::Gpu;
 use crate::error::SproutError;
-use crate::formats::{FormatError, WeightFormat};
+use crate::formats::WeightFormat;
 
 /// Bytes of a Q8_0 block on the GPU (34 in the file, padded after the scale).
 pub const Q8_0_GPU_BLOCK: usize = 36;
@@ -65,18 +65,7 @@ impl GpuWeight {
         cols: usize,
         limit: u64,
     ) -> Result<GpuWeight, SproutError> {
-        let file_row_bytes = format.row_bytes(cols)?;
-        let want = format.matrix_bytes(rows, cols)?;
-        if bytes.len() != want {
-            return Err(FormatError::WrongSize {
-                format,
-                rows,
-                cols,
-                got: bytes.len(),
-                want,
-            }
-            .into());
-        }
+        let file_row_bytes = format.check_matrix(rows, cols, bytes.len())?;
         let aligned;
         let (bytes, row_bytes) = match format {
             WeightFormat::Q8_0 => {

@@ -23,8 +23,8 @@ use safetensors::tensor::Metadata;
 use serde::Deserialize;
 
 use crate::error::SproutError;
-use crate::formats::TensorData;
 use crate::formats::WeightFormat;
+use crate::formats::{StoredTensor, TensorData};
 use crate::model::config::ModelConfig;
 use crate::model::hf_config::config_from_hf;
 use crate::model::names::{self, LayerTensor, TensorName};
@@ -220,22 +220,16 @@ impl<R: Read + Seek> WeightSource for SafetensorsDir<R> {
         let format = entry.format(&stored)?;
         let (rows, cols) = entry.rows_cols(&stored)?;
         let (file, reader) = &mut self.shards[entry.shard];
-        reader.seek(SeekFrom::Start(entry.start))?;
-        let mut bytes = Vec::with_capacity(entry.len as usize);
-        reader.take(entry.len).read_to_end(&mut bytes)?;
-        if bytes.len() as u64 != entry.len {
-            return Err(SproutError::Model(format!(
-                "{file} is truncated: tensor {stored} needs {} bytes, the file has {}",
-                entry.len,
-                bytes.len()
-            )));
-        }
-        Ok(TensorData {
+        let tensor = StoredTensor {
+            file,
+            name: &stored,
+            start: entry.start,
+            len: entry.len,
             format,
             rows,
             cols,
-            bytes,
-        })
+        };
+        TensorData::read(reader, tensor)
     }
 
     fn has(&self, name: &str) -> bool {

@@ -26,8 +26,8 @@ use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
 
 use crate::error::SproutError;
-use crate::formats::TensorData;
 use crate::formats::WeightFormat;
+use crate::formats::{StoredTensor, TensorData};
 pub use metadata::{GgufMetadata, GgufValue};
 
 /// Alignment of the data section when `general.alignment` is absent.
@@ -269,30 +269,17 @@ impl<R: Read + Seek> GgufFile<R> {
         let info = self
             .tensor(name)
             .ok_or_else(|| SproutError::Model(format!("the GGUF file has no tensor {name}")))?;
-        let format = info.format()?;
         let (rows, cols) = info.shape()?;
-        let size = info.byte_len()?;
-        let capacity = usize::try_from(size).map_err(|_| {
-            SproutError::Model(format!(
-                "tensor {name} ({size} bytes) does not fit in memory"
-            ))
-        })?;
-        let start = self.data_offset + info.offset;
-        self.reader.seek(SeekFrom::Start(start))?;
-        let mut bytes = Vec::with_capacity(capacity);
-        (&mut self.reader).take(size).read_to_end(&mut bytes)?;
-        if bytes.len() as u64 != size {
-            return Err(SproutError::Model(format!(
-                "GGUF file is truncated: tensor {name} needs {size} bytes, the file has {}",
-                bytes.len()
-            )));
-        }
-        Ok(TensorData {
-            format,
+        let stored = StoredTensor {
+            file: "GGUF file",
+            name,
+            start: self.data_offset + info.offset,
+            len: info.byte_len()?,
+            format: info.format()?,
             rows,
             cols,
-            bytes,
-        })
+        };
+        TensorData::read(&mut self.reader, stored)
     }
 }
 
