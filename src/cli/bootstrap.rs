@@ -82,11 +82,8 @@ impl Opened {
         let Some(source) = source.or(self.chat_template.as_deref()) else {
             return Ok(None);
         };
-        Ok(Some(ChatTemplate::for_model(
-            source,
-            tokenizer,
-            &self.decoder.config,
-        )?))
+        let tokens = self.decoder.config.template_tokens();
+        Ok(Some(ChatTemplate::for_model(source, tokenizer, tokens)?))
     }
 
     /// The tokenizer, or an error saying that dummy weights have none.

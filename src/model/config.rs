@@ -8,6 +8,7 @@
 use serde::Serialize;
 
 use crate::gpu::kernels::rope::RopeLayout;
+use crate::tokenizer::chat_template::TemplateTokens;
 
 /// Decoder-only transformer families sprout runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -55,5 +56,14 @@ impl ModelConfig {
 
     pub fn has_qkv_bias(&self) -> bool {
         self.architecture == Architecture::Qwen2
+    }
+
+    /// What a chat template prints as `bos_token` and `eos_token`: the beginning-of-sequence
+    /// token and the first end-of-sequence token.
+    pub fn template_tokens(&self) -> TemplateTokens {
+        TemplateTokens {
+            bos: self.bos_token_id,
+            eos: self.eos_token_ids.first().copied(),
+        }
     }
 }

@@ -9,8 +9,15 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::SproutError;
-use crate::model::config::ModelConfig;
 use crate::tokenizer::Tokenizer;
+
+/// The token ids a template prints as `bos_token` and `eos_token`: a model's
+/// beginning-of-sequence id and its first end-of-sequence id. `None` prints empty text.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TemplateTokens {
+    pub bos: Option<u32>,
+    pub eos: Option<u32>,
+}
 
 /// One chat message (`{"role": "user", "content": "..."}`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -47,13 +54,12 @@ impl ChatTemplate {
         })
     }
 
-    /// A model's template `source`, printing the model's own beginning- and
-    /// end-of-sequence tokens (its first end-of-sequence id) as `bos_token` and
-    /// `eos_token`; a model without them prints empty text.
+    /// A model's template `source`, printing the texts of the model's own `tokens` as
+    /// `bos_token` and `eos_token`.
     pub fn for_model(
         source: &str,
         tokenizer: &Tokenizer,
-        config: &ModelConfig,
+        tokens: TemplateTokens,
     ) -> Result<Self, SproutError> {
         let text = |id: Option<u32>| -> Result<String, SproutError> {
             Ok(match id {
@@ -61,8 +67,7 @@ impl ChatTemplate {
                 None => String::new(),
             })
         };
-        let bos = text(config.bos_token_id)?;
-        let eos = text(config.eos_token_ids.first().copied())?;
+        let (bos, eos) = (text(tokens.bos)?, text(tokens.eos)?);
         ChatTemplate::new(source, &bos, &eos)
     }
 

@@ -141,7 +141,10 @@ impl Session {
         };
         // A template that does not compile is an error now, not at the first chat.
         let chat_template = template_source
-            .map(|source| ChatTemplate::for_model(&source, &tokenizer, &decoder.config))
+            .map(|source| {
+                let tokens = decoder.config.template_tokens();
+                ChatTemplate::for_model(&source, &tokenizer, tokens)
+            })
             .transpose()
             .map_err(|e| js_error(format!("{name}: {e}")))?;
         self.model = Some(Rc::new(Model {
