@@ -32,11 +32,12 @@
 //!   9 query heads over 3 KV heads of dim 64, blocks of 16 keys in a shuffled pool. Bytes are
 //!   q and out + every cached key and value once + block tables and row descriptors.
 //!
-//! How: each sample records `calls` dispatches (or copies) into one command encoder,
-//! finishes it, then times `queue.submit` + `Gpu::wait_idle` and divides by `calls`, so a
-//! figure is the kernel's own time plus its share of one submit, not submit latency; the
-//! recording is not timed. `calls` is calibrated once per benchmark (doubling from 1, at
-//! most 1024) until one submit takes about 10 ms. The same buffers are used every call, so on
+//! How (`sprout::gpu::timing`): each sample records `calls` dispatches (or copies) into one
+//! command encoder, then times `queue.submit` + `Gpu::wait_idle` and divides by `calls`, so
+//! a figure is the kernel's own time plus its share of one submit, not submit latency; the
+//! recording is not timed. `calls` is calibrated once per benchmark (growing from 1, at
+//! most 1024) until one submit takes about 10 ms. The inputs are set up by the kernels'
+//! own fixtures (`MatmulFixture`, `AttentionFixture`), as the kernel suite's are. The same buffers are used every call, so on
 //! a GPU whose cache holds a whole weight a small kernel can beat the memory bandwidth.
 //! Every group takes 10 samples, flat sampling, 0.5 s warm-up and about 2 s of measurement
 //! (longer when one submit is longer), so the suite runs in a few minutes on lavapipe.
@@ -57,20 +58,22 @@
 use std::cell::OnceCell;
 use std::path::PathBuf;
 use std::rc::Rc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion, SamplingMode, Throughput};
 use sprout::formats::{WeightFormat, quantize};
 use sprout::gpu::grid::grid;
+use sprout::gpu::kernels::RowInfo;
 use sprout::gpu::kernels::attention::{
-    self, AttentionBuffers, AttentionPlan, AttentionShape, AttentionSplit, AttentionVariant,
-    scratch_per_slot,
+    AttentionFixture, AttentionShape, AttentionVariant, SplitRows,
 };
-use sprout::gpu::kernels::matmul::{self, Matmul, MatmulShape, Output};
+use sprout::gpu::kernels::matmul::{MatmulFixture, MatmulShape};
 use sprout::gpu::pipelines::{Access, KernelSpec};
+use sprout::gpu::timing;
 use sprout::gpu::tuning::{KernelChoices, MatmulKey, MatmulSite};
-use sprout::gpu::{BackendChoice, Gpu, GpuWeight, Recorder, Tensor};
+use sprout::gpu::{BackendChoice, Gpu, GpuWeight, Recorder};
+use sprout::rng::SplitMix64;
 
 /// The model whose shapes are measured: hidden size, MLP size, vocabulary, heads.
 struct Dims {
@@ -171,6 +174,40 @@ fn copy_vec4(
 }
 "#;
 
+/// The ceilings' own kernels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Ceiling {
+    Fma,
+    Copy,
+}
+
+impl KernelSpec for Ceiling {
+    fn name(&self) -> String {
+        format!("bench/{}", self.entry())
+    }
+
+    fn source(&self) -> String {
+        match self {
+            Ceiling::Fma => FMA_WGSL.into(),
+            Ceiling::Copy => COPY_WGSL.into(),
+        }
+    }
+
+    fn entry(&self) -> &'static str {
+        match self {
+            Ceiling::Fma => "fma_vec4",
+            Ceiling::Copy => "copy_vec4",
+        }
+    }
+
+    fn storage(&self) -> &'static [Access] {
+        match self {
+            Ceiling::Fma => &[Access::ReadWrite],
+            Ceiling::Copy => &[Access::Read, Access::ReadWrite],
+        }
+    }
+}
+
 /// A benchmark this binary registered: enough to find its estimate and rate it.
 struct Entry {
     group: &'static str,
@@ -186,38 +223,6 @@ struct Entry {
 impl Entry {
     fn id(&self) -> String {
         format!("{}/{}/{}", self.group, self.function, self.parameter)
-    }
-}
-
-/// Times `iters` submits of `calls` recordings of `record` each; returns the time per call,
-/// summed over the submits.
-fn time_submits(gpu: &Gpu, iters: u64, calls: u32, record: &dyn Fn(&mut Recorder)) -> Duration {
-    let mut total = Duration::ZERO;
-    for _ in 0..iters {
-        let mut rec = gpu.recorder();
-        for _ in 0..calls {
-            record(&mut rec);
-        }
-        let start = Instant::now();
-        rec.submit();
-        gpu.wait_idle().expect("waiting for the GPU");
-        total += start.elapsed();
-    }
-    total / calls
-}
-
-/// Calls per submit for `record`: doubling (or more) from 1 until a submit takes
-/// `SUBMIT_TARGET`. The first, untimed submit builds the pipeline.
-fn calibrate(gpu: &Gpu, record: &dyn Fn(&mut Recorder)) -> u32 {
-    time_submits(gpu, 1, 1, record);
-    let mut calls = 1u32;
-    loop {
-        let submit = time_submits(gpu, 1, calls, record) * calls;
-        if submit >= SUBMIT_TARGET || calls >= MAX_CALLS {
-            return calls;
-        }
-        let factor = (SUBMIT_TARGET.as_secs_f64() / submit.as_secs_f64().max(1e-9)).ceil();
-        calls = (calls as f64 * factor.clamp(2.0, 16.0)).min(MAX_CALLS as f64) as u32;
     }
 }
 
@@ -248,8 +253,14 @@ impl Bench<'_> {
         let gpu = self.gpu;
         group.throughput(Throughput::Bytes(bytes));
         group.bench_function(BenchmarkId::new(function, parameter), |b| {
-            let calls = *calls.get_or_init(|| calibrate(gpu, record));
-            b.iter_custom(|iters| time_submits(gpu, iters, calls, record))
+            let calls = *calls.get_or_init(|| {
+                timing::calibrate(gpu, record, (SUBMIT_TARGET, MAX_CALLS), &|_| false).calls
+            });
+            b.iter_custom(|iters| {
+                (0..iters)
+                    .map(|_| timing::per_call(gpu, calls, record))
+                    .sum()
+            })
         });
     }
 }
@@ -293,12 +304,7 @@ fn copy(c: &mut Criterion, gpu: &Gpu, entries: &mut Vec<Entry>) {
         },
     );
 
-    let fma = gpu.pipeline(&KernelSpec {
-        key: "bench/fma_vec4".into(),
-        source: Box::new(|| FMA_WGSL.into()),
-        entry: "fma_vec4",
-        storage: &[Access::ReadWrite],
-    });
+    let fma = gpu.pipeline(&Ceiling::Fma);
     let invocations = 64 * FMA_WORKGROUPS;
     let sums = gpu.zeros(4 * invocations as usize);
     let fma_params: [u32; 4] = [FMA_STEPS, 0, 0, 0];
@@ -317,12 +323,7 @@ fn copy(c: &mut Criterion, gpu: &Gpu, entries: &mut Vec<Entry>) {
         },
     );
 
-    let kernel = gpu.pipeline(&KernelSpec {
-        key: "bench/copy_vec4".into(),
-        source: Box::new(|| COPY_WGSL.into()),
-        entry: "copy_vec4",
-        storage: &[Access::Read, Access::ReadWrite],
-    });
+    let kernel = gpu.pipeline(&Ceiling::Copy);
     let n = (size / 16) as usize;
     let params: [u32; 4] = [n as u32, 0, 0, 0];
     let groups = grid(gpu, n.div_ceil(256));
@@ -365,12 +366,12 @@ fn matmul(
     ];
     for (k, n, formats) in shapes {
         let values = pattern(n * k, 0);
-        let x = gpu.upload(&pattern(max_rows * k, 3));
-        let y = gpu.zeros(max_rows * n);
+        let x = pattern(max_rows * k, 3);
         for &format in formats {
             let bytes = quantize(format, &values, k).expect("quantizing the weight");
             let weight = GpuWeight::upload(gpu, format, &bytes, n, k).expect("uploading");
             for m in ROWS {
+                let fixture = MatmulFixture::new(gpu, &weight, &x[..m * k], m);
                 let traffic = bytes.len() as u64 + 4 * (m * k + m * n) as u64;
                 let flops = 2 * (m * k * n) as u64;
                 let key = MatmulKey {
@@ -380,14 +381,6 @@ fn matmul(
                     k,
                 };
                 for shape in bench_shapes(gpu, choices, key, m) {
-                    let op = Matmul {
-                        x: &x,
-                        m,
-                        weight: &weight,
-                        norm: None,
-                        gather: None,
-                        output: Output::Store(&y),
-                    };
                     bench.run(
                         &mut group,
                         (
@@ -395,7 +388,7 @@ fn matmul(
                             format!("{k}x{n}/m{m}/{}", shape.key()),
                         ),
                         (traffic, flops),
-                        &|rec| matmul::encode(gpu, rec, &op, shape),
+                        &|rec| fixture.encode(gpu, rec, shape),
                     );
                 }
             }
@@ -421,18 +414,9 @@ fn bench_shapes(gpu: &Gpu, choices: &KernelChoices, key: MatmulKey, m: usize) ->
     shapes
 }
 
-/// The inputs of one paged attention dispatch.
+/// One paged attention dispatch, and what it moves and computes.
 struct AttentionInputs {
-    shape: AttentionShape,
-    q: Tensor,
-    k_pool: Tensor,
-    v_pool: Tensor,
-    tables: Tensor,
-    /// Per query row: (table offset, position, 0, 0).
-    rowinfo: Tensor,
-    /// Each query row's key count.
-    keys: Vec<u32>,
-    out: Tensor,
+    fixture: AttentionFixture,
     bytes: u64,
     flops: u64,
 }
@@ -455,20 +439,17 @@ fn attention_inputs(
     let q_row = d.n_heads * d.head_dim;
     let per_seq = keys.div_ceil(BLOCK_SIZE);
     let num_blocks = seqs * per_seq;
-    // A fixed shuffle of the pool's blocks (Fisher-Yates on a small LCG).
+    // A fixed shuffle of the pool's blocks (Fisher-Yates).
     let mut ids: Vec<u32> = (0..num_blocks as u32).collect();
-    let mut state = 0x2545_f491_u64;
+    let mut rng = SplitMix64::new(0x2545_f491);
     for i in (1..ids.len()).rev() {
-        state = state
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        ids.swap(i, ((state >> 33) % (i as u64 + 1)) as usize);
+        ids.swap(i, rng.below(i as u64 + 1) as usize);
     }
     let mut rows = Vec::new();
     let mut attended = 0;
     for s in 0..seqs {
         for pos in keys - rows_per_seq..keys {
-            rows.extend([(s * per_seq) as u32, pos as u32, 0, 0]);
+            rows.push(RowInfo::new((s * per_seq) as u32, pos as u32, 0));
             attended += pos + 1;
         }
     }
@@ -476,15 +457,21 @@ fn attention_inputs(
     let shape = AttentionShape::new(t, d.n_heads, d.n_kv_heads, d.head_dim, BLOCK_SIZE);
     let pool_len = num_blocks * BLOCK_SIZE * kv_dim;
     let bytes = 4 * (2 * t * q_row + 2 * seqs * keys * kv_dim + num_blocks + 2 * t);
+    let (q, k_pool, v_pool) = (
+        pattern(t * q_row, 5),
+        pattern(pool_len, 7),
+        pattern(pool_len, 11),
+    );
     AttentionInputs {
-        shape,
-        q: gpu.upload(&pattern(t * q_row, 5)),
-        k_pool: gpu.upload(&pattern(pool_len, 7)),
-        v_pool: gpu.upload(&pattern(pool_len, 11)),
-        tables: gpu.upload(&ids),
-        keys: rows.chunks(4).map(|r| r[1] + 1).collect(),
-        rowinfo: gpu.upload(&rows),
-        out: gpu.zeros(t * q_row),
+        // Only decodes (a sequence's only row) are split, as the engine splits them.
+        fixture: AttentionFixture::new(
+            gpu,
+            shape,
+            (&q, &k_pool, &v_pool),
+            &ids,
+            &rows,
+            SplitRows::Decodes,
+        ),
         bytes: bytes as u64,
         flops: (4 * attended * d.n_heads * d.head_dim) as u64,
     }
@@ -508,9 +495,9 @@ fn attention(
     };
     for (name, seqs, keys, rows_per_seq) in [("decode", 32, 256, 1), ("prefill", 1, 128, 128)] {
         let a = attention_inputs(gpu, d, seqs, keys, rows_per_seq);
-        let rows = seqs * rows_per_seq;
+        let shape = a.fixture.shape;
         let heads_per_kv = d.n_heads / d.n_kv_heads;
-        let mut variants = vec![choices.attention(d.head_dim, heads_per_kv, rows)];
+        let mut variants = vec![choices.attention(d.head_dim, heads_per_kv, shape.t)];
         if std::env::var("SPROUT_BENCH_SHAPES").is_ok_and(|v| v == "all") {
             for v in [
                 AttentionVariant::default_for(true),
@@ -522,37 +509,15 @@ fn attention(
             }
         }
         for variant in variants {
-            let mut plan = AttentionPlan::default();
-            let split = variant.split == AttentionSplit::DecodePages && rows_per_seq == 1;
-            plan.build(a.keys.iter().map(|&k| (k, split)));
-            let items = gpu.upload(&plan.items);
-            let combine = gpu.upload(&plan.combine);
-            let slots = plan.slots as usize;
-            let scratch = gpu.zeros(slots.max(1) * scratch_per_slot(&a.shape));
-            let q_loads = variant.q_loads_for(&a.shape);
+            let planned = a.fixture.plan(gpu, variant.split);
+            let q_loads = variant.q_loads_for(&shape);
             // Query rows x keys per sequence, and the variant.
-            let parameter = format!("{}x{keys}/{:?}-{:?}", a.shape.t, variant.split, q_loads);
-            let b = AttentionBuffers {
-                q: &a.q,
-                k_pool: &a.k_pool,
-                v_pool: &a.v_pool,
-                block_tables: &a.tables,
-                rowinfo: &a.rowinfo,
-                items: &items,
-                out: &a.out,
-                scratch: &scratch,
-            };
-            let (n_items, n_rows) = (plan.items.len(), plan.combine.len());
+            let parameter = format!("{}x{keys}/{:?}-{:?}", shape.t, variant.split, q_loads);
             bench.run(
                 &mut group,
                 (name.into(), parameter),
                 (a.bytes, a.flops),
-                &|rec| {
-                    attention::encode(gpu, rec, &a.shape, q_loads, &b, n_items, slots);
-                    attention::encode_combine(
-                        gpu, rec, &a.shape, &scratch, &combine, n_rows, &a.out,
-                    );
-                },
+                &|rec| a.fixture.encode(gpu, rec, q_loads, &planned),
             );
         }
     }

@@ -8,13 +8,12 @@
 use serde::Serialize;
 
 use crate::engine::paged_kv::PagedKv;
-use crate::engine::{Engine, EngineConfig, KvSize};
+use crate::engine::{BatchInputs, Engine, EngineConfig, KvSize, PackedBatch};
 use crate::error::SproutError;
-use crate::gpu::kernels::attention::AttentionPlan;
 use crate::gpu::kernels::softmax::{self, Extra, RowStats};
 use crate::gpu::{Recorder, Tensor};
 use crate::kv::DEFAULT_BLOCK_SIZE;
-use crate::model::decoder::{AttentionWork, BatchView, Decoder, ForwardBuffers};
+use crate::model::decoder::{Decoder, ForwardBuffers};
 use crate::sched::{Request, SamplingParams};
 
 pub use crate::sched::FinishReason;
@@ -83,7 +82,7 @@ pub async fn generate(
 }
 
 /// The forward pass of one sequence `ids` with logits for every position, in a pool of its
-/// own: `(buffers, logits)` where `logits` is `[len, vocab]` on the GPU.
+/// own: the buffers, whose `logits` are `[len, vocab]` on the GPU.
 fn forward_all(
     decoder: &Decoder,
     ids: &[u32],
@@ -103,34 +102,13 @@ fn forward_all(
             "token {bad} is outside the vocabulary of {vocab}"
         )));
     }
+    // The engine's packer, for one sequence in a pool of its own.
     let bs = DEFAULT_BLOCK_SIZE;
-    let blocks = t.div_ceil(bs);
-    let kv = PagedKv::new(gpu, &decoder.config, blocks, bs)?;
-    let table: Vec<u32> = (0..blocks as u32).collect();
-    // Identity block table: position p lives in pool row p.
-    let rowinfo: Vec<[u32; 4]> = (0..t as u32).map(|p| [0, p, p, 0]).collect();
-    let mut plan = AttentionPlan::default();
-    plan.build((1..=t as u32).map(|keys| (keys, false)));
-    let rows: Vec<u32> = (0..t as u32).collect();
-    let (ids, rowinfo) = (gpu.upload(ids), gpu.upload(&rowinfo));
-    let (table, items) = (gpu.upload(&table), gpu.upload(&plan.items));
-    let (combine, rows) = (gpu.upload(&[0u32; 4]), gpu.upload(&rows));
-    let batch = BatchView {
-        t,
-        ids: &ids,
-        drawn: &ids,
-        rowinfo: &rowinfo,
-        block_tables: &table,
-        attention: AttentionWork {
-            items: &items,
-            n_items: plan.items.len(),
-            combine: &combine,
-            n_combine: 0,
-            slots: 0,
-        },
-        r: t,
-        logit_rows: &rows,
-    };
+    let packed = PackedBatch::whole_sequence(ids, bs);
+    let kv = PagedKv::new(gpu, &decoder.config, t.div_ceil(bs), bs)?;
+    let mut inputs = BatchInputs::new(gpu, t, t);
+    inputs.write(gpu, &packed);
+    let batch = inputs.view(&packed, None);
     let buffers = ForwardBuffers::new(decoder, t, t);
     decoder.encode_forward(rec, &batch, kv.pools(), &buffers)?;
     Ok(buffers)

@@ -10,6 +10,7 @@
 use std::process::{Command, Output};
 
 use serde_json::Value;
+use sprout::formats::WeightFormat;
 
 fn sprout(args: &[&str]) -> Output {
     let out = Command::new(env!("CARGO_BIN_EXE_sprout"))
@@ -70,7 +71,17 @@ fn every_adapter_passes_against_the_goldens_and_the_first_adapter() {
     };
     for (i, adapter) in adapters.iter().enumerate() {
         assert_eq!(count(adapter, "goldens"), 5, "{adapter}: one row per case");
-        assert_eq!(count(adapter, "cpu reference"), 3, "{adapter}: kernel rows");
+        // A matmul row per weight format of the registry, then attention and sampling.
+        let kernel_rows = WeightFormat::ALL.len() + 2;
+        assert_eq!(count(adapter, "cpu reference"), kernel_rows, "{adapter}");
+        for format in WeightFormat::ALL {
+            let case = format!("kernel matmul {format}");
+            assert!(
+                rows.iter()
+                    .any(|r| r["adapter"] == *adapter && r["case"] == case.as_str()),
+                "{adapter}: no {case} row"
+            );
+        }
         let across = if i == 0 { 0 } else { 5 };
         assert_eq!(count(adapter, adapters[0]), across, "{adapter}");
     }

@@ -5,24 +5,24 @@
 //!
 //! Every variant computes bitwise the same result, so tuning changes speed only. A time is
 //! the wall time of one submit of many dispatches (enough for a few milliseconds), divided
-//! by their number, the best of three; the first dispatch of each variant (which builds its
-//! pipeline) is not timed. A variant that takes far longer than the best one so far is
-//! dropped after one timing. Matmuls are timed with a plain store of their outputs: the
-//! fused prologues and epilogues cost every shape alike.
+//! by their number, the best of three (`sprout::gpu::timing`); the first dispatch of each
+//! variant (which builds its pipeline) is not timed. A variant that takes far longer than
+//! the best one so far is dropped after one timing. Matmuls are timed with a plain store of
+//! their outputs: the fused prologues and epilogues cost every shape alike.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Result;
 use clap::Args;
 use indicatif::ProgressBar;
 use serde_json::json;
-use sprout::gpu::kernels::attention::{
-    self, AttentionBuffers, AttentionPlan, AttentionSplit, AttentionVariant, scratch_per_slot,
-};
-use sprout::gpu::kernels::matmul::{self, Matmul, MatmulShape, Output};
+use sprout::gpu::kernels::RowInfo;
+use sprout::gpu::kernels::attention::{AttentionFixture, AttentionVariant, SplitRows};
+use sprout::gpu::kernels::matmul::{MatmulFixture, MatmulShape};
+use sprout::gpu::timing;
 use sprout::gpu::tune_file::{self, TuneFile};
 use sprout::gpu::tuning::{AttentionChoice, KernelChoices, MatmulChoice, MatmulKey, ROW_BUCKETS};
-use sprout::gpu::{BackendChoice, Gpu, GpuWeight, Recorder};
+use sprout::gpu::{BackendChoice, Gpu, Recorder};
 use sprout::model::decoder::Decoder;
 
 use crate::cli::bootstrap::{self, Kernels};
@@ -77,10 +77,8 @@ pub fn run(backend: BackendChoice, args: TuneArgs) -> Result<()> {
             n: weight.rows,
             k: weight.cols,
         };
-        let max_m = *buckets.last().expect("at least one bucket");
-        let x = gpu.upload(&pattern(max_m * weight.cols));
-        let y = gpu.zeros(max_m * weight.rows);
         for &m in &buckets {
+            let fixture = MatmulFixture::new(gpu, weight, &pattern(m * weight.cols), m);
             bar.set_message(format!("{site:?} m={m}"));
             let default = defaults.default_shape(&gpu.caps, key, m);
             let mut shapes = vec![default];
@@ -92,7 +90,8 @@ pub fn run(backend: BackendChoice, args: TuneArgs) -> Result<()> {
             let mut best: Option<(MatmulShape, f64)> = None;
             let mut default_micros = f64::NAN;
             for shape in shapes {
-                let seconds = time_matmul(gpu, weight, &x, &y, m, shape, best.map(|b| b.1));
+                let record = |rec: &mut Recorder| fixture.encode(gpu, rec, shape);
+                let seconds = time_calls(gpu, &record, best.map(|b| b.1));
                 if shape == default {
                     default_micros = 1e6 * seconds;
                 }
@@ -143,52 +142,18 @@ pub fn run(backend: BackendChoice, args: TuneArgs) -> Result<()> {
     Ok(())
 }
 
-/// Seconds per dispatch of `record`: the best of three submits of enough dispatches, or of
-/// one when the first is hopeless against `best`.
+/// Seconds per call of `record`: the best of three submits of enough calls, or the first
+/// timing alone when it is hopeless against `best`.
 fn time_calls(gpu: &Gpu, record: &dyn Fn(&mut Recorder), best: Option<f64>) -> f64 {
-    let submit = |calls: u32| {
-        let mut rec = gpu.recorder();
-        for _ in 0..calls {
-            record(&mut rec);
-        }
-        let started = Instant::now();
-        rec.submit();
-        let _ = gpu.wait_idle();
-        started.elapsed().as_secs_f64() / f64::from(calls)
-    };
-    submit(1); // builds the pipeline
-    let mut calls = 1;
-    let mut per_call = submit(calls);
-    if best.is_some_and(|b| per_call > HOPELESS * b) {
-        return per_call;
+    let hopeless = |t: Duration| best.is_some_and(|b| t.as_secs_f64() > HOPELESS * b);
+    let found = timing::calibrate(gpu, record, (SUBMIT_TARGET, MAX_CALLS), &hopeless);
+    if hopeless(found.per_call) {
+        return found.per_call.as_secs_f64();
     }
-    while per_call * f64::from(calls) < SUBMIT_TARGET.as_secs_f64() && calls < MAX_CALLS {
-        let factor = SUBMIT_TARGET.as_secs_f64() / (per_call * f64::from(calls)).max(1e-7);
-        calls = ((f64::from(calls) * factor.clamp(2.0, 16.0)) as u32).min(MAX_CALLS);
-        per_call = submit(calls);
-    }
-    (0..2).map(|_| submit(calls)).fold(per_call, f64::min)
-}
-
-#[allow(clippy::too_many_arguments)]
-fn time_matmul(
-    gpu: &Gpu,
-    weight: &GpuWeight,
-    x: &sprout::gpu::Tensor,
-    y: &sprout::gpu::Tensor,
-    m: usize,
-    shape: MatmulShape,
-    best: Option<f64>,
-) -> f64 {
-    let op = Matmul {
-        x,
-        m,
-        weight,
-        norm: None,
-        gather: None,
-        output: Output::Store(y),
-    };
-    time_calls(gpu, &|rec| matmul::encode(gpu, rec, &op, shape), best)
+    (0..2)
+        .map(|_| timing::per_call(gpu, found.calls, record))
+        .fold(found.per_call, Duration::min)
+        .as_secs_f64()
 }
 
 /// Times every attention variant on `rows` decode rows of `keys` keys each (blocks of 16
@@ -198,16 +163,20 @@ fn tune_attention(gpu: &Gpu, decoder: &Decoder, rows: usize, keys: usize) -> Att
     let c = &decoder.config;
     let shape = decoder.attention_shape(rows, BLOCK);
     let per_seq = keys.div_ceil(BLOCK);
-    let pool = gpu.upload(&pattern(rows * per_seq * BLOCK * c.kv_dim()));
+    let pool = pattern(rows * per_seq * BLOCK * c.kv_dim());
     let tables: Vec<u32> = (0..(rows * per_seq) as u32).collect();
-    let rowinfo: Vec<[u32; 4]> = (0..rows)
-        .map(|r| [(r * per_seq) as u32, keys as u32 - 1, 0, 0])
+    let rowinfo: Vec<RowInfo> = (0..rows)
+        .map(|r| RowInfo::new((r * per_seq) as u32, keys as u32 - 1, 0))
         .collect();
-    let (q, out) = (
-        gpu.upload(&pattern(shape.q_len())),
-        gpu.zeros(shape.q_len()),
+    let q = pattern(shape.q_len());
+    let fixture = AttentionFixture::new(
+        gpu,
+        shape,
+        (&q, &pool, &pool),
+        &tables,
+        &rowinfo,
+        SplitRows::Decodes,
     );
-    let (tables, rowinfo) = (gpu.upload(&tables), gpu.upload(&rowinfo));
     let default = decoder.attention_variant(rows);
     let mut best: Option<(AttentionVariant, f64)> = None;
     let mut default_micros = f64::NAN;
@@ -215,31 +184,9 @@ fn tune_attention(gpu: &Gpu, decoder: &Decoder, rows: usize, keys: usize) -> Att
         if !variant.q_loads.fits(&shape) {
             continue;
         }
-        let mut plan = AttentionPlan::default();
-        let split = variant.split == AttentionSplit::DecodePages;
-        plan.build((0..rows).map(|_| (keys as u32, split)));
-        let slots = plan.slots as usize;
-        let scratch = gpu.zeros(slots.max(1) * scratch_per_slot(&shape));
-        let (items, combine) = (gpu.upload(&plan.items), gpu.upload(&plan.combine));
-        let b = AttentionBuffers {
-            q: &q,
-            k_pool: &pool,
-            v_pool: &pool,
-            block_tables: &tables,
-            rowinfo: &rowinfo,
-            items: &items,
-            out: &out,
-            scratch: &scratch,
-        };
-        let (n_items, n_rows) = (plan.items.len(), plan.combine.len());
-        let seconds = time_calls(
-            gpu,
-            &|rec| {
-                attention::encode(gpu, rec, &shape, variant.q_loads, &b, n_items, slots);
-                attention::encode_combine(gpu, rec, &shape, &scratch, &combine, n_rows, &out);
-            },
-            best.map(|b| b.1),
-        );
+        let planned = fixture.plan(gpu, variant.split);
+        let record = |rec: &mut Recorder| fixture.encode(gpu, rec, variant.q_loads, &planned);
+        let seconds = time_calls(gpu, &record, best.map(|b| b.1));
         if variant == default {
             default_micros = 1e6 * seconds;
         }

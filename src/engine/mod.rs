@@ -18,12 +18,14 @@
 //! scheduler decides which block holds what (`crate::kv`, `crate::sched`), and a forward
 //! pass only borrows the pools.
 
+mod batch_inputs;
 mod pack;
 pub mod paged_kv;
 mod runner;
 mod sizes;
 pub mod stop_strings;
 
+pub use batch_inputs::BatchInputs;
 pub use pack::PackedBatch;
 pub use runner::{StepRunner, Submitted};
 pub use sizes::{EngineSizes, sizes};

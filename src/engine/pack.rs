@@ -1,16 +1,18 @@
 //! Packing a [`StepPlan`] into the flat arrays the forward pass reads: plain data, tested
-//! on the CPU.
+//! on the CPU. The one packer: the engine's steps and teacher-forced passes over a whole
+//! sequence ([`PackedBatch::whole_sequence`], `crate::generate`) both go through it.
 
+use crate::gpu::kernels::RowInfo;
 use crate::gpu::kernels::attention::{AttentionPlan, AttentionSplit};
-use crate::sched::StepPlan;
+use crate::sched::{Chunk, SeqId, StepPlan};
 
 /// One step's inputs, row by row in chunk order.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PackedBatch {
     pub ids: Vec<u32>,
-    /// Per row: (offset of its sequence's table in `block_tables`, its position, the pool
-    /// row its K and V go to: `block * block_size + position % block_size`, 0).
-    pub rowinfo: Vec<[u32; 4]>,
+    /// Per row: the offset of its sequence's table in `block_tables`, its position, and the
+    /// pool row its K and V go to (`block * block_size + position % block_size`).
+    pub rowinfo: Vec<RowInfo>,
     pub block_tables: Vec<u32>,
     /// Which workgroups compute which rows' attention: decode rows split across pages when
     /// `split` asks for it, other rows whole.
@@ -31,6 +33,27 @@ pub struct PackedBatch {
 }
 
 impl PackedBatch {
+    /// One whole sequence `ids` in blocks `0, 1, ...` of a pool of its own, every row's
+    /// logits wanted: a teacher-forced pass (scoring, or the logits of every position).
+    pub fn whole_sequence(ids: &[u32], block_size: usize) -> PackedBatch {
+        let blocks = ids.len().div_ceil(block_size) as u32;
+        let plan = StepPlan {
+            chunks: vec![Chunk {
+                seq: SeqId(0),
+                start: 0,
+                tokens: ids.to_vec(),
+                block_table: (0..blocks).collect(),
+                is_prefill: true,
+                drafted: 0,
+            }],
+            ..StepPlan::default()
+        };
+        let mut batch = PackedBatch::default();
+        batch.pack(&plan, block_size, AttentionSplit::Whole);
+        batch.logit_rows = (0..ids.len() as u32).collect();
+        batch
+    }
+
     /// Packs `plan`, reusing this batch's allocations.
     pub fn pack(&mut self, plan: &StepPlan, block_size: usize, split: AttentionSplit) {
         self.ids.clear();
@@ -58,7 +81,7 @@ impl PackedBatch {
                 let block = chunk.block_table[pos / block_size] as usize;
                 let slot = (block * block_size + pos % block_size) as u32;
                 self.ids.push(id);
-                self.rowinfo.push([offset, pos as u32, slot, 0]);
+                self.rowinfo.push(RowInfo::new(offset, pos as u32, slot));
             }
         }
         let split_decodes = split == AttentionSplit::DecodePages;
@@ -185,17 +208,15 @@ mod tests {
         assert_eq!(b.ids, [10, 11, 12, 20, 21, 30]);
         // (table offset, position, slot): position 3 is block 7 slot 3; 4 and 5 are block 2
         // slots 0 and 1; 9 is block 6 slot 1.
-        assert_eq!(
-            b.rowinfo,
-            [
-                [0, 3, 31, 0],
-                [0, 4, 8, 0],
-                [0, 5, 9, 0],
-                [2, 0, 20, 0],
-                [2, 1, 21, 0],
-                [3, 9, 25, 0]
-            ]
-        );
+        let rows = [
+            [0, 3, 31],
+            [0, 4, 8],
+            [0, 5, 9],
+            [2, 0, 20],
+            [2, 1, 21],
+            [3, 9, 25],
+        ];
+        assert_eq!(b.rowinfo, rows.map(|[t, p, s]| RowInfo::new(t, p, s)));
         assert_eq!(b.block_tables, [7, 2, 5, 1, 4, 6]);
         // Every row fits one page: one whole item each, split or not.
         assert_eq!(b.attention.items.len(), 6);
@@ -208,6 +229,21 @@ mod tests {
         // count of alternatives; the scoring row asks for none.
         assert_eq!(b.masked, [[0, 2], [0, 9]]);
         assert_eq!(b.top_counts, [3, 0, 5]);
+    }
+
+    #[test]
+    fn a_whole_sequence_is_one_chunk_in_blocks_of_its_own_with_every_row_wanted() {
+        let b = PackedBatch::whole_sequence(&[5, 6, 7, 8, 9], 2);
+        assert_eq!(b.ids, [5, 6, 7, 8, 9]);
+        assert_eq!(b.block_tables, [0, 1, 2]);
+        // Position p lives in pool row p.
+        let rows: Vec<RowInfo> = (0..5).map(|p| RowInfo::new(0, p, p)).collect();
+        assert_eq!(b.rowinfo, rows);
+        assert_eq!(b.logit_rows, [0, 1, 2, 3, 4]);
+        // Row p attends p + 1 keys, whole.
+        let items: Vec<[u32; 4]> = (0..5).map(|r| [r, 0, 1, u32::MAX]).collect();
+        assert_eq!(b.attention.items, items);
+        assert!(b.attention.combine.is_empty());
     }
 
     #[test]

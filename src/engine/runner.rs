@@ -17,16 +17,16 @@
 //! top alternatives, then the mask of forbidden tokens (stop tokens before `min_tokens`),
 //! which therefore changes only the sampling distribution, then truncation and the draws.
 
+use super::batch_inputs::{BatchInputs, Growable};
+use super::pack::PackedBatch;
 use super::paged_kv::PagedKv;
 use crate::error::SproutError;
+use crate::gpu::Gpu;
 use crate::gpu::kernels::sample::{self, RowParams, SampleKey};
 use crate::gpu::kernels::softmax::{self, Extra, RowStats};
 use crate::gpu::kernels::{mask, top_logprobs};
-use crate::gpu::{Gpu, Tensor};
-use crate::model::decoder::{AttentionWork, BatchView, Decoder, ForwardBuffers};
+use crate::model::decoder::{Decoder, ForwardBuffers};
 use crate::sched::{DrawResult, StepPlan, TopLogprob};
-
-use super::pack::PackedBatch;
 use web_time::Instant;
 
 // The embedding kernel resolves the ids the scheduler marks as drawn by the step before.
@@ -42,33 +42,6 @@ pub struct RunTimings {
     pub gpu_s: f64,
     /// Kernel dispatches recorded.
     pub dispatches: usize,
-}
-
-/// A storage buffer that is replaced by a larger one when a step needs more room.
-struct Growable {
-    tensor: Tensor,
-}
-
-impl Growable {
-    fn new(gpu: &Gpu, len: usize) -> Growable {
-        Growable {
-            tensor: gpu.zeros(len.max(1)),
-        }
-    }
-
-    /// Makes room for `words` 32-bit values (growing to the next power of two).
-    fn reserve(&mut self, gpu: &Gpu, words: usize) {
-        if words > self.tensor.len {
-            self.tensor = gpu.zeros(words.next_power_of_two());
-        }
-    }
-
-    /// Writes `data` at the start, growing first if needed.
-    fn write<T: bytemuck::Pod>(&mut self, gpu: &Gpu, data: &[T]) {
-        self.reserve(gpu, std::mem::size_of_val(data) / 4);
-        gpu.queue
-            .write_buffer(&self.tensor.buffer, 0, bytemuck::cast_slice(data));
-    }
 }
 
 /// What one step's draws write and the CPU reads back (one of two sets).
@@ -119,12 +92,7 @@ pub struct StepRunner {
     kv: PagedKv,
     buffers: ForwardBuffers,
     packed: PackedBatch,
-    ids: Growable,
-    rowinfo: Growable,
-    block_tables: Growable,
-    attention_items: Growable,
-    attention_combine: Growable,
-    logit_rows: Growable,
+    inputs: BatchInputs,
     keys: Growable,
     row_params: Growable,
     cut: Growable,
@@ -144,12 +112,7 @@ impl StepRunner {
             kv,
             buffers: ForwardBuffers::new(decoder, max_t, max_r),
             packed: PackedBatch::default(),
-            ids: Growable::new(gpu, max_t),
-            rowinfo: Growable::new(gpu, 4 * max_t),
-            block_tables: Growable::new(gpu, 4 * max_t),
-            attention_items: Growable::new(gpu, 4 * max_t),
-            attention_combine: Growable::new(gpu, 4 * max_r),
-            logit_rows: Growable::new(gpu, max_r),
+            inputs: BatchInputs::new(gpu, max_t, max_r),
             keys: Growable::new(gpu, max_r * size_of::<SampleKey>() / 4),
             row_params: Growable::new(gpu, max_r * size_of::<RowParams>() / 4),
             cut: Growable::new(gpu, 2 * max_r),
@@ -192,16 +155,11 @@ impl StepRunner {
         let split = decoder.attention_variant(plan.num_tokens()).split;
         self.packed.pack(plan, self.kv.block_size, split);
         let p = &self.packed;
-        let (t, r) = (p.ids.len(), p.logit_rows.len());
+        let r = p.logit_rows.len();
         let (d, n_targets) = (plan.draws.len(), plan.targets.len());
         // Draws first, then targets: a target is scored like a draw whose token is given.
         let m = d + n_targets;
-        self.ids.write(gpu, &p.ids);
-        self.rowinfo.write(gpu, &p.rowinfo);
-        self.block_tables.write(gpu, &p.block_tables);
-        self.attention_items.write(gpu, &p.attention.items);
-        self.attention_combine.write(gpu, &p.attention.combine);
-        self.logit_rows.write(gpu, &p.logit_rows);
+        self.inputs.write(gpu, p);
         let mut keys: Vec<SampleKey> = plan
             .draws
             .iter()
@@ -270,22 +228,7 @@ impl StepRunner {
         for copy in &plan.copies {
             self.kv.encode_copy(rec.encoder(), copy.src, copy.dst);
         }
-        let batch = BatchView {
-            t,
-            ids: &self.ids.tensor,
-            drawn: &before.tokens.tensor,
-            rowinfo: &self.rowinfo.tensor,
-            block_tables: &self.block_tables.tensor,
-            attention: AttentionWork {
-                items: &self.attention_items.tensor,
-                n_items: p.attention.items.len(),
-                combine: &self.attention_combine.tensor,
-                n_combine: p.attention.combine.len(),
-                slots: p.attention.slots as usize,
-            },
-            r,
-            logit_rows: &self.logit_rows.tensor,
-        };
+        let batch = self.inputs.view(p, Some(&before.tokens.tensor));
         decoder.encode_forward(&mut rec, &batch, self.kv.pools(), &self.buffers)?;
         if m > 0 {
             let logits = &self.buffers.logits;

@@ -50,6 +50,19 @@ impl Gpu {
         Tensor { buffer, len }
     }
 
+    /// Writes `data` at the start of `tensor`; the write lands before the work of the next
+    /// submit.
+    pub fn write<T: bytemuck::Pod>(&self, tensor: &Tensor, data: &[T]) {
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        assert!(
+            bytes.len() <= 4 * tensor.len,
+            "writing {} bytes into a tensor of {} values",
+            bytes.len(),
+            tensor.len
+        );
+        self.queue.write_buffer(&tensor.buffer, 0, bytes);
+    }
+
     /// Reads `tensor` back as f32.
     pub async fn read_f32(&self, tensor: &Tensor) -> Result<Vec<f32>, SproutError> {
         let bytes = self

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use super::adapter::{AdapterSummary, BackendChoice, select_adapter};
 use super::bindings::Bindings;
-use super::pipelines::{KernelSpec, PipelineCache};
+use super::pipelines::{Kernel, KernelSpec, PipelineCache};
 use super::profile::{KernelProfile, ProfileMethod};
 use crate::error::SproutError;
 
@@ -129,7 +129,7 @@ impl Gpu {
     }
 
     /// The compute pipeline for `spec`, built on first use and cached.
-    pub fn pipeline(&self, spec: &KernelSpec) -> Arc<super::pipelines::Kernel> {
+    pub fn pipeline<S: KernelSpec>(&self, spec: &S) -> Arc<Kernel> {
         self.pipelines.get(&self.device, spec)
     }
 

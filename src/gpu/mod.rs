@@ -1,7 +1,8 @@
 //! The GPU side of sprout: adapters, the opened device, buffers, weights in their stored
 //! formats, the pipeline cache, the step recorder (one compute pass and one parameter
 //! write per step), one module per kernel family, and which kernel variant serves which
-//! dispatch on this adapter (`tuning`, with `sprout tune`'s measurements in `tune_file`).
+//! dispatch on this adapter (`tuning`, with `sprout tune`'s measurements in `tune_file`),
+//! and how a kernel is timed (`timing`).
 //!
 //! Every kernel here has a CPU reference in `crate::reference` and is checked against it
 //! on every adapter by `tests/kernels`. No kernel's reduction order depends on how many
@@ -17,6 +18,8 @@ pub mod pipelines;
 pub mod profile;
 pub mod recorder;
 pub mod shaders;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod timing;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod tune_file;
 pub mod tuning;

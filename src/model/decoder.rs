@@ -25,9 +25,9 @@
 use std::sync::{Arc, RwLock};
 
 use crate::error::SproutError;
-use crate::gpu::kernels::attention::AttentionVariant;
 use crate::gpu::kernels::attention::{
-    self, AttentionBuffers, AttentionShape, MAX_SLOTS_PER_ROW, scratch_per_slot,
+    self, AttentionBuffers, AttentionShape, AttentionVariant, AttentionWork, MAX_SLOTS_PER_ROW,
+    scratch_per_slot,
 };
 use crate::gpu::kernels::embedding;
 use crate::gpu::kernels::matmul::{self, Matmul, NormArgs, Output, QkvArgs};
@@ -78,18 +78,6 @@ pub struct Decoder {
     choices: RwLock<KernelChoices>,
 }
 
-/// The attention work of one step: the plan's work items and split rows on the GPU.
-pub struct AttentionWork<'a> {
-    /// `[n_items, 4]` u32 (`AttentionPlan::items`).
-    pub items: &'a Tensor,
-    pub n_items: usize,
-    /// `[n_combine, 4]` u32 (`AttentionPlan::combine`).
-    pub combine: &'a Tensor,
-    pub n_combine: usize,
-    /// Scratch slots the items use.
-    pub slots: usize,
-}
-
 /// The paged K and V memory a forward pass writes and reads: one buffer of
 /// `[blocks * block_size, kv_dim]` f32 rows per layer for each. The engine owns it
 /// (`engine::paged_kv`); a pass only borrows it.
@@ -109,8 +97,8 @@ pub struct BatchView<'a> {
     pub ids: &'a Tensor,
     /// The tokens the step before drew, still on the GPU.
     pub drawn: &'a Tensor,
-    /// `[t, 4]` u32: (offset of the row's block table in `block_tables`, its absolute
-    /// position, the pool row its K and V are written to, 0).
+    /// `[t]` [`RowInfo`](crate::gpu::kernels::RowInfo): each row's block-table offset,
+    /// position and pool slot.
     pub rowinfo: &'a Tensor,
     /// Every sequence's block table, concatenated.
     pub block_tables: &'a Tensor,
@@ -330,31 +318,10 @@ impl Decoder {
                 v_pool,
                 block_tables: batch.block_tables,
                 rowinfo: batch.rowinfo,
-                items: work.items,
                 out: &a.attn,
                 scratch: &a.scratch,
             };
-            attention::encode(
-                gpu,
-                rec,
-                &shape,
-                q_loads,
-                &buffers,
-                work.n_items,
-                work.slots,
-            );
-            if work.n_combine > 0 {
-                let (scratch, combine) = (&a.scratch, work.combine);
-                attention::encode_combine(
-                    gpu,
-                    rec,
-                    &shape,
-                    scratch,
-                    combine,
-                    work.n_combine,
-                    &a.attn,
-                );
-            }
+            attention::encode(gpu, rec, &shape, q_loads, &buffers, work);
             let plain = |x, weight, output| Matmul {
                 x,
                 m: t,

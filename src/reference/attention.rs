@@ -1,6 +1,7 @@
 //! Reference for `gpu::kernels::attention`: causal grouped-query attention over a paged KV
 //! pool for a varlen batch, a plain softmax (max subtracted) accumulated in f64.
 
+use crate::gpu::kernels::RowInfo;
 use crate::gpu::kernels::attention::AttentionShape;
 
 /// The pool row holding key `key` of the sequence whose block table starts at `table`:
@@ -10,8 +11,8 @@ pub fn pool_row(block_tables: &[u32], table: usize, key: usize, block_size: usiz
 }
 
 /// `q` is `[t, n_heads, head_dim]`; `k_pool` and `v_pool` are
-/// `[num_blocks * block_size, n_kv_heads, head_dim]`; `rows` is `[t, 2]`: per query row the
-/// offset of its sequence's block table in `block_tables` and its absolute position `p`.
+/// `[num_blocks * block_size, n_kv_heads, head_dim]`; `rows` gives per query row the offset
+/// of its sequence's block table in `block_tables` and its absolute position `p`.
 /// Query row `i` attends keys `0 ..= p` of its sequence, key `j` at pool row
 /// [`pool_row`]`(block_tables, offset, j, block_size)`; query head `h` uses kv head
 /// `h / (n_heads / n_kv_heads)`. The result is `[t, n_heads, head_dim]`.
@@ -21,7 +22,7 @@ pub fn attention(
     k_pool: &[f32],
     v_pool: &[f32],
     block_tables: &[u32],
-    rows: &[u32],
+    rows: &[RowInfo],
 ) -> Vec<f32> {
     assert!(
         shape.n_kv_heads > 0 && shape.n_heads.is_multiple_of(shape.n_kv_heads),
@@ -41,10 +42,9 @@ pub fn attention(
         "attention reference: q is too short"
     );
     assert!(
-        rows.len() >= 2 * t,
-        "attention reference: rows hold {} values, need {}",
-        rows.len(),
-        2 * t
+        rows.len() >= t,
+        "attention reference: {} rows for t = {t}",
+        rows.len()
     );
     let group = n_heads / n_kv_heads;
     let row = |buf: &[f32], pool_row: usize, g: usize| -> Vec<f64> {
@@ -56,9 +56,9 @@ pub fn attention(
         buf[start..start + hd].iter().map(|&x| x as f64).collect()
     };
     let mut out = vec![0.0f32; shape.q_len()];
-    for i in 0..t {
-        let table = rows[2 * i] as usize;
-        let n_keys = rows[2 * i + 1] as usize + 1;
+    for (i, query) in rows[..t].iter().enumerate() {
+        let table = query.table_offset as usize;
+        let n_keys = query.keys() as usize;
         let slots: Vec<usize> = (0..n_keys)
             .map(|j| pool_row(block_tables, table, j, block_size))
             .collect();

@@ -7,14 +7,14 @@
 //! held or staged in workgroup memory; all of which must agree bitwise.
 
 use sprout::gpu::Gpu;
+use sprout::gpu::kernels::RowInfo;
 use sprout::gpu::kernels::attention::{
-    self, AttentionBuffers, AttentionPlan, AttentionShape, AttentionSplit, AttentionVariant,
-    scratch_per_slot,
+    AttentionFixture, AttentionShape, AttentionVariant, SplitRows,
 };
 use sprout::reference;
 use sprout::rng::SplitMix64;
 
-use crate::common::{Case, Outcome, check_bitwise, check_close, read_f32};
+use crate::common::{Case, Outcome, check_bitwise, check_close};
 
 /// Scores and weighted sums are f32 fma chains and `exp` is the shader's, against an f64
 /// reference: relative errors of ~1e-6 at worst, so an NMSE far below 1e-10 (about 1e-13
@@ -163,40 +163,13 @@ fn run(
         .flat_map(|&(s, pos)| &seqs[s].q[pos * heads.q_row()..(pos + 1) * heads.q_row()])
         .copied()
         .collect();
-    let rowinfo: Vec<[u32; 4]> = queries
+    let rows: Vec<RowInfo> = queries
         .iter()
-        .map(|&(s, pos)| [paged.offsets[s] as u32, pos as u32, 0, 0])
+        .map(|&(s, pos)| RowInfo::new(paged.offsets[s] as u32, pos as u32, 0))
         .collect();
-    let mut plan = AttentionPlan::default();
-    let split = variant.split == AttentionSplit::DecodePages;
-    plan.build(queries.iter().map(|&(_, pos)| (pos as u32 + 1, split)));
-    let (q, k_pool, v_pool) = (
-        gpu.upload(&q),
-        gpu.upload(&paged.k_pool),
-        gpu.upload(&paged.v_pool),
-    );
-    let (tables, rowinfo) = (gpu.upload(&paged.tables), gpu.upload(&rowinfo));
-    let (items, combine) = (gpu.upload(&plan.items), gpu.upload(&plan.combine));
-    let slots = plan.slots as usize;
-    let scratch = gpu.upload(&vec![f32::NAN; slots.max(1) * scratch_per_slot(&shape)]);
-    let out = gpu.upload(&vec![f32::NAN; shape.q_len()]);
-    let b = AttentionBuffers {
-        q: &q,
-        k_pool: &k_pool,
-        v_pool: &v_pool,
-        block_tables: &tables,
-        rowinfo: &rowinfo,
-        items: &items,
-        out: &out,
-        scratch: &scratch,
-    };
-    let mut rec = gpu.recorder();
-    let q_loads = variant.q_loads;
-    attention::encode(gpu, &mut rec, &shape, q_loads, &b, plan.items.len(), slots);
-    let rows = plan.combine.len();
-    attention::encode_combine(gpu, &mut rec, &shape, &scratch, &combine, rows, &out);
-    rec.submit();
-    read_f32(gpu, &out)
+    let pools = (&q[..], &paged.k_pool[..], &paged.v_pool[..]);
+    let fixture = AttentionFixture::new(gpu, shape, pools, &paged.tables, &rows, SplitRows::Every);
+    pollster::block_on(fixture.run(gpu, variant)).expect("read-back")
 }
 
 /// The reference for each query, on its sequence's keys laid out contiguously (block `b`
@@ -217,7 +190,7 @@ fn expected(heads: &Heads, seqs: &[Seq], queries: &[Query]) -> Vec<f32> {
             &k,
             &v,
             &table,
-            &[0, pos as u32],
+            &[RowInfo::new(0, pos as u32, 0)],
         ));
     }
     out

@@ -10,7 +10,10 @@
 
 use sprout::formats::TensorData;
 use sprout::formats::WeightFormat;
-use sprout::gpu::kernels::matmul::{self, Matmul, MatmulShape, NormArgs, Output, QkvArgs};
+use sprout::gpu::kernels::RowInfo;
+use sprout::gpu::kernels::matmul::{
+    self, Matmul, MatmulInputs, MatmulShape, NormArgs, Output, QkvArgs,
+};
 use sprout::gpu::kernels::rope::{RopeLayout, RopeTable};
 use sprout::gpu::{Gpu, Tensor};
 use sprout::model::fused_weights::{interleave_rows, stack_rows};
@@ -18,7 +21,7 @@ use sprout::reference;
 use sprout::rng::SplitMix64;
 
 use crate::common::{Case, Outcome, check_bitwise, check_close, read_f32};
-use crate::matmul::{Problem, for_shape, shapes_on};
+use crate::matmul::{for_shape, problem, shapes_on};
 
 /// The norm rounds its output to f32 before the products (the reference keeps f64 until
 /// then), RoPE's table is f64 rounded to f32: relative errors near 1e-7, an NMSE near 1e-13.
@@ -63,8 +66,8 @@ impl Inputs {
     }
 
     /// A weight of `n` rows in the case's format (and its dequantized values).
-    fn weight(&self, n: usize, salt: u64) -> Problem {
-        Problem::new(self.format, 1, self.k, n, self.seed * 31 + salt)
+    fn weight(&self, n: usize, salt: u64) -> MatmulInputs {
+        problem(self.format, 1, self.k, n, self.seed * 31 + salt)
     }
 
     /// The norm's weights at `LEAD`, then `extra`, as the vectors buffer.
@@ -80,7 +83,7 @@ impl Inputs {
     }
 }
 
-fn tensor(p: &Problem) -> TensorData {
+fn tensor(p: &MatmulInputs) -> TensorData {
     TensorData {
         format: p.format,
         rows: p.n,
@@ -136,7 +139,11 @@ fn residual(gpu: &Gpu, i: &Inputs, shape: MatmulShape) -> (Vec<f32>, Vec<f32>) {
     let n = 70;
     let p = i.weight(n, 3);
     let h0 = SplitMix64::new(i.seed + 5).vec(i.m * n, 2.0);
-    let (x, w, h) = (gpu.upload(&i.x), p.upload(gpu, None), gpu.upload(&h0));
+    let (x, w, h) = (
+        gpu.upload(&i.x),
+        p.upload_weight(gpu, None).unwrap(),
+        gpu.upload(&h0),
+    );
     let mut rec = gpu.recorder();
     let op = Matmul {
         x: &x,
@@ -184,7 +191,9 @@ fn qkv(gpu: &Gpu, i: &Inputs, shape: MatmulShape, bias: bool) -> (Vec<f32>, Vec<
         slots.swap(j, rng.below(j as u64 + 1) as usize);
     }
     slots.truncate(i.m);
-    let rowinfo: Vec<[u32; 4]> = (0..i.m).map(|r| [0, positions[r], slots[r], 0]).collect();
+    let rowinfo: Vec<RowInfo> = (0..i.m)
+        .map(|r| RowInfo::new(0, positions[r], slots[r]))
+        .collect();
     let sentinel = vec![7.0f32; POOL_ROWS * kv_dim];
     let (x, vectors) = (gpu.upload(&i.x), gpu.upload(&i.vectors(&biases)));
     let (rows, q) = (
@@ -204,7 +213,7 @@ fn qkv(gpu: &Gpu, i: &Inputs, shape: MatmulShape, bias: bool) -> (Vec<f32>, Vec<
     let got = run_qkv(gpu, shape, (&x, i.m, &w), &vectors, bias_offset, &out);
 
     let xn = i.normed();
-    let proj = |w: &Problem, n: usize, at: usize| {
+    let proj = |w: &MatmulInputs, n: usize, at: usize| {
         let y = reference::matmul::matmul(&xn, &w.w, i.m, i.k, n);
         match bias {
             true => reference::elementwise::add_bias(&y, &biases[at..at + n]),
@@ -281,7 +290,7 @@ fn gathered(gpu: &Gpu, i: &Inputs, shape: MatmulShape) -> (Vec<f32>, Vec<f32>) {
     let picks: Vec<u32> = (0..i.m as u32).rev().chain([0]).collect();
     let (x, w, vectors) = (
         gpu.upload(&i.x),
-        p.upload(gpu, None),
+        p.upload_weight(gpu, None).unwrap(),
         gpu.upload(&i.vectors(&[])),
     );
     let (rows, y) = (
@@ -409,11 +418,11 @@ fn past_table(gpu: &Gpu) -> Result<Outcome, String> {
     let p = i.weight(n, 8);
     let (x, w, vectors) = (
         gpu.upload(&i.x),
-        p.upload(gpu, None),
+        p.upload_weight(gpu, None).unwrap(),
         gpu.upload(&i.vectors(&[])),
     );
     // The row writes slot 2 of a 4-slot pool; v is the plain projection there.
-    let rows = gpu.upload(&[[0u32, TABLE as u32, 2, 0]]);
+    let rows = gpu.upload(&[RowInfo::new(0, TABLE as u32, 2)]);
     let projected = reference::matmul::matmul(&i.normed(), &p.w, 1, i.k, n);
     let v_want = &projected[q_dim + kv_dim..];
     let table = RopeTable::new(gpu, HEAD_DIM, THETA, TABLE).expect("a small table fits");

@@ -19,6 +19,8 @@ mod softmax;
 mod top_logprobs;
 
 use common::Case;
+use libtest_mimic::Trial;
+use sprout::formats::WeightFormat;
 
 fn main() {
     let args = libtest_mimic::Arguments::from_args();
@@ -35,8 +37,33 @@ fn main() {
     .into_iter()
     .flatten()
     .collect();
-    let trials = common::trials(cases);
+    let mut trials = vec![registry_trial(&cases)];
+    trials.extend(common::trials(cases));
     let conclusion = libtest_mimic::run(&args, trials);
     common::print_summary();
     conclusion.exit();
+}
+
+/// The weight formats' registry (`WeightFormat::ALL`) is what every family that reads
+/// weights iterates, so a format added there gets matmul, fused and embedding cases with
+/// no other list to edit. Checked from the cases' names: it needs no adapter.
+fn registry_trial(cases: &[Case]) -> Trial {
+    let names: Vec<(&'static str, String)> =
+        cases.iter().map(|c| (c.kernel, c.name.clone())).collect();
+    Trial::test(
+        "registry::every-weight-format-has-matmul-fused-and-embedding-cases",
+        move || {
+            for family in ["matmul", "fused", "embedding"] {
+                for format in WeightFormat::ALL {
+                    let covered = names.iter().any(|(k, n)| {
+                        *k == family && n.split('/').any(|part| part == format.name())
+                    });
+                    if !covered {
+                        return Err(format!("no {family} case for {format}").into());
+                    }
+                }
+            }
+            Ok(())
+        },
+    )
 }

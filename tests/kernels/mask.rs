@@ -7,13 +7,12 @@ use std::collections::BTreeSet;
 
 use sprout::gpu::Gpu;
 use sprout::gpu::kernels::mask::{MASKED_LOGIT, WORKGROUP, encode};
-use sprout::gpu::kernels::sample::{self, RowParams, SampleKey};
-use sprout::gpu::kernels::softmax::{self, Extra, RowStats};
+use sprout::gpu::kernels::sample::{RowParams, SampleKey, SamplingFixture};
 use sprout::reference::mask as reference;
 use sprout::reference::sample as sample_reference;
 use sprout::rng::SplitMix64;
 
-use crate::common::{Case, Outcome, check_bitwise, read_f32, read_u32};
+use crate::common::{Case, Outcome, check_bitwise, read_f32};
 
 fn exact() -> Outcome {
     Outcome {
@@ -91,21 +90,9 @@ fn draw(
     keys: &[SampleKey],
     masked: &[u32],
 ) -> Vec<u32> {
-    let (rows, m) = (params.len(), keys.len());
-    let (l, p, k) = (gpu.upload(logits), gpu.upload(params), gpu.upload(keys));
-    let pairs = gpu.upload(masked);
-    let (cut, stats, tokens) = (
-        gpu.zeros(2 * rows),
-        RowStats::zeros(gpu, rows),
-        gpu.zeros(m),
-    );
-    let mut rec = gpu.recorder();
-    softmax::encode(gpu, &mut rec, &l, rows, vocab, &stats, Extra::Nothing);
-    encode(gpu, &mut rec, &l, vocab, rows, &pairs, masked.len() / 2);
-    sample::encode_truncate(gpu, &mut rec, &l, vocab, rows, &p, &cut);
-    sample::encode(gpu, &mut rec, &l, vocab, &p, &cut, &k, m, &tokens);
-    rec.submit();
-    read_u32(gpu, &tokens)
+    let fixture = SamplingFixture::new(gpu, (logits, vocab), params, keys).with_mask(gpu, masked);
+    let drawn = pollster::block_on(fixture.run(gpu)).expect("read-back");
+    drawn.tokens
 }
 
 /// Five rows of 1000 with one dominant token each (probability about 1 - 1e-5 at T = 1):

@@ -3,13 +3,12 @@
 //! against the reference; all shapes bitwise equal to one another on the same product; a
 //! row bitwise the same alone and among 64 on every shape; and weights split into parts.
 
-use sprout::formats::{WeightFormat, dequantize, quantize};
-use sprout::gpu::kernels::matmul::{self, Matmul, MatmulShape, Output, XLoads};
-use sprout::gpu::{Gpu, GpuWeight};
+use sprout::formats::WeightFormat;
+use sprout::gpu::Gpu;
+use sprout::gpu::kernels::matmul::{MatmulFixture, MatmulInputs, MatmulShape, XLoads};
 use sprout::reference;
-use sprout::rng::SplitMix64;
 
-use crate::common::{Case, Outcome, check_bitwise, check_close, read_f32};
+use crate::common::{Case, Outcome, check_bitwise, check_close};
 
 /// Dequantized weights are exact on both sides, so only f32 summation differs.
 pub const TOLERANCE: f64 = 1e-9;
@@ -28,77 +27,20 @@ const SHAPES: &[(usize, usize, usize)] = &[
 /// For the float formats: k not a multiple of 32, or of 4.
 const ODD_K: &[(usize, usize, usize)] = &[(1, 7, 6), (5, 37, 19), (9, 3, 66), (20, 45, 10)];
 
-/// One product to compute: `x` is `[m, k]`, the weight `[n, k]` stored as `bytes` in
-/// `format`, and `w` those bytes dequantized (the reference's view).
-#[derive(Clone)]
-pub struct Problem {
-    pub format: WeightFormat,
-    pub m: usize,
-    pub k: usize,
-    pub n: usize,
-    pub x: Vec<f32>,
-    pub bytes: Vec<u8>,
-    pub w: Vec<f32>,
+/// A product's inputs from a seed (see `MatmulInputs::random`).
+pub fn problem(format: WeightFormat, m: usize, k: usize, n: usize, seed: u64) -> MatmulInputs {
+    MatmulInputs::random(format, (m, k, n), seed).unwrap()
 }
 
-impl Problem {
-    pub fn new(format: WeightFormat, m: usize, k: usize, n: usize, seed: u64) -> Problem {
-        let mut rng = SplitMix64::new(seed);
-        let x = rng.vec(m * k, 1.0);
-        let raw = rng.vec(n * k, 0.5);
-        let bytes = quantize(format, &raw, k).unwrap();
-        let w = dequantize(format, &bytes, n, k).unwrap();
-        Problem {
-            format,
-            m,
-            k,
-            n,
-            x,
-            bytes,
-            w,
-        }
-    }
+/// Runs `p` on `shape`; `limit` caps each weight part's bytes (to force splitting).
+fn run(gpu: &Gpu, p: &MatmulInputs, shape: MatmulShape, limit: Option<u64>) -> Vec<f32> {
+    let weight = p.upload_weight(gpu, limit).unwrap();
+    let fixture = MatmulFixture::new(gpu, &weight, &p.x, p.m);
+    pollster::block_on(fixture.run(gpu, shape)).expect("read-back")
+}
 
-    /// The same weight with only rows `first..first + count` of `x`.
-    fn rows(&self, first: usize, count: usize) -> Problem {
-        Problem {
-            m: count,
-            x: self.x[first * self.k..(first + count) * self.k].to_vec(),
-            ..self.clone()
-        }
-    }
-
-    fn reference(&self) -> Vec<f32> {
-        reference::matmul::matmul(&self.x, &self.w, self.m, self.k, self.n)
-    }
-
-    pub fn upload(&self, gpu: &Gpu, limit: Option<u64>) -> GpuWeight {
-        let (format, k, n) = (self.format, self.k, self.n);
-        match limit {
-            Some(l) => GpuWeight::upload_with_limit(gpu, format, &self.bytes, n, k, l),
-            None => GpuWeight::upload(gpu, format, &self.bytes, n, k),
-        }
-        .unwrap()
-    }
-
-    /// Runs on `shape`; `limit` caps each weight part's bytes (to force splitting).
-    fn run(&self, gpu: &Gpu, shape: MatmulShape, limit: Option<u64>) -> Vec<f32> {
-        let weight = self.upload(gpu, limit);
-        let x = gpu.upload(&self.x);
-        let y = gpu.upload(&vec![f32::NAN; self.m * self.n]);
-        let mut rec = gpu.recorder();
-        let op = Matmul {
-            x: &x,
-            m: self.m,
-            weight: &weight,
-            norm: None,
-            gather: None,
-            output: Output::Store(&y),
-        };
-        matmul::encode(gpu, &mut rec, &op, shape);
-        rec.submit();
-        read_f32(gpu, &y)
-    }
+fn reference(p: &MatmulInputs) -> Vec<f32> {
+    reference::matmul::matmul(&p.x, &p.w, p.m, p.k, p.n)
 }
 
 /// Every shape there is, GPU-shaped ones included.
@@ -145,8 +87,8 @@ pub fn cases() -> Vec<Case> {
             for &(m, k, n) in &problems {
                 let name = format!("{format}/{}/m{m}_k{k}_n{n}", shape.key());
                 let case = Case::new("matmul", name, move |gpu| {
-                    let p = Problem::new(format, m, k, n, (m * 1000 + k * 10 + n) as u64);
-                    check_close(&p.run(gpu, shape, None), &p.reference(), TOLERANCE)
+                    let p = problem(format, m, k, n, (m * 1000 + k * 10 + n) as u64);
+                    check_close(&run(gpu, &p, shape, None), &reference(&p), TOLERANCE)
                 });
                 cases.push(for_shape(case, shape));
             }
@@ -155,14 +97,14 @@ pub fn cases() -> Vec<Case> {
         for &(m, k, n) in &problems {
             let name = format!("{format}/shapes-agree/m{m}_k{k}_n{n}");
             cases.push(Case::new("matmul", name, move |gpu| {
-                let p = Problem::new(format, m, k, n, (m * 7 + k * 3 + n) as u64);
+                let p = problem(format, m, k, n, (m * 7 + k * 3 + n) as u64);
                 let shapes = shapes_on(gpu);
-                let first = p.run(gpu, shapes[0], None);
-                let outcome = check_close(&first, &p.reference(), TOLERANCE)?;
+                let first = run(gpu, &p, shapes[0], None);
+                let outcome = check_close(&first, &reference(&p), TOLERANCE)?;
                 for &shape in &shapes[1..] {
                     check_bitwise(
                         &format!("{} vs {}", shape.key(), shapes[0].key()),
-                        &p.run(gpu, shape, None),
+                        &run(gpu, &p, shape, None),
                         &first,
                     )?;
                 }
@@ -175,15 +117,15 @@ pub fn cases() -> Vec<Case> {
             "matmul",
             format!("{format}/split/m5_k64_n37"),
             move |gpu| {
-                let p = Problem::new(format, 5, 64, 37, 7);
+                let p = problem(format, 5, 64, 37, 7);
                 let limit = (format.row_bytes(p.k).unwrap() * 8) as u64 + 3;
                 let shape = MatmulShape::Gemm { tm: 4 };
-                let whole = p.run(gpu, shape, None);
+                let whole = run(gpu, &p, shape, None);
                 for shape in shapes_on(gpu) {
-                    let split = p.run(gpu, shape, Some(limit));
+                    let split = run(gpu, &p, shape, Some(limit));
                     check_bitwise(&format!("{} split vs whole", shape.key()), &split, &whole)?;
                 }
-                check_close(&whole, &p.reference(), TOLERANCE)
+                check_close(&whole, &reference(&p), TOLERANCE)
             },
         ));
         // Batch invariance: every row of a 64-row batch equals that row computed alone and
@@ -191,8 +133,8 @@ pub fn cases() -> Vec<Case> {
         for batch_shape in all_shapes() {
             let name = format!("{format}/batch-invariance/{}", batch_shape.key());
             let case = Case::new("matmul", name, move |gpu| {
-                let p = Problem::new(format, 64, 96, 70, 11);
-                let batch = p.run(gpu, batch_shape, None);
+                let p = problem(format, 64, 96, 70, 11);
+                let batch = run(gpu, &p, batch_shape, None);
                 for (first, count) in [(0, 1), (37, 1), (63, 1), (5, 3), (20, 13), (30, 8)] {
                     for shape in shapes_on(gpu) {
                         check_bitwise(
@@ -202,7 +144,7 @@ pub fn cases() -> Vec<Case> {
                                 shape.key(),
                                 batch_shape.key()
                             ),
-                            &p.rows(first, count).run(gpu, shape, None),
+                            &run(gpu, &p.rows(first, count), shape, None),
                             &batch[first * p.n..(first + count) * p.n],
                         )?;
                     }

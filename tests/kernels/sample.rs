@@ -11,15 +11,13 @@
 use std::collections::BTreeSet;
 
 use sprout::gpu::Gpu;
-use sprout::gpu::kernels::sample::{
-    RowParams, SampleKey, encode, encode_draw_logprobs, encode_truncate,
-};
+use sprout::gpu::kernels::sample::{Drawn, RowParams, SampleKey, SamplingFixture, encode_truncate};
 use sprout::gpu::kernels::softmax::{self, Extra, RowStats};
 use sprout::reference::sample as reference;
 use sprout::rng::SplitMix64;
 
 use crate::chi_square::chi_square;
-use crate::common::{Case, Outcome, check_bitwise, check_close, read_f32, read_u32};
+use crate::common::{Case, Outcome, check_bitwise, check_close, read_f32};
 
 /// Draws are exact (the same token as the reference); log-probs are compared bitwise with
 /// softmax's, and with the f64 reference within softmax's own tolerance.
@@ -42,36 +40,11 @@ fn exact() -> Outcome {
     }
 }
 
-/// Everything one sampling step gives: the cut per row, and per draw its token, raw
-/// log-prob and sampling log-prob.
-struct Drawn {
-    cut: Vec<f32>,
-    tokens: Vec<u32>,
-    logprobs: Vec<f32>,
-    sampling: Vec<f32>,
-}
-
 /// softmax, truncate, sample and draw_logprobs over `logits [rows, vocab]` (one
 /// [`RowParams`] per row), as the engine records them.
 fn run(gpu: &Gpu, logits: &[f32], vocab: usize, params: &[RowParams], keys: &[SampleKey]) -> Drawn {
-    let (rows, m) = (params.len(), keys.len());
-    let (l, p, k) = (gpu.upload(logits), gpu.upload(params), gpu.upload(keys));
-    let (cut, stats) = (gpu.zeros(2 * rows), RowStats::zeros(gpu, rows));
-    let (tokens, logprobs, sampling) = (gpu.zeros(m), gpu.zeros(m), gpu.zeros(m));
-    let mut rec = gpu.recorder();
-    softmax::encode(gpu, &mut rec, &l, rows, vocab, &stats, Extra::Nothing);
-    encode_truncate(gpu, &mut rec, &l, vocab, rows, &p, &cut);
-    encode(gpu, &mut rec, &l, vocab, &p, &cut, &k, m, &tokens);
-    encode_draw_logprobs(
-        gpu, &mut rec, &l, vocab, &stats, &p, &cut, &k, &tokens, m, &logprobs, &sampling,
-    );
-    rec.submit();
-    Drawn {
-        cut: read_f32(gpu, &cut),
-        tokens: read_u32(gpu, &tokens),
-        logprobs: read_f32(gpu, &logprobs),
-        sampling: read_f32(gpu, &sampling),
-    }
+    let fixture = SamplingFixture::new(gpu, (logits, vocab), params, keys);
+    pollster::block_on(fixture.run(gpu)).expect("read-back")
 }
 
 /// The tokens drawn, with plain temperature `temperature` on every row.

@@ -2,8 +2,9 @@
 //! plain-Rust references in `sprout::reference` (the kernel test suite, `tests/kernels/`,
 //! covers every variant and shape; this is the quick version a user can run anywhere).
 //!
-//! - q4_1 matmul, a decode row and a 5-row batch, on every shape the adapter may pick
-//!   (its tuning candidates and the GPU-shaped default);
+//! - matmul in every weight format (`WeightFormat::ALL`, the formats' registry: a format
+//!   added there is checked here), a decode row and a 5-row batch, on every shape the
+//!   adapter may pick (its tuning candidates and the GPU-shaped default);
 //! - paged grouped-query attention with SmolLM2's heads, a prefill and a decode in one
 //!   dispatch, with every attention variant whose query loads fit;
 //! - sampling: plain-temperature and greedy draws must be the reference's tokens exactly,
@@ -14,15 +15,14 @@
 
 use anyhow::{Result, bail};
 use serde::Serialize;
-use sprout::formats::{WeightFormat, dequantize, quantize};
+use sprout::formats::WeightFormat;
+use sprout::gpu::Gpu;
+use sprout::gpu::kernels::RowInfo;
 use sprout::gpu::kernels::attention::{
-    self, AttentionBuffers, AttentionPlan, AttentionShape, AttentionSplit, AttentionVariant,
-    scratch_per_slot,
+    AttentionFixture, AttentionShape, AttentionVariant, SplitRows,
 };
-use sprout::gpu::kernels::matmul::{self, Matmul, MatmulShape, Output};
-use sprout::gpu::kernels::sample::{self, RowParams, SampleKey};
-use sprout::gpu::kernels::softmax::{self, Extra, RowStats};
-use sprout::gpu::{Gpu, GpuWeight, Tensor};
+use sprout::gpu::kernels::matmul::{MatmulFixture, MatmulInputs, MatmulShape};
+use sprout::gpu::kernels::sample::{RowParams, SampleKey, SamplingFixture};
 use sprout::reference;
 
 /// Largest accepted |GPU − reference| for matmul and attention outputs (values of order
@@ -33,7 +33,7 @@ pub const KERNEL_TOLERANCE: f64 = 1e-4;
 /// What one kernel check measured.
 #[derive(Clone, Debug, Serialize)]
 pub struct KernelCheck {
-    pub name: &'static str,
+    pub name: String,
     /// For sampling: draws equal to the reference's, over all draws.
     pub tokens_equal: Option<(usize, usize)>,
     /// Largest |GPU − reference| over every output compared.
@@ -50,17 +50,26 @@ impl KernelCheck {
     }
 }
 
-/// One kernel check.
-type Check = fn(&Gpu) -> Result<KernelCheck>;
+/// One kernel check: what it checks, as the report names it, and how.
+type Check = Box<dyn Fn(&Gpu) -> Result<KernelCheck>>;
+
+/// Every kernel check: matmul in each weight format, attention, sampling.
+pub fn checks() -> Vec<(String, Check)> {
+    let mut checks: Vec<(String, Check)> = WeightFormat::ALL
+        .into_iter()
+        .map(|format| {
+            let check: Check = Box::new(move |gpu: &Gpu| matmul(gpu, format));
+            (format!("matmul {format}"), check)
+        })
+        .collect();
+    checks.push(("attention".into(), Box::new(attention)));
+    checks.push(("sampling".into(), Box::new(sampling)));
+    checks
+}
 
 /// Runs every kernel check on `gpu`.
 pub fn run(gpu: &Gpu) -> Vec<KernelCheck> {
-    let checks: [(&'static str, Check); 3] = [
-        ("matmul q4_1", matmul_q4_1),
-        ("attention", attention),
-        ("sampling", sampling),
-    ];
-    checks
+    checks()
         .into_iter()
         .map(|(name, check)| {
             check(gpu).unwrap_or_else(|e| KernelCheck {
@@ -101,42 +110,31 @@ fn max_abs_delta(got: &[f32], want: &[f32]) -> f64 {
     })
 }
 
-fn read(gpu: &Gpu, t: &Tensor) -> Result<Vec<f32>> {
-    Ok(pollster::block_on(gpu.read_f32(t))?)
-}
-
-fn matmul_q4_1(gpu: &Gpu) -> Result<KernelCheck> {
-    let format = WeightFormat::Q4_1;
+fn matmul(gpu: &Gpu, format: WeightFormat) -> Result<KernelCheck> {
     let mut worst = 0.0f64;
     for (m, k, n) in [(1, 576, 64), (5, 96, 70)] {
-        let x = values(m * k, 1, 1.0);
-        let bytes = quantize(format, &values(n * k, 2, 0.5), k)?;
-        // The reference multiplies by the dequantized weights: only f32 sums differ.
-        let want = reference::matmul::matmul(&x, &dequantize(format, &bytes, n, k)?, m, k, n);
-        let weight = GpuWeight::upload(gpu, format, &bytes, n, k)?;
+        let inputs = MatmulInputs::new(
+            format,
+            (m, k, n),
+            values(m * k, 1, 1.0),
+            &values(n * k, 2, 0.5),
+        )?;
+        // The reference multiplies by the decoded weights: only f32 sums differ.
+        let want = reference::matmul::matmul(&inputs.x, &inputs.w, m, k, n);
+        let weight = inputs.upload_weight(gpu, None)?;
+        let fixture = MatmulFixture::new(gpu, &weight, &inputs.x, m);
         let mut shapes = MatmulShape::candidates(&gpu.caps, m, n, k);
         let gpu_default = MatmulShape::for_gpu(m, n, k);
         if gpu_default.runs_on(&gpu.caps) && !shapes.contains(&gpu_default) {
             shapes.push(gpu_default);
         }
         for shape in shapes {
-            let (xs, y) = (gpu.upload(&x), gpu.upload(&vec![f32::NAN; m * n]));
-            let mut rec = gpu.recorder();
-            let op = Matmul {
-                x: &xs,
-                m,
-                weight: &weight,
-                norm: None,
-                gather: None,
-                output: Output::Store(&y),
-            };
-            matmul::encode(gpu, &mut rec, &op, shape);
-            rec.submit();
-            worst = worst.max(max_abs_delta(&read(gpu, &y)?, &want));
+            let got = pollster::block_on(fixture.run(gpu, shape))?;
+            worst = worst.max(max_abs_delta(&got, &want));
         }
     }
     Ok(KernelCheck {
-        name: "matmul q4_1",
+        name: format!("matmul {format}"),
         tokens_equal: None,
         max_abs_delta: worst,
         error: None,
@@ -166,51 +164,27 @@ fn attention(gpu: &Gpu) -> Result<KernelCheck> {
     let (k_pool, v_pool) = (pool(3), pool(4));
     let q = values(rows.len() * q_row, 5, 1.0);
     let shape = AttentionShape::new(rows.len(), n_heads, n_kv_heads, head_dim, block_size);
-    let flat_rows: Vec<u32> = rows.iter().flat_map(|&(t, p)| [t, p]).collect();
-    let want = reference::attention::attention(&shape, &q, &k_pool, &v_pool, &tables, &flat_rows);
-    let rowinfo: Vec<[u32; 4]> = rows.iter().map(|&(t, p)| [t, p, 0, 0]).collect();
-    let (qs, ks, vs) = (gpu.upload(&q), gpu.upload(&k_pool), gpu.upload(&v_pool));
-    let (tables, rowinfo) = (gpu.upload(&tables), gpu.upload(&rowinfo));
+    let rows: Vec<RowInfo> = rows.iter().map(|&(t, p)| RowInfo::new(t, p, 0)).collect();
+    let want = reference::attention::attention(&shape, &q, &k_pool, &v_pool, &tables, &rows);
+    // Only the decode is its sequence's only row, so only it may be split.
+    let fixture = AttentionFixture::new(
+        gpu,
+        shape,
+        (&q, &k_pool, &v_pool),
+        &tables,
+        &rows,
+        SplitRows::Decodes,
+    );
     let mut worst = 0.0f64;
     for variant in AttentionVariant::all() {
         if variant.q_loads_for(&shape) != variant.q_loads {
             continue; // the same kernel as the direct loads, checked on its own
         }
-        let mut plan = AttentionPlan::default();
-        let split = variant.split == AttentionSplit::DecodePages;
-        // Only the decode is its sequence's only row, so only it may be split.
-        plan.build(rows.iter().map(|&(t, p)| (p + 1, split && t == 2)));
-        let (items, combine) = (gpu.upload(&plan.items), gpu.upload(&plan.combine));
-        let slots = plan.slots as usize;
-        let scratch = gpu.upload(&vec![f32::NAN; slots.max(1) * scratch_per_slot(&shape)]);
-        let out = gpu.upload(&vec![f32::NAN; shape.q_len()]);
-        let b = AttentionBuffers {
-            q: &qs,
-            k_pool: &ks,
-            v_pool: &vs,
-            block_tables: &tables,
-            rowinfo: &rowinfo,
-            items: &items,
-            out: &out,
-            scratch: &scratch,
-        };
-        let mut rec = gpu.recorder();
-        attention::encode(
-            gpu,
-            &mut rec,
-            &shape,
-            variant.q_loads,
-            &b,
-            plan.items.len(),
-            slots,
-        );
-        let n = plan.combine.len();
-        attention::encode_combine(gpu, &mut rec, &shape, &scratch, &combine, n, &out);
-        rec.submit();
-        worst = worst.max(max_abs_delta(&read(gpu, &out)?, &want));
+        let got = pollster::block_on(fixture.run(gpu, variant))?;
+        worst = worst.max(max_abs_delta(&got, &want));
     }
     Ok(KernelCheck {
-        name: "attention",
+        name: "attention".into(),
         tokens_equal: None,
         max_abs_delta: worst,
         error: None,
@@ -236,19 +210,10 @@ fn sampling(gpu: &Gpu) -> Result<KernelCheck> {
             )
         })
         .collect();
-    let (l, p, k) = (gpu.upload(&logits), gpu.upload(&params), gpu.upload(&keys));
-    let (cut, stats) = (gpu.zeros(2 * rows), RowStats::zeros(gpu, rows));
-    let (tokens, logprobs, sampling) = (gpu.zeros(m), gpu.zeros(m), gpu.zeros(m));
     // softmax, truncate, sample and draw_logprobs, as the engine records them.
-    let mut rec = gpu.recorder();
-    softmax::encode(gpu, &mut rec, &l, rows, vocab, &stats, Extra::Nothing);
-    sample::encode_truncate(gpu, &mut rec, &l, vocab, rows, &p, &cut);
-    sample::encode(gpu, &mut rec, &l, vocab, &p, &cut, &k, m, &tokens);
-    sample::encode_draw_logprobs(
-        gpu, &mut rec, &l, vocab, &stats, &p, &cut, &k, &tokens, m, &logprobs, &sampling,
-    );
-    rec.submit();
-    let got = pollster::block_on(gpu.read_u32(&tokens))?;
+    let fixture = SamplingFixture::new(gpu, (&logits, vocab), &params, &keys);
+    let drawn = pollster::block_on(fixture.run(gpu))?;
+    let got = drawn.tokens;
     let want = reference::sample::sample_rows(&logits, vocab, &params, &keys);
     let equal = got.iter().zip(&want).filter(|(a, b)| a == b).count();
     if want.iter().collect::<std::collections::BTreeSet<_>>().len() < 4 {
@@ -257,9 +222,9 @@ fn sampling(gpu: &Gpu) -> Result<KernelCheck> {
     // The reference's log-probs of the GPU's own draws, so a wrong draw shows only once.
     let ref_logprobs = reference::sample::draw_logprobs(&logits, vocab, &keys, &got);
     Ok(KernelCheck {
-        name: "sampling",
+        name: "sampling".into(),
         tokens_equal: Some((equal, m)),
-        max_abs_delta: max_abs_delta(&read(gpu, &logprobs)?, &ref_logprobs),
+        max_abs_delta: max_abs_delta(&drawn.logprobs, &ref_logprobs),
         error: None,
     })
 }

@@ -32,12 +32,25 @@ struct Params {
     _pad: u32,
 }
 
-pub fn spec(format: WeightFormat) -> KernelSpec {
-    KernelSpec {
-        key: format!("embedding/{}", format.name()),
-        source: Box::new(move || with_weights(SOURCE, format)),
-        entry: "embedding",
-        storage: &[Access::Read, Access::Read, Access::ReadWrite, Access::Read],
+/// The embedding kernel for a table in one weight format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct EmbeddingKernel(pub WeightFormat);
+
+impl KernelSpec for EmbeddingKernel {
+    fn name(&self) -> String {
+        format!("embedding/{}", self.0.name())
+    }
+
+    fn source(&self) -> String {
+        with_weights(SOURCE, self.0)
+    }
+
+    fn entry(&self) -> &'static str {
+        "embedding"
+    }
+
+    fn storage(&self) -> &'static [Access] {
+        &[Access::Read, Access::Read, Access::ReadWrite, Access::Read]
     }
 }
 
@@ -68,7 +81,7 @@ pub fn encode(
         u32::try_from(invocations).is_ok(),
         "embedding: {m}x{dim} is too large for one dispatch"
     );
-    let kernel = gpu.pipeline(&spec(table.format));
+    let kernel = gpu.pipeline(&EmbeddingKernel(table.format));
     for (i, part) in table.parts.iter().enumerate() {
         let params = Params {
             m: m as u32,

@@ -33,14 +33,26 @@ struct Params {
     _pad: u32,
 }
 
-pub fn spec() -> KernelSpec {
-    use Access::{Read, ReadWrite};
-    KernelSpec {
-        key: "mask_tokens".into(),
-        source: Box::new(|| SOURCE.into()),
-        entry: "mask_tokens",
+/// The masking kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MaskKernel;
+
+impl KernelSpec for MaskKernel {
+    fn name(&self) -> String {
+        "mask_tokens".into()
+    }
+
+    fn source(&self) -> String {
+        SOURCE.into()
+    }
+
+    fn entry(&self) -> &'static str {
+        "mask_tokens"
+    }
+
+    fn storage(&self) -> &'static [Access] {
         // pairs, logits
-        storage: &[Read, ReadWrite],
+        &[Access::Read, Access::ReadWrite]
     }
 }
 
@@ -75,7 +87,7 @@ pub fn encode(
         _pad: 0,
     };
     rec.dispatch(
-        &gpu.pipeline(&spec()),
+        &gpu.pipeline(&MaskKernel),
         bytemuck::bytes_of(&params),
         &[&pairs.buffer, &logits.buffer],
         grid(gpu, n.div_ceil(WORKGROUP)),

@@ -7,11 +7,15 @@ pub mod embedding;
 pub mod mask;
 pub mod matmul;
 pub mod rope;
+pub mod row_info;
 pub mod sample;
 pub mod softmax;
 pub mod top_logprobs;
 
+pub use row_info::RowInfo;
+
 use crate::formats::WeightFormat;
+use crate::gpu::pipelines::KernelSpec;
 use crate::gpu::shaders::with_weights;
 
 /// Every WGSL module the engine builds, as (name, source): each kernel family's source,
@@ -30,13 +34,18 @@ pub fn all_modules() -> Vec<(String, String)> {
         for q_loads in attention::QLoads::ALL {
             out.push((
                 format!("attention+{heads}x{head_dim}+{q_loads:?}"),
-                attention::source(heads, head_dim, q_loads),
+                attention::AttentionKernel {
+                    heads,
+                    head_dim,
+                    q_loads,
+                }
+                .source(),
             ));
         }
     }
     out.push((
         "attention_combine".to_string(),
-        attention::combine_source().to_string(),
+        attention::AttentionCombine.source(),
     ));
     out.push(("sample".to_string(), sample::source()));
     out.push(("softmax".to_string(), softmax::source()));

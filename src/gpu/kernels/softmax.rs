@@ -59,27 +59,47 @@ pub enum Extra<'a> {
 }
 
 impl Extra<'_> {
-    fn entry(&self) -> &'static str {
+    fn kernel(&self) -> SoftmaxKernel {
         match self {
-            Extra::Nothing => "row_stats",
-            Extra::LogSoftmax(_) => "log_softmax",
-            Extra::TargetLogprobs { .. } => "target_logprobs",
+            Extra::Nothing => SoftmaxKernel::RowStats,
+            Extra::LogSoftmax(_) => SoftmaxKernel::LogSoftmax,
+            Extra::TargetLogprobs { .. } => SoftmaxKernel::TargetLogprobs,
         }
     }
 }
 
-/// The pipeline that writes the row statistics and `extra`.
-pub fn spec(extra: &Extra) -> KernelSpec {
-    use Access::{Read, ReadWrite};
-    KernelSpec {
-        key: format!("softmax/{}", extra.entry()),
-        source: Box::new(source),
-        entry: extra.entry(),
-        storage: match extra {
-            Extra::Nothing => &[Read, ReadWrite, ReadWrite],
-            Extra::LogSoftmax(_) => &[Read, ReadWrite, ReadWrite, ReadWrite],
-            Extra::TargetLogprobs { .. } => &[Read, ReadWrite, ReadWrite, ReadWrite, Read],
-        },
+/// The entry point that writes the row statistics and what else is asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SoftmaxKernel {
+    RowStats,
+    LogSoftmax,
+    TargetLogprobs,
+}
+
+impl KernelSpec for SoftmaxKernel {
+    fn name(&self) -> String {
+        format!("softmax/{}", self.entry())
+    }
+
+    fn source(&self) -> String {
+        source()
+    }
+
+    fn entry(&self) -> &'static str {
+        match self {
+            SoftmaxKernel::RowStats => "row_stats",
+            SoftmaxKernel::LogSoftmax => "log_softmax",
+            SoftmaxKernel::TargetLogprobs => "target_logprobs",
+        }
+    }
+
+    fn storage(&self) -> &'static [Access] {
+        use Access::{Read, ReadWrite};
+        match self {
+            SoftmaxKernel::RowStats => &[Read, ReadWrite, ReadWrite],
+            SoftmaxKernel::LogSoftmax => &[Read, ReadWrite, ReadWrite, ReadWrite],
+            SoftmaxKernel::TargetLogprobs => &[Read, ReadWrite, ReadWrite, ReadWrite, Read],
+        }
     }
 }
 
@@ -135,7 +155,7 @@ pub fn encode(
         _pad: [0; 2],
     };
     rec.dispatch(
-        &gpu.pipeline(&spec(&extra)),
+        &gpu.pipeline(&extra.kernel()),
         bytemuck::bytes_of(&params),
         &buffers,
         grid(gpu, m),

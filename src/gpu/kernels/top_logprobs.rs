@@ -42,14 +42,27 @@ struct Params {
     _pad: u32,
 }
 
-pub fn spec() -> KernelSpec {
-    use Access::{Read, ReadWrite};
-    KernelSpec {
-        key: "top_logprobs".into(),
-        source: Box::new(source),
-        entry: "top_logprobs",
+/// The alternatives kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TopLogprobsKernel;
+
+impl KernelSpec for TopLogprobsKernel {
+    fn name(&self) -> String {
+        "top_logprobs".into()
+    }
+
+    fn source(&self) -> String {
+        source()
+    }
+
+    fn entry(&self) -> &'static str {
+        "top_logprobs"
+    }
+
+    fn storage(&self) -> &'static [Access] {
+        use Access::{Read, ReadWrite};
         // logits, stats, counts, ids, logprobs
-        storage: &[Read, Read, Read, ReadWrite, ReadWrite],
+        &[Read, Read, Read, ReadWrite, ReadWrite]
     }
 }
 
@@ -112,7 +125,7 @@ pub fn encode(
         _pad: 0,
     };
     rec.dispatch(
-        &gpu.pipeline(&spec()),
+        &gpu.pipeline(&TopLogprobsKernel),
         bytemuck::bytes_of(&params),
         &[
             &logits.buffer,

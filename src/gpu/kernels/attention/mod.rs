@@ -15,7 +15,9 @@
 //!
 //! The rows are computed as the work items of an [`AttentionPlan`]: whole rows in one
 //! dispatch, or (flash-decoding, [`AttentionSplit::DecodePages`]) rows split into pages
-//! whose states a second dispatch, [`encode_combine`], folds.
+//! whose states a second dispatch folds; [`encode`] records both. [`AttentionFixture`]
+//! sets a dispatch up for checking and timing (the kernel suite, `sprout check`, `sprout
+//! tune`, the benchmarks).
 //!
 //! Invariant: a row's output is bitwise the same whichever other rows and sequences share
 //! the dispatch, whatever prefill chunking put it there, whichever physical blocks hold
@@ -29,8 +31,10 @@
 //! them: a wrong offset or block id reads the wrong keys (past the end of a buffer, whatever
 //! robust buffer access gives). The caller (the runner, from a `StepPlan`) keeps them right.
 
+mod fixture;
 mod plan;
 
+pub use fixture::{AttentionFixture, PlannedAttention, SplitRows};
 pub use plan::{AttentionPlan, AttentionSplit, MAX_SLOTS_PER_ROW, NO_SLOT, PAGE};
 
 use crate::gpu::pipelines::{Access, KernelSpec};
@@ -236,29 +240,75 @@ impl AttentionVariant {
     }
 }
 
-/// The kernel with `heads` query heads per workgroup, and query vectors of `head_dim`
-/// values loaded as `q_loads` says.
-pub fn spec(heads: usize, head_dim: usize, q_loads: QLoads) -> KernelSpec {
-    use Access::{Read, ReadWrite};
-    KernelSpec {
-        key: format!("attention/paged/{heads}/{head_dim}/{q_loads:?}"),
-        source: Box::new(move || source(heads, head_dim, q_loads)),
-        entry: "attention",
-        storage: &[Read, Read, Read, Read, Read, Read, ReadWrite, ReadWrite],
+/// The attention kernel with `heads` query heads per workgroup, and query vectors of
+/// `head_dim` values loaded as `q_loads` says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct AttentionKernel {
+    pub heads: usize,
+    pub head_dim: usize,
+    pub q_loads: QLoads,
+}
+
+impl KernelSpec for AttentionKernel {
+    fn name(&self) -> String {
+        let AttentionKernel {
+            heads,
+            head_dim,
+            q_loads,
+        } = self;
+        format!("attention/paged/{heads}/{head_dim}/{q_loads:?}")
+    }
+
+    /// The module with `HG` (heads per workgroup) and the query's loads set.
+    fn source(&self) -> String {
+        let hd4 = self.head_dim / 4;
+        let held = if self.q_loads == QLoads::Held { hd4 } else { 1 };
+        let shared = if self.q_loads == QLoads::Shared {
+            hd4
+        } else {
+            1
+        };
+        format!(
+            "const HG: u32 = {}u;\nconst Q_MODE: u32 = {}u;\nconst HD4: u32 = {hd4}u;\n\
+             const HELD4: u32 = {held}u;\nconst SHARED4: u32 = {shared}u;\n{SOURCE}",
+            self.heads,
+            self.q_loads.mode()
+        )
+    }
+
+    fn entry(&self) -> &'static str {
+        "attention"
+    }
+
+    fn storage(&self) -> &'static [Access] {
+        use Access::{Read, ReadWrite};
+        &[Read, Read, Read, Read, Read, Read, ReadWrite, ReadWrite]
     }
 }
 
-/// The combine kernel.
-pub fn combine_spec() -> KernelSpec {
-    KernelSpec {
-        key: "attention/combine".into(),
-        source: Box::new(|| COMBINE.into()),
-        entry: "attention_combine",
-        storage: &[Access::Read, Access::Read, Access::ReadWrite],
+/// The kernel that folds split rows' page states into their outputs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct AttentionCombine;
+
+impl KernelSpec for AttentionCombine {
+    fn name(&self) -> String {
+        "attention/combine".into()
+    }
+
+    fn source(&self) -> String {
+        COMBINE.into()
+    }
+
+    fn entry(&self) -> &'static str {
+        "attention_combine"
+    }
+
+    fn storage(&self) -> &'static [Access] {
+        &[Access::Read, Access::Read, Access::ReadWrite]
     }
 }
 
-/// The buffers of one attention dispatch.
+/// The tensors one step's attention reads and writes.
 pub struct AttentionBuffers<'a> {
     /// `[t, n_heads, head_dim]` f32.
     pub q: &'a Tensor,
@@ -266,14 +316,25 @@ pub struct AttentionBuffers<'a> {
     pub k_pool: &'a Tensor,
     pub v_pool: &'a Tensor,
     pub block_tables: &'a Tensor,
-    /// `[t, 4]` u32: (table offset, position, pool slot, 0).
+    /// `[t]` [`RowInfo`](crate::gpu::kernels::RowInfo): each row's table offset and position.
     pub rowinfo: &'a Tensor,
-    /// `[n_items, 4]` u32: the plan's work items.
-    pub items: &'a Tensor,
     /// `[t, n_heads, head_dim]` f32.
     pub out: &'a Tensor,
     /// `[slots, n_heads, 4 + head_dim]` f32: the split rows' states.
     pub scratch: &'a Tensor,
+}
+
+/// One step's attention work on the GPU: an [`AttentionPlan`]'s items and split rows.
+#[derive(Clone, Copy)]
+pub struct AttentionWork<'a> {
+    /// `[n_items, 4]` u32 (`AttentionPlan::items`).
+    pub items: &'a Tensor,
+    pub n_items: usize,
+    /// `[n_combine, 4]` u32 (`AttentionPlan::combine`).
+    pub combine: &'a Tensor,
+    pub n_combine: usize,
+    /// Scratch slots the items use.
+    pub slots: usize,
 }
 
 /// Values per scratch slot: per head a vec4 of (M, L, 0, 0) and the head's O.
@@ -281,17 +342,41 @@ pub fn scratch_per_slot(shape: &AttentionShape) -> usize {
     shape.n_heads * (4 + shape.head_dim)
 }
 
-/// Records the `n_items` work items of a plan (`b.items`) with `q_loads`. Panics if
-/// `q_loads` does not fit `shape` or a buffer is too small.
+/// Records a step's attention: the work items of its plan with `q_loads`, then the fold of
+/// its split rows (when it has any). Panics if `q_loads` does not fit `shape` or a buffer
+/// is too small.
 pub fn encode(
     gpu: &Gpu,
     rec: &mut Recorder,
     shape: &AttentionShape,
     q_loads: QLoads,
     b: &AttentionBuffers,
-    n_items: usize,
-    slots: usize,
+    work: &AttentionWork,
 ) {
+    encode_items(gpu, rec, shape, q_loads, b, work);
+    if work.n_combine > 0 {
+        encode_combine(
+            gpu,
+            rec,
+            shape,
+            b.scratch,
+            work.combine,
+            work.n_combine,
+            b.out,
+        );
+    }
+}
+
+/// Records the work items of a plan with `q_loads`.
+fn encode_items(
+    gpu: &Gpu,
+    rec: &mut Recorder,
+    shape: &AttentionShape,
+    q_loads: QLoads,
+    b: &AttentionBuffers,
+    work: &AttentionWork,
+) {
+    let (n_items, slots) = (work.n_items, work.slots);
     shape.validate();
     assert!(
         q_loads.fits(shape),
@@ -317,10 +402,10 @@ pub fn encode(
         4 * shape.t
     );
     assert!(
-        b.items.len >= 4 * n_items,
+        work.items.len >= 4 * n_items,
         "attention: {n_items} work items need {} values, the buffer holds {}",
         4 * n_items,
-        b.items.len
+        work.items.len
     );
     assert!(
         b.scratch.len >= slots * scratch_per_slot(shape),
@@ -355,7 +440,7 @@ pub fn encode(
         ("v_pool", b.v_pool),
         ("block_tables", b.block_tables),
         ("rowinfo", b.rowinfo),
-        ("items", b.items),
+        ("items", work.items),
         ("out", b.out),
         ("scratch", b.scratch),
     ];
@@ -388,7 +473,11 @@ pub fn encode(
         n_items: n_items as u32,
     };
     let heads = heads_per_workgroup(shape.group());
-    let kernel = gpu.pipeline(&spec(heads, shape.head_dim, q_loads));
+    let kernel = gpu.pipeline(&AttentionKernel {
+        heads,
+        head_dim: shape.head_dim,
+        q_loads,
+    });
     rec.dispatch(
         &kernel,
         bytemuck::bytes_of(&params),
@@ -399,7 +488,7 @@ pub fn encode(
 
 /// Records folding the split rows' states (`n_rows` entries of `combine`, a plan's
 /// `combine` list) into their outputs.
-pub fn encode_combine(
+fn encode_combine(
     gpu: &Gpu,
     rec: &mut Recorder,
     shape: &AttentionShape,
@@ -432,31 +521,13 @@ pub fn encode_combine(
         n_rows: n_rows as u32,
         _pad: 0,
     };
-    let kernel = gpu.pipeline(&combine_spec());
+    let kernel = gpu.pipeline(&AttentionCombine);
     rec.dispatch(
         &kernel,
         bytemuck::bytes_of(&params),
         &[&scratch.buffer, &combine.buffer, &out.buffer],
         [n_rows as u32, 1, 1],
     );
-}
-
-/// The module with `heads` query heads per workgroup (`HG` in the shader) and queries of
-/// `head_dim` values loaded as `q_loads` says.
-pub fn source(heads: usize, head_dim: usize, q_loads: QLoads) -> String {
-    let hd4 = head_dim / 4;
-    let held = if q_loads == QLoads::Held { hd4 } else { 1 };
-    let shared = if q_loads == QLoads::Shared { hd4 } else { 1 };
-    format!(
-        "const HG: u32 = {heads}u;\nconst Q_MODE: u32 = {}u;\nconst HD4: u32 = {hd4}u;\n\
-         const HELD4: u32 = {held}u;\nconst SHARED4: u32 = {shared}u;\n{SOURCE}",
-        q_loads.mode()
-    )
-}
-
-/// The combine kernel's module.
-pub fn combine_source() -> &'static str {
-    COMBINE
 }
 
 #[cfg(test)]

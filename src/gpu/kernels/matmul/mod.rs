@@ -10,16 +10,21 @@
 //!   (each invocation walks all of k for a small tile); `MatVec` and `Gemm` for GPUs (k
 //!   split across a workgroup for few rows; a tiled GEMM through workgroup memory for many).
 //!
+//! [`MatmulFixture`] sets one product up for checking and timing (the kernel suite, `sprout
+//! check`, `sprout tune`, the benchmarks).
+//!
 //! Invariant: every shape, tile, x reader and x load runs the same arithmetic for an output
 //! (the canonical order in shaders/matmul/common.wgsl), so an output is bitwise the same
 //! whichever shape computed it and however many rows shared the dispatch. That is what
 //! lets the engine pick shapes per adapter and per batch size (`gpu::tuning`) without
 //! giving up batch invariance; the kernel suite checks it for every pair of shapes.
 
+mod fixture;
 mod gemm;
 mod shape;
 pub mod tile;
 
+pub use fixture::{MatmulFixture, MatmulInputs};
 pub use shape::MatmulShape;
 pub use tile::{MIN_SHUFFLE_SUBGROUP, XLoads};
 
@@ -131,7 +136,7 @@ pub struct QkvArgs<'a> {
     pub kv_dim: usize,
     pub head_dim: usize,
     pub rope: &'a RopeTable,
-    /// `[m, 4]` u32 per row: (block-table offset, position, pool slot, 0).
+    /// `[m]` [`RowInfo`](crate::gpu::kernels::RowInfo): each row's position and pool slot.
     pub rowinfo: &'a Tensor,
     /// `[m, q_dim]`: the rotated queries.
     pub q: &'a Tensor,
@@ -254,27 +259,32 @@ impl MatmulKernel {
             x,
         }
     }
+}
 
-    pub fn spec(self) -> KernelSpec {
+impl KernelSpec for MatmulKernel {
+    fn name(&self) -> String {
         let k = self;
-        KernelSpec {
-            key: format!(
-                "matmul/{}/mr{}/{:?}/{:?}/{}/{:?}",
-                k.shape.key(),
-                k.mr,
-                k.prologue,
-                k.epilogue,
-                k.format.name(),
-                k.x
-            ),
-            source: Box::new(move || k.source()),
-            entry: "matmul",
-            storage: storage(k.prologue, k.epilogue),
-        }
+        format!(
+            "matmul/{}/mr{}/{:?}/{:?}/{}/{:?}",
+            k.shape.key(),
+            k.mr,
+            k.prologue,
+            k.epilogue,
+            k.format.name(),
+            k.x
+        )
+    }
+
+    fn entry(&self) -> &'static str {
+        "matmul"
+    }
+
+    fn storage(&self) -> &'static [Access] {
+        storage(self.prologue, self.epilogue)
     }
 
     /// The kernel's WGSL module.
-    pub fn source(self) -> String {
+    fn source(&self) -> String {
         let MatmulKernel {
             format,
             shape,
@@ -282,7 +292,7 @@ impl MatmulKernel {
             prologue,
             epilogue,
             x,
-        } = self;
+        } = *self;
         let mut parts: Vec<String> = vec![shape.constants(mr), COMMON.to_string()];
         let mut binding = 3;
         let mut next = |name: &str, text: &str| {
@@ -436,7 +446,7 @@ pub fn encode(gpu: &Gpu, rec: &mut Recorder, op: &Matmul, shape: MatmulShape) {
     let mr = shape.rows_per_workgroup(m);
     let fusion = (prologue, epilogue);
     let kernel = MatmulKernel::new(weight.format, shape, mr, fusion, XReader::for_cols(k));
-    let kernel = gpu.pipeline(&kernel.spec());
+    let kernel = gpu.pipeline(&kernel);
     for part in &weight.parts {
         assert!(
             !pairs || part.first_row.is_multiple_of(2),
@@ -482,8 +492,7 @@ fn modules_where(keep: impl Fn(&MatmulShape) -> bool) -> Vec<(String, String)> {
             for x in XReader::ALL {
                 for (prologue, epilogue) in fusions {
                     let k = MatmulKernel::new(format, shape, 2, (prologue, epilogue), x);
-                    let s = k.spec();
-                    out.push((s.key.clone(), (s.source)()));
+                    out.push((k.name(), k.source()));
                 }
             }
         }

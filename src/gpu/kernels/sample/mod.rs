@@ -47,12 +47,16 @@
 //! params. Several draws may read one row (the G samples of a group drawing their first
 //! token from the shared prompt's logits), and share its params.
 
+mod fixture;
+
+pub use fixture::{Drawn, SamplingFixture};
+
 use crate::gpu::grid::grid;
 use crate::gpu::kernels::softmax::RowStats;
 use crate::gpu::pipelines::{Access, KernelSpec};
 use crate::gpu::{Gpu, Recorder, Tensor};
 
-const KERNEL: &str = include_str!("../../../shaders/sample.wgsl");
+const KERNEL: &str = include_str!("../../../../shaders/sample.wgsl");
 /// Draws per workgroup of `draw_logprobs` (`LOGPROB_WG` in the shader).
 const LOGPROB_WORKGROUP: usize = 64;
 /// 32-bit words per [`SampleKey`].
@@ -181,7 +185,7 @@ impl SampleKey {
 }
 
 /// The kernels of this module.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SampleKernel {
     /// Per row: the kept set's cut `(tau, log_z)`.
     Truncate,
@@ -191,29 +195,41 @@ pub enum SampleKernel {
     DrawLogprobs,
 }
 
-pub fn spec(kernel: SampleKernel) -> KernelSpec {
-    use Access::{Read, ReadWrite};
-    // The bindings of the shader, in order; each entry point binds a prefix.
-    const ALL: [Access; 8] = [
-        Read,      // logits
-        Read,      // params
-        ReadWrite, // cut
-        Read,      // keys
-        ReadWrite, // tokens
-        Read,      // stats
-        ReadWrite, // logprobs
-        ReadWrite, // sampling_logprobs
-    ];
-    let (entry, storage): (&'static str, &'static [Access]) = match kernel {
-        SampleKernel::Truncate => ("truncate", &ALL[..3]),
-        SampleKernel::Sample => ("sample", &ALL[..5]),
-        SampleKernel::DrawLogprobs => ("draw_logprobs", &ALL),
-    };
-    KernelSpec {
-        key: format!("sample/{entry}"),
-        source: Box::new(source),
-        entry,
-        storage,
+impl KernelSpec for SampleKernel {
+    fn name(&self) -> String {
+        format!("sample/{}", self.entry())
+    }
+
+    fn source(&self) -> String {
+        source()
+    }
+
+    fn entry(&self) -> &'static str {
+        match self {
+            SampleKernel::Truncate => "truncate",
+            SampleKernel::Sample => "sample",
+            SampleKernel::DrawLogprobs => "draw_logprobs",
+        }
+    }
+
+    fn storage(&self) -> &'static [Access] {
+        use Access::{Read, ReadWrite};
+        // The bindings of the shader, in order; each entry point binds a prefix.
+        const ALL: [Access; 8] = [
+            Read,      // logits
+            Read,      // params
+            ReadWrite, // cut
+            Read,      // keys
+            ReadWrite, // tokens
+            Read,      // stats
+            ReadWrite, // logprobs
+            ReadWrite, // sampling_logprobs
+        ];
+        match self {
+            SampleKernel::Truncate => &ALL[..3],
+            SampleKernel::Sample => &ALL[..5],
+            SampleKernel::DrawLogprobs => &ALL,
+        }
     }
 }
 
@@ -291,7 +307,7 @@ pub fn encode_truncate(
         _pad: 0,
     };
     rec.dispatch(
-        &gpu.pipeline(&spec(SampleKernel::Truncate)),
+        &gpu.pipeline(&SampleKernel::Truncate),
         bytemuck::bytes_of(&p),
         &[&logits.buffer, &params.buffer, &cut.buffer],
         grid(gpu, rows),
@@ -323,7 +339,7 @@ pub fn encode(
         _pad: 0,
     };
     rec.dispatch(
-        &gpu.pipeline(&spec(SampleKernel::Sample)),
+        &gpu.pipeline(&SampleKernel::Sample),
         bytemuck::bytes_of(&p),
         &[
             &logits.buffer,
@@ -383,7 +399,7 @@ pub fn encode_draw_logprobs(
         _pad: 0,
     };
     rec.dispatch(
-        &gpu.pipeline(&spec(SampleKernel::DrawLogprobs)),
+        &gpu.pipeline(&SampleKernel::DrawLogprobs),
         bytemuck::bytes_of(&p),
         &[
             &logits.buffer,

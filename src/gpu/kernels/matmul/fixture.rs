@@ -1,0 +1,130 @@
+//! One matmul set up to be checked or timed: what the kernel suite, `sprout check`, `sprout
+//! tune` and the kernel benchmarks share.
+//!
+//! [`MatmulInputs`] is a product on the CPU: `x`, a weight's stored bytes in a format, and
+//! the values those bytes decode to (what a reference multiplies by, so that only the
+//! order of f32 sums can differ from the GPU's). [`MatmulFixture`] puts `x` and an output
+//! on the GPU beside a weight (the inputs', or a loaded model's) and runs the plain matmul
+//! (`y = x · Wᵀ`, stored) on any shape.
+//!
+//! Invariant: before a run, the output holds NaN, so a value a shape fails to write shows
+//! as NaN instead of as the value of an earlier run.
+
+use super::{Matmul, MatmulShape, Output, encode};
+use crate::error::SproutError;
+use crate::formats::{FormatError, WeightFormat, dequantize, quantize};
+use crate::gpu::{Gpu, GpuWeight, Recorder, Tensor};
+use crate::rng::SplitMix64;
+
+/// A product on the CPU: `x` is `[m, k]`, the weight `[n, k]` stored as `bytes` in
+/// `format`, and `w` those bytes decoded.
+#[derive(Clone, Debug)]
+pub struct MatmulInputs {
+    pub format: WeightFormat,
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
+    pub x: Vec<f32>,
+    pub bytes: Vec<u8>,
+    pub w: Vec<f32>,
+}
+
+impl MatmulInputs {
+    /// `x` against the weight `raw` (`n * k` values) stored in `format` as ggml rounds it.
+    pub fn new(
+        format: WeightFormat,
+        (m, k, n): (usize, usize, usize),
+        x: Vec<f32>,
+        raw: &[f32],
+    ) -> Result<MatmulInputs, FormatError> {
+        assert_eq!(x.len(), m * k, "matmul inputs: x is not {m}x{k}");
+        let bytes = quantize(format, raw, k)?;
+        let w = dequantize(format, &bytes, n, k)?;
+        Ok(MatmulInputs {
+            format,
+            m,
+            k,
+            n,
+            x,
+            bytes,
+            w,
+        })
+    }
+
+    /// Values from `seed`'s stream: x uniform in ±1, then the weight in ±0.5.
+    pub fn random(
+        format: WeightFormat,
+        (m, k, n): (usize, usize, usize),
+        seed: u64,
+    ) -> Result<MatmulInputs, FormatError> {
+        let mut rng = SplitMix64::new(seed);
+        let x = rng.vec(m * k, 1.0);
+        let raw = rng.vec(n * k, 0.5);
+        MatmulInputs::new(format, (m, k, n), x, &raw)
+    }
+
+    /// The same weight with only rows `first..first + count` of `x`.
+    pub fn rows(&self, first: usize, count: usize) -> MatmulInputs {
+        MatmulInputs {
+            m: count,
+            x: self.x[first * self.k..(first + count) * self.k].to_vec(),
+            ..self.clone()
+        }
+    }
+
+    /// The weight on the GPU; `part_limit` caps each part's bytes (to force splitting).
+    pub fn upload_weight(
+        &self,
+        gpu: &Gpu,
+        part_limit: Option<u64>,
+    ) -> Result<GpuWeight, SproutError> {
+        let (format, k, n) = (self.format, self.k, self.n);
+        match part_limit {
+            Some(l) => GpuWeight::upload_with_limit(gpu, format, &self.bytes, n, k, l),
+            None => GpuWeight::upload(gpu, format, &self.bytes, n, k),
+        }
+    }
+}
+
+/// `m` rows of x and an output on the GPU, against a weight.
+pub struct MatmulFixture<'w> {
+    weight: &'w GpuWeight,
+    m: usize,
+    x: Tensor,
+    y: Tensor,
+}
+
+impl<'w> MatmulFixture<'w> {
+    /// `x` is `[m, weight.cols]`.
+    pub fn new(gpu: &Gpu, weight: &'w GpuWeight, x: &[f32], m: usize) -> MatmulFixture<'w> {
+        assert_eq!(x.len(), m * weight.cols, "matmul fixture: x is not m x k");
+        MatmulFixture {
+            weight,
+            m,
+            x: gpu.upload(x),
+            y: gpu.upload(&vec![f32::NAN; m * weight.rows]),
+        }
+    }
+
+    /// Records `y = x · Wᵀ` on `shape`.
+    pub fn encode(&self, gpu: &Gpu, rec: &mut Recorder, shape: MatmulShape) {
+        let op = Matmul {
+            x: &self.x,
+            m: self.m,
+            weight: self.weight,
+            norm: None,
+            gather: None,
+            output: Output::Store(&self.y),
+        };
+        encode(gpu, rec, &op, shape);
+    }
+
+    /// Runs the product on `shape` and returns `y` (`[m, n]`).
+    pub async fn run(&self, gpu: &Gpu, shape: MatmulShape) -> Result<Vec<f32>, SproutError> {
+        gpu.write(&self.y, &vec![f32::NAN; self.y.len]);
+        let mut rec = gpu.recorder();
+        self.encode(gpu, &mut rec, shape);
+        rec.submit();
+        gpu.read_f32(&self.y).await
+    }
+}

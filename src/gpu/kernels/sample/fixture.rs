@@ -1,0 +1,124 @@
+//! Draws from rows of logits set up to be checked: what the kernel suite and `sprout
+//! check` share.
+//!
+//! [`SamplingFixture`] records the chain in the engine's order (`engine::runner`): the
+//! softmax statistics of every row (the raw log-probs), the mask of forbidden tokens when
+//! there is one (so it changes only the sampling distribution), each row's cut, the draws,
+//! and their raw and sampling log-probs; [`SamplingFixture::run`] reads all of it back.
+//!
+//! Invariant: before a run, every output holds NaN (or `u32::MAX` for tokens), so a value
+//! the kernels fail to write shows instead of the value of an earlier run.
+
+use super::{RowParams, SampleKey, encode, encode_draw_logprobs, encode_truncate};
+use crate::error::SproutError;
+use crate::gpu::kernels::mask;
+use crate::gpu::kernels::softmax::{self, Extra, RowStats};
+use crate::gpu::{Gpu, Recorder, Tensor};
+
+/// Logits rows, their params, the draws' keys, and the chain's outputs, on the GPU.
+pub struct SamplingFixture {
+    vocab: usize,
+    rows: usize,
+    draws: usize,
+    logits: Tensor,
+    params: Tensor,
+    keys: Tensor,
+    /// `(row, token)` pairs to forbid, and how many.
+    masked: Option<(Tensor, usize)>,
+    stats: RowStats,
+    cut: Tensor,
+    tokens: Tensor,
+    logprobs: Tensor,
+    sampling: Tensor,
+}
+
+/// What one run gave: per row its cut `(tau, log_z)`, per draw its token, raw log-prob
+/// and sampling log-prob.
+pub struct Drawn {
+    pub cut: Vec<f32>,
+    pub tokens: Vec<u32>,
+    pub logprobs: Vec<f32>,
+    pub sampling: Vec<f32>,
+}
+
+impl SamplingFixture {
+    /// `logits [params.len(), vocab]`, one [`RowParams`] per row, one draw per key.
+    pub fn new(
+        gpu: &Gpu,
+        (logits, vocab): (&[f32], usize),
+        params: &[RowParams],
+        keys: &[SampleKey],
+    ) -> SamplingFixture {
+        let (rows, draws) = (params.len(), keys.len());
+        assert_eq!(
+            logits.len(),
+            rows * vocab,
+            "sampling fixture: one row per params"
+        );
+        SamplingFixture {
+            vocab,
+            rows,
+            draws,
+            logits: gpu.upload(logits),
+            params: gpu.upload(params),
+            keys: gpu.upload(keys),
+            masked: None,
+            stats: RowStats::zeros(gpu, rows),
+            cut: gpu.zeros(2 * rows),
+            tokens: gpu.zeros(draws),
+            logprobs: gpu.zeros(draws),
+            sampling: gpu.zeros(draws),
+        }
+    }
+
+    /// Forbids the tokens of `pairs` (`(row, token)`, flattened) before the cut.
+    pub fn with_mask(mut self, gpu: &Gpu, pairs: &[u32]) -> SamplingFixture {
+        self.masked = Some((gpu.upload(pairs), pairs.len() / 2));
+        self
+    }
+
+    /// Records the chain, as the engine does.
+    pub fn encode(&self, gpu: &Gpu, rec: &mut Recorder) {
+        let (l, v, rows, m) = (&self.logits, self.vocab, self.rows, self.draws);
+        let (p, cut, k) = (&self.params, &self.cut, &self.keys);
+        softmax::encode(gpu, rec, l, rows, v, &self.stats, Extra::Nothing);
+        if let Some((pairs, n)) = &self.masked {
+            mask::encode(gpu, rec, l, v, rows, pairs, *n);
+        }
+        encode_truncate(gpu, rec, l, v, rows, p, cut);
+        encode(gpu, rec, l, v, p, cut, k, m, &self.tokens);
+        let (tokens, stats) = (&self.tokens, &self.stats);
+        encode_draw_logprobs(
+            gpu,
+            rec,
+            l,
+            v,
+            stats,
+            p,
+            cut,
+            k,
+            tokens,
+            m,
+            &self.logprobs,
+            &self.sampling,
+        );
+    }
+
+    /// Runs the chain and reads every output back.
+    pub async fn run(&self, gpu: &Gpu) -> Result<Drawn, SproutError> {
+        gpu.write(&self.cut, &vec![f32::NAN; 2 * self.rows]);
+        gpu.write(&self.tokens, &vec![u32::MAX; self.draws]);
+        for t in [&self.logprobs, &self.sampling] {
+            gpu.write(t, &vec![f32::NAN; self.draws]);
+        }
+        let mut rec = gpu.recorder();
+        self.encode(gpu, &mut rec);
+        rec.submit();
+        Ok(Drawn {
+            cut: gpu.read_f32(&self.cut).await?,
+            tokens: gpu.read_u32(&self.tokens).await?,
+            logprobs: gpu.read_f32(&self.logprobs).await?,
+            sampling: gpu.read_f32(&self.sampling).await?,
+        })
+    }
+}

@@ -1,0 +1,128 @@
+//! The pipeline cache is keyed by each kernel's typed description: every kernel asks for its
+//! pipeline on every dispatch, so finding a built one must allocate nothing, and two
+//! descriptions get the same pipeline exactly when they are equal.
+//!
+//! These run on every adapter; with no adapter they fail (never pass without having run).
+
+mod common;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::sync::Arc;
+
+use sprout::formats::WeightFormat;
+use sprout::gpu::Gpu;
+use sprout::gpu::kernels::attention::{AttentionKernel, QLoads};
+use sprout::gpu::kernels::matmul::{
+    Epilogue, MatmulKernel, MatmulShape, Prologue, XLoads, XReader,
+};
+use sprout::gpu::kernels::sample::SampleKernel;
+
+/// Counts the allocations made on each thread (wgpu may allocate on threads of its own).
+struct CountingAllocator;
+
+thread_local! {
+    static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
+}
+
+// SAFETY: every call is forwarded to `System` unchanged; the counter only observes.
+unsafe impl GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.with(|n| n.set(n.get() + 1));
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.with(|n| n.set(n.get() + 1));
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: CountingAllocator = CountingAllocator;
+
+fn allocations() -> usize {
+    ALLOCATIONS.with(Cell::get)
+}
+
+fn matmul(format: WeightFormat, mr: u32) -> MatmulKernel {
+    let shape = MatmulShape::Tile {
+        rows: 1,
+        cols: 2,
+        loads: XLoads::Direct,
+    };
+    let fusion = (Prologue::RmsNorm, Epilogue::SiluGate);
+    MatmulKernel::new(format, shape, mr, fusion, XReader::Vec4)
+}
+
+fn attention() -> AttentionKernel {
+    AttentionKernel {
+        heads: 3,
+        head_dim: 64,
+        q_loads: QLoads::Direct,
+    }
+}
+
+/// Every family's pipeline, once built, is found again without an allocation.
+fn lookups_allocate_nothing(gpu: &Gpu) {
+    let (m, a, s) = (
+        matmul(WeightFormat::Q4_1, 0),
+        attention(),
+        SampleKernel::Sample,
+    );
+    let built = (gpu.pipeline(&m), gpu.pipeline(&a), gpu.pipeline(&s));
+    let before = allocations();
+    for _ in 0..100 {
+        let found = (gpu.pipeline(&m), gpu.pipeline(&a), gpu.pipeline(&s));
+        assert!(Arc::ptr_eq(&found.0, &built.0) && Arc::ptr_eq(&found.1, &built.1));
+        assert!(Arc::ptr_eq(&found.2, &built.2));
+    }
+    let made = allocations() - before;
+    assert_eq!(
+        made,
+        0,
+        "{}: 300 lookups of built pipelines allocated {made} times",
+        gpu.adapter.label()
+    );
+}
+
+#[test]
+fn finding_a_built_pipeline_allocates_nothing() {
+    for gpu in common::gpus() {
+        lookups_allocate_nothing(&gpu);
+    }
+}
+
+#[test]
+fn descriptions_are_one_pipeline_exactly_when_equal() {
+    for gpu in common::gpus() {
+        let q4 = gpu.pipeline(&matmul(WeightFormat::Q4_1, 0));
+        assert!(Arc::ptr_eq(
+            &q4,
+            &gpu.pipeline(&matmul(WeightFormat::Q4_1, 0))
+        ));
+        // `mr` counts only for the matrix-vector shape, so the tile ignores it.
+        assert!(Arc::ptr_eq(
+            &q4,
+            &gpu.pipeline(&matmul(WeightFormat::Q4_1, 4))
+        ));
+        let q8 = gpu.pipeline(&matmul(WeightFormat::Q8_0, 0));
+        assert!(!Arc::ptr_eq(&q4, &q8));
+        assert_ne!(q4.id, q8.id);
+        assert_eq!(
+            q8.name,
+            "matmul/tile1x2-Direct/mr0/RmsNorm/SiluGate/q8_0/Vec4"
+        );
+        let direct = gpu.pipeline(&attention());
+        let shared = gpu.pipeline(&AttentionKernel {
+            q_loads: QLoads::Shared,
+            ..attention()
+        });
+        assert!(!Arc::ptr_eq(&direct, &shared));
+        assert_eq!(direct.name, "attention/paged/3/64/Direct");
+    }
+}
