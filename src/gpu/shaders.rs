@@ -13,6 +13,11 @@ pub const ARGMAX: &str = include_str!("../../shaders/common/argmax.wgsl");
 /// `quiet_nan()`, for kernels that write NaN to mark an invalid input.
 pub const NAN: &str = include_str!("../../shaders/common/nan.wgsl");
 
+/// A vocabulary reduction's `kernel` with the shared workgroup argmax and `quiet_nan()`.
+pub fn with_argmax(kernel: &str) -> String {
+    format!("{kernel}\n{ARGMAX}\n{NAN}")
+}
+
 pub const WEIGHT_COMMON: &str = include_str!("../../shaders/weight_formats/common.wgsl");
 const UNBLOCKED: &str = include_str!("../../shaders/weight_formats/unblocked.wgsl");
 

@@ -17,6 +17,9 @@ pub use row_info::RowInfo;
 use crate::formats::WeightFormat;
 use crate::gpu::pipelines::KernelSpec;
 use crate::gpu::shaders::with_weights;
+use sample::SampleKernel;
+use softmax::SoftmaxKernel;
+use top_logprobs::TopLogprobsKernel;
 
 /// Every WGSL module the engine builds, as (name, source): each kernel family's source,
 /// composed with every weight decoder and activation reader it is used with. The shader
@@ -47,9 +50,9 @@ pub fn all_modules() -> Vec<(String, String)> {
         "attention_combine".to_string(),
         attention::AttentionCombine.source(),
     ));
-    out.push(("sample".to_string(), sample::source()));
-    out.push(("softmax".to_string(), softmax::source()));
-    out.push(("top_logprobs".to_string(), top_logprobs::source()));
+    out.push(("sample".to_string(), SampleKernel::Sample.source()));
+    out.push(("softmax".to_string(), SoftmaxKernel::RowStats.source()));
+    out.push(("top_logprobs".to_string(), TopLogprobsKernel.source()));
     out
 }
 

@@ -11,15 +11,10 @@
 
 use crate::gpu::grid::grid;
 use crate::gpu::pipelines::{Access, KernelSpec};
+use crate::gpu::shaders::with_argmax;
 use crate::gpu::{Gpu, Recorder, Tensor};
 
 const KERNEL: &str = include_str!("../../../shaders/softmax.wgsl");
-
-/// The kernel with the shared workgroup argmax appended.
-pub(crate) fn source() -> String {
-    use crate::gpu::shaders::{ARGMAX, NAN};
-    format!("{KERNEL}\n{ARGMAX}\n{NAN}")
-}
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -82,7 +77,7 @@ impl KernelSpec for SoftmaxKernel {
     }
 
     fn source(&self) -> String {
-        source()
+        with_argmax(KERNEL)
     }
 
     fn entry(&self) -> &'static str {

@@ -20,18 +20,13 @@
 use crate::gpu::grid::grid;
 use crate::gpu::kernels::softmax::RowStats;
 use crate::gpu::pipelines::{Access, KernelSpec};
+use crate::gpu::shaders::with_argmax;
 use crate::gpu::{Gpu, Recorder, Tensor};
 
 const KERNEL: &str = include_str!("../../../shaders/top_logprobs.wgsl");
 
 /// The most alternatives a position may ask for.
 pub const MAX_TOP_LOGPROBS: usize = 20;
-
-/// The kernel with the shared workgroup argmax appended.
-pub(crate) fn source() -> String {
-    use crate::gpu::shaders::{ARGMAX, NAN};
-    format!("{KERNEL}\n{ARGMAX}\n{NAN}")
-}
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -52,7 +47,7 @@ impl KernelSpec for TopLogprobsKernel {
     }
 
     fn source(&self) -> String {
-        source()
+        with_argmax(KERNEL)
     }
 
     fn entry(&self) -> &'static str {

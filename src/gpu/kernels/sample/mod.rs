@@ -54,6 +54,7 @@ pub use fixture::{Drawn, SamplingFixture};
 use crate::gpu::grid::grid;
 use crate::gpu::kernels::softmax::RowStats;
 use crate::gpu::pipelines::{Access, KernelSpec};
+use crate::gpu::shaders::with_argmax;
 use crate::gpu::{Gpu, Recorder, Tensor};
 
 const KERNEL: &str = include_str!("../../../../shaders/sample.wgsl");
@@ -65,12 +66,6 @@ const KEY_WORDS: usize = size_of::<SampleKey>() / 4;
 const PARAM_WORDS: usize = size_of::<RowParams>() / 4;
 /// `log_min_p` for min-p off (`MIN_P_OFF` in the shader).
 const MIN_P_OFF: f32 = -f32::MAX;
-
-/// The kernel with the shared workgroup argmax appended.
-pub(crate) fn source() -> String {
-    use crate::gpu::shaders::{ARGMAX, NAN};
-    format!("{KERNEL}\n{ARGMAX}\n{NAN}")
-}
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -201,7 +196,7 @@ impl KernelSpec for SampleKernel {
     }
 
     fn source(&self) -> String {
-        source()
+        with_argmax(KERNEL)
     }
 
     fn entry(&self) -> &'static str {
