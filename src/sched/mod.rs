@@ -16,6 +16,7 @@
 
 mod adjusted;
 mod block_map;
+mod config;
 mod drafting;
 mod plan;
 mod request;
@@ -25,12 +26,13 @@ mod validate;
 
 pub use adjusted::{Adjusted, request_adjustments};
 pub use block_map::{BlockUse, SeqBlocks, block_map};
+pub use config::{SchedError, SchedulerConfig, SchedulerStats};
 pub use drafting::SpecStats;
 pub use plan::{BlockCopy, Chunk, DRAWN, Draw, DrawResult, StepPlan, Target};
 pub use request::{
     FinishReason, FinishedSample, MAX_TOP_LOGPROBS, Request, RequestId, SamplingParams, StopMatch,
     TopLogprob,
 };
-pub use scheduler::{SchedError, Scheduler, SchedulerConfig, SchedulerStats};
+pub use scheduler::Scheduler;
 pub use sequence::SeqId;
 pub use validate::SamplingError;
