@@ -1,7 +1,8 @@
 //! Requests, sequences and the continuous-batching scheduler: plain data, no wgpu.
 //!
-//! The scheduler owns every sequence's block table and the [`crate::kv::BlockPool`]. Each
-//! step it turns its queues into a [`StepPlan`] (which tokens of which sequences run, the
+//! The scheduler owns the queues and their policy; its block manager owns every sequence's
+//! block table and hash chain and the [`crate::kv::BlockPool`] they take blocks from. Each
+//! step the scheduler turns its queues into a [`StepPlan`] (which tokens of which sequences run, the
 //! blocks they write, the copies to make first and the tokens to draw); the GPU runner
 //! executes the plan and hands back the drawn tokens, and [`Scheduler::update`] applies
 //! them. Everything about batching, prefix reuse and preemption is decided here and can be
@@ -15,6 +16,7 @@
 //! both free and in use; the pool's hash map names only blocks that hold that hash.
 
 mod adjusted;
+mod block_manager;
 mod block_map;
 mod config;
 mod drafting;

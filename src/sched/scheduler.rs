@@ -27,14 +27,15 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
-use crate::kv::{BlockHash, BlockId, BlockPool};
+use crate::kv::{BlockHash, BlockPool};
 
 use crate::spec::{MAX_DRAFT, SpecMode};
 
+use super::block_manager::{BlockManager, OutOfBlocks};
 use super::block_map::SeqBlocks;
 use super::config::{SchedError, SchedulerConfig, SchedulerStats, check_request};
 use super::drafting::{Drafting, SpecStats};
-use super::plan::{BlockCopy, Chunk, DRAWN, Draw, DrawResult, StepPlan, Target};
+use super::plan::{Chunk, DRAWN, Draw, DrawResult, StepPlan, Target};
 use super::request::{FinishReason, FinishedSample, Request, RequestId, SamplingParams};
 use super::sequence::{Role, SeqId, Sequence};
 
@@ -49,7 +50,8 @@ struct RequestState {
 
 pub struct Scheduler {
     config: SchedulerConfig,
-    pool: BlockPool,
+    /// Every sequence's block table and hash chain, and the pool they take blocks from.
+    blocks: BlockManager,
     requests: HashMap<RequestId, RequestState>,
     seqs: HashMap<SeqId, Sequence>,
     /// Oldest admission first; the last is the first to be preempted.
@@ -71,7 +73,12 @@ impl Scheduler {
         assert!(config.max_batch_tokens > 0, "max_batch_tokens is 0");
         assert!(config.max_num_seqs > 0, "max_num_seqs is 0");
         Scheduler {
-            pool: BlockPool::new(config.num_blocks),
+            blocks: BlockManager::new(
+                config.num_blocks,
+                config.block_size,
+                config.prefix_caching,
+                config.weights_version,
+            ),
             requests: HashMap::new(),
             seqs: HashMap::new(),
             running: Vec::new(),
@@ -95,7 +102,7 @@ impl Scheduler {
     }
 
     pub fn pool(&self) -> &BlockPool {
-        &self.pool
+        self.blocks.pool()
     }
 
     /// Whether any request is unfinished.
@@ -130,8 +137,6 @@ impl Scheduler {
             top_logprobs: Vec::new(),
             weights_versions: Vec::new(),
             num_computed_tokens: 0,
-            blocks: Vec::new(),
-            hashes: Vec::new(),
             prefilling: true,
             scoring: false,
             pending_scores: 0,
@@ -270,7 +275,7 @@ impl Scheduler {
         }
 
         self.add_draws_and_targets(&mut plan);
-        self.stats.peak_kv_blocks = self.stats.peak_kv_blocks.max(self.pool.num_used());
+        self.stats.peak_kv_blocks = self.stats.peak_kv_blocks.max(self.blocks.pool().num_used());
         if !plan.is_empty() {
             self.stats.steps += 1;
         }
@@ -313,7 +318,6 @@ impl Scheduler {
         let bs = self.config.block_size;
         let seq = &self.seqs[&id];
         let len = seq.compute_len();
-        debug_assert!(seq.blocks.is_empty());
         // The hit may not cover a position whose logits are needed: the last token's when
         // drawing, the first unscored target's when scoring (a recomputed scorer may find
         // its own completion cached by a sibling with the same tokens).
@@ -321,37 +325,21 @@ impl Scheduler {
             true => seq.next_target_position(),
             false => len - 1,
         };
-        let mut hits: Vec<BlockId> = Vec::new();
-        if self.config.prefix_caching {
-            let hashes = self.hash_chain(id, first_needed / bs);
-            for hash in &hashes {
-                match self.pool.lookup(hash) {
-                    Some(block) => hits.push(block),
-                    None => break,
-                }
-            }
-            if hashes
-                .get(hits.len())
-                .is_some_and(|h| in_flight.contains(h))
-            {
-                return Admission::AwaitsPrefix;
-            }
+        let prefix = self
+            .blocks
+            .cached_prefix(id, &seq.tokens, first_needed / bs);
+        if prefix
+            .first_missing
+            .is_some_and(|hash| in_flight.contains(&hash))
+        {
+            return Admission::AwaitsPrefix;
         }
-        let computed = hits.len() * bs;
+        let computed = prefix.blocks.len() * bs;
         let want = (len - computed).min(budget);
-        let need = (computed + want).div_ceil(bs) - hits.len();
-        let free_hits = hits
-            .iter()
-            .filter(|&&b| self.pool.ref_count(b) == 0)
-            .count();
-        if self.pool.num_free() - free_hits < need {
+        if !self.blocks.take_prefix(id, prefix.blocks, computed + want) {
             return Admission::NoBlocks;
         }
-        for &b in &hits {
-            self.pool.acquire(b);
-        }
         let seq = self.seqs.get_mut(&id).expect("waiting sequence exists");
-        seq.blocks = hits;
         seq.num_computed_tokens = computed;
         Admission::Admitted { hits: computed }
     }
@@ -372,68 +360,26 @@ impl Scheduler {
     /// none for a sample, a sequence not prefilling, or without prefix caching.
     fn uncomputed_prompt_hashes(&mut self, id: SeqId) -> Vec<BlockHash> {
         let seq = &self.seqs[&id];
-        if !self.config.prefix_caching || seq.role != Role::Root || !seq.prefilling {
+        if seq.role != Role::Root || !seq.prefilling {
             return Vec::new();
         }
-        let (from, to) = (
-            seq.num_computed_tokens / self.config.block_size,
-            seq.prompt_len / self.config.block_size,
-        );
-        if from >= to {
-            return Vec::new();
-        }
-        self.hash_chain(id, to)[from..].to_vec()
+        let (computed, prompt) = (seq.num_computed_tokens, seq.prompt_len);
+        self.blocks
+            .hashes_to_compute(id, &seq.tokens, computed, prompt)
     }
 
-    /// The hashes of the first `blocks` full blocks of sequence `id`, extending (and
-    /// keeping) its chain as needed.
-    fn hash_chain(&mut self, id: SeqId, blocks: usize) -> Vec<BlockHash> {
-        let (bs, version) = (self.config.block_size, self.config.weights_version);
-        let seq = self.seqs.get_mut(&id).expect("sequence exists");
-        while seq.hashes.len() < blocks {
-            let b = seq.hashes.len();
-            let tokens = &seq.tokens[b * bs..(b + 1) * bs];
-            let hash = BlockHash::chain(seq.hashes.last(), tokens, version);
-            seq.hashes.push(hash);
-        }
-        seq.hashes[..blocks].to_vec()
-    }
-
-    /// Gives sequence `id` the blocks to compute its next `want` tokens, copying a shared
-    /// block it is about to write into. All or nothing: false (and no change) when the pool
-    /// has too few free blocks.
+    /// Gives sequence `id` the blocks to compute its next `want` tokens, with the step's
+    /// copy of a shared block it is about to write into. All or nothing: false (and no
+    /// change) when the pool has too few free blocks.
     fn try_allocate(&mut self, id: SeqId, want: usize, plan: &mut StepPlan) -> bool {
-        let bs = self.config.block_size;
-        let seq = &self.seqs[&id];
-        let start = seq.num_computed_tokens;
-        let new_blocks = (start + want).div_ceil(bs).saturating_sub(seq.blocks.len());
-        // The block the first new token goes into, when it is already in the table and
-        // others share it (the partial last block of a forked prompt).
-        let first = start / bs;
-        let shared = seq
-            .blocks
-            .get(first)
-            .copied()
-            .filter(|&b| self.pool.ref_count(b) > 1);
-        if self.pool.num_free() < new_blocks + usize::from(shared.is_some()) {
-            return false;
+        let computed = self.seqs[&id].num_computed_tokens;
+        match self.blocks.allocate(id, computed, want) {
+            Ok(copy) => {
+                plan.copies.extend(copy);
+                true
+            }
+            Err(OutOfBlocks) => false,
         }
-        let mut taken = Vec::with_capacity(new_blocks);
-        for _ in 0..new_blocks {
-            taken.push(self.pool.allocate().expect("counted free blocks"));
-        }
-        let copy = shared.map(|src| {
-            let dst = self.pool.allocate().expect("counted free blocks");
-            self.pool.release(src);
-            BlockCopy { src, dst }
-        });
-        let seq = self.seqs.get_mut(&id).expect("sequence exists");
-        if let Some(copy) = copy {
-            seq.blocks[first] = copy.dst;
-            plan.copies.push(copy);
-        }
-        seq.blocks.extend(taken);
-        true
     }
 
     fn make_chunk(&self, id: SeqId, want: usize) -> Chunk {
@@ -443,7 +389,7 @@ impl Scheduler {
             seq: id,
             start,
             tokens: seq.tokens[start..start + want].to_vec(),
-            block_table: seq.blocks.clone(),
+            block_table: self.blocks.table(id).to_vec(),
             is_prefill: seq.prefilling,
             drafted: 0,
         }
@@ -488,7 +434,6 @@ impl Scheduler {
         let mut chunk = self.make_chunk(id, 1);
         chunk.drafted = draft.len();
         chunk.tokens.extend(draft);
-        chunk.block_table = self.seqs[&id].blocks.clone();
         chunk
     }
 
@@ -588,20 +533,11 @@ impl Scheduler {
         let pos = self.running.iter().position(|&s| s == id);
         self.running
             .remove(pos.expect("preempting a running sequence"));
-        self.release_blocks(id);
+        self.blocks.free(id);
         let seq = self.seqs.get_mut(&id).expect("sequence exists");
         seq.num_computed_tokens = 0;
         self.waiting.push_front(id);
         self.stats.preemptions += 1;
-    }
-
-    /// Releases a sequence's blocks, last first (prefix blocks are evicted last).
-    fn release_blocks(&mut self, id: SeqId) {
-        let seq = self.seqs.get_mut(&id).expect("sequence exists");
-        for &b in seq.blocks.iter().rev() {
-            self.pool.release(b);
-        }
-        seq.blocks.clear();
     }
 
     /// Applies what `plan` (submitted, not yet updated) computes, and gives each sample
@@ -780,7 +716,7 @@ impl Scheduler {
                     self.waiting.insert(pos + i, child);
                 }
             }
-            self.release_blocks(root);
+            self.blocks.remove(root);
             self.seqs.remove(&root);
         }
         Ok(finished)
@@ -805,40 +741,26 @@ impl Scheduler {
             ..chunk.clone()
         };
         self.computed(&kept);
-        let bs = self.config.block_size;
-        let seq = self.seqs.get_mut(&chunk.seq).expect("checked above");
-        let needed = seq.num_computed_tokens.div_ceil(bs);
-        let extra: Vec<BlockId> = seq.blocks.drain(needed.min(seq.blocks.len())..).collect();
-        for b in extra.into_iter().rev() {
-            self.pool.release(b);
-        }
+        let computed = self.seqs[&chunk.seq].num_computed_tokens;
+        self.blocks.truncate(chunk.seq, computed);
     }
 
     /// Records that `chunk` ran: its tokens are computed, and blocks it filled are named.
     fn computed(&mut self, chunk: &Chunk) {
-        let bs = self.config.block_size;
         let seq = self
             .seqs
             .get_mut(&chunk.seq)
             .expect("planned sequence exists");
-        let before = seq.num_computed_tokens / bs;
+        let before = seq.num_computed_tokens;
         seq.num_computed_tokens = chunk.end();
-        let full = seq.num_computed_tokens / bs;
         if chunk.is_prefill {
             self.stats.prefill_tokens_computed += chunk.tokens.len();
         }
         if seq.num_computed_tokens == seq.compute_len() {
             seq.prefilling = false;
         }
-        if full > before {
-            let hashes = self.hash_chain(chunk.seq, full);
-            if self.config.prefix_caching {
-                let seq = &self.seqs[&chunk.seq];
-                for (b, hash) in hashes.into_iter().enumerate().skip(before) {
-                    self.pool.register(seq.blocks[b], hash);
-                }
-            }
-        }
+        self.blocks
+            .register_computed(chunk.seq, &seq.tokens, before, seq.num_computed_tokens);
     }
 
     /// A new sample of `root`'s request sharing all of the root's blocks.
@@ -849,10 +771,9 @@ impl Scheduler {
             role: Role::Sample(sample_index),
             ..parent.clone()
         };
-        for &b in &child.blocks {
-            self.pool.acquire(b);
-        }
-        self.new_seq(child)
+        let child = self.new_seq(child);
+        self.blocks.fork(root, child);
+        child
     }
 
     /// A scoring sample of `root`'s request: the prompt's blocks shared, then completion
@@ -888,7 +809,7 @@ impl Scheduler {
 
     /// Removes sample `id`, gives its blocks back and returns what it generated.
     fn finish(&mut self, id: SeqId, reason: FinishReason) -> FinishedSample {
-        self.release_blocks(id);
+        self.blocks.remove(id);
         self.running.retain(|&s| s != id);
         self.waiting.retain(|&s| s != id);
         let seq = self.seqs.remove(&id).expect("sequence exists");
@@ -932,7 +853,7 @@ impl Scheduler {
                     Role::Root => None,
                     Role::Sample(k) => Some(k),
                 },
-                blocks: seq.blocks.clone(),
+                blocks: self.blocks.table(seq.id).to_vec(),
             })
             .collect();
         out.sort_by_key(|t| (t.request_index, t.sample));
@@ -950,6 +871,7 @@ impl Scheduler {
     pub fn set_weights_version(&mut self, version: u64) {
         self.drafting.corpus.clear();
         self.config.weights_version = version;
+        self.blocks.set_weights_version(version);
     }
 
     /// Plans the next steps with drafts (when the mode allows) or without: the engine
@@ -1010,7 +932,7 @@ impl Scheduler {
     /// Forgets the prefix cache's reusable entries (the hashes of free blocks); returns
     /// how many. A later prompt recomputes what they held.
     pub fn reset_prefix_cache(&mut self) -> usize {
-        self.pool.forget_free_hashes()
+        self.blocks.reset_prefix_cache()
     }
 
     /// Once request `id`'s prompt has been admitted (its first chunk scheduled), the
@@ -1066,7 +988,7 @@ impl Scheduler {
         let mut out = Vec::new();
         for seq in ids {
             if self.seqs[&seq].role == Role::Root {
-                self.release_blocks(seq);
+                self.blocks.remove(seq);
                 self.running.retain(|&s| s != seq);
                 self.waiting.retain(|&s| s != seq);
                 self.seqs.remove(&seq);
@@ -1094,54 +1016,20 @@ impl Scheduler {
         Ok(out)
     }
 
-    /// Checks the invariants between the block tables and the pool; describes the first
-    /// violation.
+    /// Checks the invariants of the block tables and the pool, and of the queues;
+    /// describes the first violation.
     pub fn check(&self) -> Result<(), String> {
-        self.pool.check()?;
-        let mut uses = vec![0u32; self.pool.num_blocks()];
         for seq in self.seqs.values() {
-            for &b in &seq.blocks {
-                uses[b as usize] += 1;
-            }
             if !self.advanced && seq.pending_scores != 0 {
                 return Err(format!(
                     "{:?} has {} scores pending with no step in flight",
                     seq.id, seq.pending_scores
                 ));
             }
-            let covered = seq.blocks.len() * self.config.block_size;
-            if covered < seq.num_computed_tokens {
-                return Err(format!(
-                    "{:?} has computed {} tokens but its table covers {covered}",
-                    seq.id, seq.num_computed_tokens
-                ));
-            }
-            for (b, hash) in seq.hashes.iter().enumerate() {
-                let Some(&block) = seq.blocks.get(b) else {
-                    break;
-                };
-                let computed = (b + 1) * self.config.block_size <= seq.num_computed_tokens;
-                match self.pool.hash_of(block) {
-                    Some(named) if computed && named != *hash => {
-                        return Err(format!(
-                            "{:?} block {b} (id {block}) is named {} but holds {}",
-                            seq.id,
-                            named.short(),
-                            hash.short()
-                        ));
-                    }
-                    _ => {}
-                }
-            }
         }
-        for (b, &n) in uses.iter().enumerate() {
-            let count = self.pool.ref_count(b as BlockId);
-            if count != n {
-                return Err(format!(
-                    "block {b} has reference count {count} but {n} block-table uses"
-                ));
-            }
-        }
+        let computed = self.seqs.values();
+        self.blocks
+            .check(computed.map(|seq| (seq.id, seq.num_computed_tokens)))?;
         let in_queues = self.running.len() + self.waiting.len();
         if in_queues != self.seqs.len() {
             return Err(format!(

@@ -1,11 +1,11 @@
-//! One sequence of tokens with its place in the KV pool.
+//! One sequence of tokens: whose it is, what it has generated, and how many of its tokens
+//! have their K and V in the pool (its blocks and their hash chain are the block manager's,
+//! `super::block_manager`).
 //!
 //! A request starts as one *root* sequence holding the prompt. When its last prompt token
 //! has been computed, the root draws `n` tokens from the same logits and forks into `n`
 //! *sample* sequences that share every one of its blocks (the partial last block is copied
-//! on write). A preempted sequence keeps its tokens and hashes and recomputes its KV later.
-
-use crate::kv::{BlockHash, BlockId};
+//! on write). A preempted sequence keeps its tokens and recomputes its KV later.
 
 use super::request::{RequestId, TopLogprob};
 
@@ -39,10 +39,6 @@ pub(crate) struct Sequence {
     pub weights_versions: Vec<u64>,
     /// Tokens whose K and V are in the pool (`tokens[..num_computed_tokens]`).
     pub num_computed_tokens: usize,
-    /// The block table: position `p` lives in `blocks[p / block_size]`.
-    pub blocks: Vec<BlockId>,
-    /// The hash chain of the full blocks computed so far (kept across preemption).
-    pub hashes: Vec<BlockHash>,
     /// Whether this sequence's current stay in the running set began with a prefill
     /// (admission or readmission) that has not finished.
     pub prefilling: bool,
