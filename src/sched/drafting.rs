@@ -109,6 +109,19 @@ impl Drafting {
     pub fn end_request(&mut self, id: RequestId) {
         self.groups.remove(&id);
     }
+
+    /// A draft of `drafted` tokens was verified and `accepted` of them taken.
+    pub fn record_verified(&mut self, drafted: usize, accepted: usize) {
+        self.stats.drafts += 1;
+        self.stats.drafted_tokens += drafted;
+        self.stats.accepted_tokens += accepted;
+        self.policy.record_verify(drafted, accepted);
+    }
+
+    /// A step verified at least one draft.
+    pub fn record_verifying_step(&mut self) {
+        self.stats.steps += 1;
+    }
 }
 
 #[cfg(test)]

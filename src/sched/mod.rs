@@ -25,6 +25,7 @@ mod request;
 mod scheduler;
 mod sequence;
 mod validate;
+mod verification;
 
 pub use adjusted::{Adjusted, request_adjustments};
 pub use block_map::{BlockUse, SeqBlocks, block_map};

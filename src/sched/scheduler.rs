@@ -25,7 +25,7 @@
 //! that finishes on the token drawn (a stop token or string) has its next step's row
 //! computed for nothing; `update` ignores the results of sequences that are gone.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use crate::kv::{BlockHash, BlockPool};
 
@@ -38,6 +38,7 @@ use super::drafting::{Drafting, SpecStats};
 use super::plan::{Chunk, DRAWN, Draw, DrawResult, StepPlan, Target};
 use super::request::{FinishReason, FinishedSample, Request, RequestId, SamplingParams};
 use super::sequence::{Role, SeqId, Sequence};
+use super::verification;
 
 struct RequestState {
     request: Request,
@@ -612,65 +613,38 @@ impl Scheduler {
         self.rejected_draws.clear();
         let mut finished = Vec::new();
         let mut forks: HashMap<SeqId, Vec<SeqId>> = HashMap::new();
-        // Per chunk with a draft: drafted tokens accepted so far, and whether one was not.
-        let mut verified: BTreeMap<usize, (usize, bool)> = BTreeMap::new();
-        for (d, (draw, result)) in plan.draws.iter().zip(results).enumerate() {
-            let chunk = &plan.chunks[draw.chunk];
-            let parent = chunk.seq;
-            if chunk.drafted > 0 {
-                // Row i's draw counts only if the drafted token fed to it (row i's input)
-                // is the one row i - 1 drew.
-                let row = draw.offset + chunk.drafted + 1 - chunk.tokens.len();
-                let state = verified.entry(draw.chunk).or_insert((0, false));
-                if !self.seqs.contains_key(&parent) {
-                    state.1 = true; // finished (or aborted) at an earlier row
-                }
-                if row > 0 && !state.1 {
-                    if results[d - 1].token == chunk.tokens[draw.offset] {
-                        state.0 += 1;
-                    } else {
-                        state.1 = true;
-                    }
-                }
-                if state.1 {
-                    self.rejected_draws.push(d);
-                    continue;
-                }
-            }
-            if !self.seqs.contains_key(&parent) {
+        // Each chunk with a draft, and the drafted tokens it accepted.
+        let mut drafts: Vec<(usize, usize)> = Vec::new();
+        let mut d = 0;
+        while d < plan.draws.len() {
+            let c = plan.draws[d].chunk;
+            let chunk = &plan.chunks[c];
+            if chunk.drafted == 0 {
+                self.apply_draw(plan, d, &results[d], &mut forks, &mut finished);
+                d += 1;
                 continue;
             }
-            self.stats.generated_tokens += 1;
-            let target = match self.seqs[&parent].role {
-                Role::Root => {
-                    let child = self.fork(parent, draw.sample_index);
-                    forks.entry(parent).or_default().push(child);
-                    child
-                }
-                Role::Sample(_) => parent,
-            };
-            let seq = self.seqs.get_mut(&target).expect("sequence exists");
-            match seq.tokens.last_mut() {
-                Some(last) if *last == DRAWN | d as u32 => *last = result.token,
-                _ => seq.tokens.push(result.token),
-            }
-            seq.logprobs.push(result.logprob);
-            seq.sampling_logprobs.push(result.sampling_logprob);
-            seq.weights_versions.push(plan.weights_version);
-            if !result.top.is_empty() {
-                seq.top_logprobs.push(result.top.clone());
-            }
-            let (request, k) = (seq.request, draw.sample_index);
-            self.drafting.push(request, k, result.token);
-            if let Some(reason) = self.finish_reason(target) {
-                finished.push(self.finish(target, reason));
-            }
+            // A drafted chunk's rows draw one after another, row 0 first.
+            let rows = d..d + 1 + chunk.drafted;
+            let drawing = self.seqs.contains_key(&chunk.seq);
+            let verdict = verification::verify(
+                chunk,
+                &plan.draws[rows.clone()],
+                &results[rows.clone()],
+                drawing,
+                |row| self.apply_draw(plan, d + row, &results[d + row], &mut forks, &mut finished),
+            );
+            self.rejected_draws
+                .extend(rows.start + verdict.applied..rows.end);
+            drafts.push((c, verdict.accepted));
+            d = rows.end;
         }
-        for (&c, &(accepted, _)) in &verified {
+        // Only now, in plan order, so that blocks go back in the order they always have.
+        for &(c, accepted) in &drafts {
             self.verified(&plan.chunks[c], accepted);
         }
-        if !verified.is_empty() {
-            self.drafting.stats.steps += 1;
+        if !drafts.is_empty() {
+            self.drafting.record_verifying_step();
         }
         for (target, &logprob) in plan.targets.iter().zip(scores) {
             let parent = plan.chunks[target.chunk].seq;
@@ -722,25 +696,63 @@ impl Scheduler {
         Ok(finished)
     }
 
+    /// Applies draw `d` of `plan` (its result `result`): a root forks the sample it draws
+    /// for (into `forks`), the sample takes the token, and one that it ends goes to
+    /// `finished`. Returns whether the sample is still drawing: false when its sequence is
+    /// gone (its result is ignored) or this token ended it.
+    fn apply_draw(
+        &mut self,
+        plan: &StepPlan,
+        d: usize,
+        result: &DrawResult,
+        forks: &mut HashMap<SeqId, Vec<SeqId>>,
+        finished: &mut Vec<FinishedSample>,
+    ) -> bool {
+        let draw = &plan.draws[d];
+        let parent = plan.chunks[draw.chunk].seq;
+        if !self.seqs.contains_key(&parent) {
+            return false;
+        }
+        self.stats.generated_tokens += 1;
+        let target = match self.seqs[&parent].role {
+            Role::Root => {
+                let child = self.fork(parent, draw.sample_index);
+                forks.entry(parent).or_default().push(child);
+                child
+            }
+            Role::Sample(_) => parent,
+        };
+        let seq = self.seqs.get_mut(&target).expect("sequence exists");
+        match seq.tokens.last_mut() {
+            Some(last) if *last == DRAWN | d as u32 => *last = result.token,
+            _ => seq.tokens.push(result.token),
+        }
+        seq.logprobs.push(result.logprob);
+        seq.sampling_logprobs.push(result.sampling_logprob);
+        seq.weights_versions.push(plan.weights_version);
+        if !result.top.is_empty() {
+            seq.top_logprobs.push(result.top.clone());
+        }
+        let (request, k) = (seq.request, draw.sample_index);
+        self.drafting.push(request, k, result.token);
+        match self.finish_reason(target) {
+            Some(reason) => {
+                finished.push(self.finish(target, reason));
+                false
+            }
+            None => true,
+        }
+    }
+
     /// Records that draft chunk `chunk` ran and `accepted` of its drafted tokens were
-    /// taken: its first token and those are computed; the rejected rows' K and V are
-    /// dropped (their positions are written again when computed for real), and blocks
-    /// that only they used go back to the pool.
+    /// taken: its first token and those are computed, and the blocks that only the
+    /// rejected rows were written into go back to the pool.
     fn verified(&mut self, chunk: &Chunk, accepted: usize) {
-        let stats = &mut self.drafting.stats;
-        stats.drafts += 1;
-        stats.drafted_tokens += chunk.drafted;
-        stats.accepted_tokens += accepted;
-        self.drafting.policy.record_verify(chunk.drafted, accepted);
+        self.drafting.record_verified(chunk.drafted, accepted);
         if !self.seqs.contains_key(&chunk.seq) {
             return; // finished by a token it drew: its blocks are back already
         }
-        let kept = Chunk {
-            tokens: chunk.tokens[..1 + accepted].to_vec(),
-            drafted: 0,
-            ..chunk.clone()
-        };
-        self.computed(&kept);
+        self.computed(&verification::kept(chunk, accepted));
         let computed = self.seqs[&chunk.seq].num_computed_tokens;
         self.blocks.truncate(chunk.seq, computed);
     }
