@@ -22,6 +22,7 @@ mod config;
 mod drafting;
 mod plan;
 mod request;
+mod rows;
 mod scheduler;
 mod sequence;
 mod validate;

@@ -29,14 +29,15 @@ use std::collections::{HashMap, HashSet, VecDeque};
 
 use crate::kv::{BlockHash, BlockPool};
 
-use crate::spec::{MAX_DRAFT, SpecMode};
+use crate::spec::SpecMode;
 
 use super::block_manager::{BlockManager, OutOfBlocks};
 use super::block_map::SeqBlocks;
 use super::config::{SchedError, SchedulerConfig, SchedulerStats, check_request};
 use super::drafting::{Drafting, SpecStats};
-use super::plan::{Chunk, DRAWN, Draw, DrawResult, StepPlan, Target};
-use super::request::{FinishReason, FinishedSample, Request, RequestId, SamplingParams};
+use super::plan::{Chunk, DRAWN, DrawResult, StepPlan};
+use super::request::{FinishReason, FinishedSample, Request, RequestId};
+use super::rows;
 use super::sequence::{Role, SeqId, Sequence};
 use super::verification;
 
@@ -187,7 +188,7 @@ impl Scheduler {
         while i < self.running.len() && budget > 0 && rows_left > 0 && plan.chunks.len() < max_seqs
         {
             let id = self.running[i];
-            let want = self.fit_rows(id, budget, rows_left);
+            let want = rows::fit_rows(&self.seqs[&id], budget, rows_left);
             // Nothing to compute: a root or a sample whose token the step before (advanced,
             // not yet updated) has not drawn, or will end it.
             if want == 0 {
@@ -195,21 +196,24 @@ impl Scheduler {
                 continue;
             }
             let draft = match drafting_left {
-                0 => Vec::new(),
-                _ => match self.draft_for(id, budget, rows_left) {
-                    Some(draft) => {
-                        if draft.is_empty() {
-                            self.drafting.policy.record_no_draft();
-                        }
-                        draft
-                    }
-                    None => Vec::new(),
-                },
+                0 => None,
+                _ => {
+                    let seq = &self.seqs[&id];
+                    let params = &self.requests[&seq.request].request.params;
+                    let room = budget.saturating_sub(1).min(rows_left.saturating_sub(1));
+                    let (max_len, decoding) = (self.config.max_model_len, self.running.len());
+                    self.drafting
+                        .draft_for(seq, params, max_len, room, decoding)
+                }
             };
+            if draft.as_ref().is_some_and(Vec::is_empty) {
+                self.drafting.policy.record_no_draft();
+            }
+            let draft = draft.unwrap_or_default();
             if !draft.is_empty() && self.try_allocate(id, 1 + draft.len(), &mut plan) {
                 drafting_left -= 1;
                 let chunk = self.make_draft_chunk(id, draft);
-                rows_left -= self.rows_needed(&chunk);
+                rows_left -= rows::rows_needed(&self.seqs[&id], &chunk);
                 budget -= chunk.tokens.len();
                 plan.chunks.push(chunk);
                 i += 1;
@@ -218,7 +222,7 @@ impl Scheduler {
             loop {
                 if self.try_allocate(id, want, &mut plan) {
                     let chunk = self.make_chunk(id, want);
-                    rows_left -= self.rows_needed(&chunk);
+                    rows_left -= rows::rows_needed(&self.seqs[&id], &chunk);
                     plan.chunks.push(chunk);
                     budget -= want;
                     i += 1;
@@ -264,11 +268,11 @@ impl Scheduler {
                     .cached_prompt_tokens;
                 cached.get_or_insert(hits);
             }
-            let want = self.fit_rows(id, budget, rows_left);
+            let want = rows::fit_rows(&self.seqs[&id], budget, rows_left);
             let allocated = self.try_allocate(id, want, &mut plan);
             assert!(allocated, "admit checked that the blocks are free");
             let chunk = self.make_chunk(id, want);
-            rows_left -= self.rows_needed(&chunk);
+            rows_left -= rows::rows_needed(&self.seqs[&id], &chunk);
             plan.chunks.push(chunk);
             budget -= want;
             self.running.push(id);
@@ -281,34 +285,6 @@ impl Scheduler {
             self.stats.steps += 1;
         }
         plan
-    }
-
-    /// How many of sequence `id`'s uncomputed tokens to take within `budget` tokens and
-    /// `rows_left > 0` rows of logits: a scored token needs a row, and so does the last
-    /// token of a sequence that draws.
-    fn fit_rows(&self, id: SeqId, budget: usize, rows_left: usize) -> usize {
-        let seq = &self.seqs[&id];
-        let want = seq.num_uncomputed().min(budget);
-        let start = seq.num_computed_tokens;
-        if seq.scoring {
-            let free = seq.next_target_position().saturating_sub(start);
-            want.min(free + rows_left)
-        } else {
-            want
-        }
-    }
-
-    /// The rows of logits `chunk` needs.
-    fn rows_needed(&self, chunk: &Chunk) -> usize {
-        let seq = &self.seqs[&chunk.seq];
-        if seq.scoring {
-            let first = seq.next_target_position().max(chunk.start);
-            chunk.end().saturating_sub(first)
-        } else if chunk.end() >= seq.compute_len() {
-            1 + chunk.drafted
-        } else {
-            0
-        }
     }
 
     /// Takes the cached prefix of waiting sequence `id` if the blocks for its first chunk
@@ -396,40 +372,6 @@ impl Scheduler {
         }
     }
 
-    /// The draft to verify for running sequence `id` this step, if speculating: only for a
-    /// sample decoding a known token, no longer than its tokens left to draw, the context,
-    /// the step's budget and rows, and (in auto mode) the tokens worth a row each.
-    /// `None` when no draft is asked for; an empty draft when the index had none.
-    fn draft_for(&self, id: SeqId, budget: usize, rows_left: usize) -> Option<Vec<u32>> {
-        if !self.drafting.active {
-            return None;
-        }
-        let seq = &self.seqs[&id];
-        let Role::Sample(k) = seq.role else {
-            return None;
-        };
-        let last = *seq.tokens.last().expect("a sample has tokens");
-        if seq.scoring || seq.num_uncomputed() != 1 || last & DRAWN != 0 {
-            return None;
-        }
-        let params = &self.requests[&seq.request].request.params;
-        let tokens_left = params.max_tokens.saturating_sub(seq.generated().len() + 1);
-        let context_left = self
-            .config
-            .max_model_len
-            .saturating_sub(seq.tokens.len() + 1);
-        let mut max = MAX_DRAFT
-            .min(tokens_left)
-            .min(context_left)
-            .min(budget.saturating_sub(1))
-            .min(rows_left.saturating_sub(1));
-        if self.drafting.mode == SpecMode::Auto {
-            let decoding = self.running.len();
-            max = self.drafting.policy.keep(decoding, decoding, max);
-        }
-        (max > 0).then(|| self.drafting.draft(seq.request, k, max))
-    }
-
     /// A chunk of sample `id`'s last drawn token followed by `draft`, its blocks taken.
     fn make_draft_chunk(&self, id: SeqId, draft: Vec<u32>) -> Chunk {
         let mut chunk = self.make_chunk(id, 1);
@@ -438,94 +380,18 @@ impl Scheduler {
         chunk
     }
 
-    /// A chunk that reaches its sequence's last token draws: `n` tokens for a root (its
-    /// samples), one for a sample. A scoring request's root scores the first token of each
-    /// completion instead, and a scoring sample scores each of its tokens past the prompt.
+    /// Adds each chunk's draws and targets (see [`rows`]), in chunk order.
     fn add_draws_and_targets(&self, plan: &mut StepPlan) {
-        for (c, chunk) in plan.chunks.iter().enumerate() {
+        let StepPlan {
+            chunks,
+            draws,
+            targets,
+            ..
+        } = plan;
+        for (c, chunk) in chunks.iter().enumerate() {
             let seq = &self.seqs[&chunk.seq];
             let request = &self.requests[&seq.request].request;
-            if seq.scoring {
-                let Role::Sample(k) = seq.role else {
-                    unreachable!("only samples score")
-                };
-                for p in seq.next_target_position().max(chunk.start)..chunk.end() {
-                    plan.targets.push(Target {
-                        chunk: c,
-                        offset: p - chunk.start,
-                        token: seq.tokens[p + 1],
-                        sample_index: k,
-                    });
-                }
-                continue;
-            }
-            if chunk.end() < seq.tokens.len() {
-                continue;
-            }
-            if let (Role::Sample(k), true) = (seq.role, chunk.drafted > 0) {
-                // Row i draws the token after the draft's first i tokens.
-                let first = chunk.tokens.len() - 1 - chunk.drafted;
-                let generated = seq.generated().len();
-                for i in 0..=chunk.drafted {
-                    plan.draws
-                        .push(self.make_draw(c, first + i, seq, k, generated + i));
-                }
-                continue;
-            }
-            let samples = match seq.role {
-                Role::Root => 0..request.n as u32,
-                Role::Sample(k) => k..k + 1,
-            };
-            for sample_index in samples {
-                if !request.forced.is_empty() {
-                    plan.targets.push(Target {
-                        chunk: c,
-                        offset: chunk.tokens.len() - 1,
-                        token: request.forced[sample_index as usize][0],
-                        sample_index,
-                    });
-                    continue;
-                }
-                let (last, generated) = (chunk.tokens.len() - 1, seq.generated().len());
-                plan.draws
-                    .push(self.make_draw(c, last, seq, sample_index, generated));
-            }
-        }
-    }
-
-    /// The draw of sample `sample_index` of `seq`'s request from row `offset` of chunk
-    /// `c`, of the token after its first `generated` ones. Stop tokens are forbidden until
-    /// min_tokens (a root's draws are all first tokens, so the draws of one row share
-    /// what they forbid).
-    fn make_draw(
-        &self,
-        c: usize,
-        offset: usize,
-        seq: &Sequence,
-        sample_index: u32,
-        generated: usize,
-    ) -> Draw {
-        let request = &self.requests[&seq.request].request;
-        let params = &request.params;
-        let forbidden = match generated < params.min_tokens {
-            true => params.stop_ids.clone(),
-            false => Vec::new(),
-        };
-        Draw {
-            chunk: c,
-            offset,
-            request: seq.request,
-            request_index: request.index,
-            sample_index,
-            key_index: params.key_index(request.index),
-            position: (seq.prompt_len + generated) as u32,
-            seed: params.seed,
-            temperature: params.temperature,
-            top_k: params.top_k,
-            top_p: params.top_p,
-            min_p: params.min_p,
-            forbidden,
-            top_logprobs: params.top_logprobs,
+            rows::add_draws_and_targets(c, chunk, seq, request, draws, targets);
         }
     }
 
@@ -662,12 +528,7 @@ impl Scheduler {
                 Role::Sample(_) => (parent, advanced),
             };
             let s = self.seqs.get_mut(&seq).expect("sequence exists");
-            if was_pending {
-                s.pending_scores -= 1;
-            }
-            s.logprobs.push(logprob);
-            s.weights_versions.push(plan.weights_version);
-            if s.logprobs.len() == s.tokens.len() - s.prompt_len {
+            if s.record_score(logprob, plan.weights_version, was_pending) {
                 finished.push(self.finish(seq, FinishReason::Length));
             }
         }
@@ -723,19 +584,11 @@ impl Scheduler {
             Role::Sample(_) => parent,
         };
         let seq = self.seqs.get_mut(&target).expect("sequence exists");
-        match seq.tokens.last_mut() {
-            Some(last) if *last == DRAWN | d as u32 => *last = result.token,
-            _ => seq.tokens.push(result.token),
-        }
-        seq.logprobs.push(result.logprob);
-        seq.sampling_logprobs.push(result.sampling_logprob);
-        seq.weights_versions.push(plan.weights_version);
-        if !result.top.is_empty() {
-            seq.top_logprobs.push(result.top.clone());
-        }
-        let (request, k) = (seq.request, draw.sample_index);
-        self.drafting.push(request, k, result.token);
-        match self.finish_reason(target) {
+        seq.record_draw(d, result, plan.weights_version);
+        let (seq, k) = (&self.seqs[&target], draw.sample_index);
+        self.drafting.push(seq.request, k, result.token);
+        let params = &self.requests[&seq.request].request.params;
+        match seq.finish_reason(params, self.config.max_model_len) {
             Some(reason) => {
                 finished.push(self.finish(target, reason));
                 false
@@ -801,24 +654,6 @@ impl Scheduler {
         child
     }
 
-    fn finish_reason(&self, id: SeqId) -> Option<FinishReason> {
-        let seq = &self.seqs[&id];
-        let params: &SamplingParams = &self.requests[&seq.request].request.params;
-        let last = *seq.tokens.last().expect("a sample has drawn a token");
-        // The first min_tokens tokens cannot stop the sample (stop tokens are masked there,
-        // so one is drawn only when nothing else was left).
-        let may_stop = seq.generated().len() > params.min_tokens;
-        if may_stop && params.stop_ids.contains(&last) {
-            Some(FinishReason::Stop)
-        } else if seq.generated().len() >= params.max_tokens
-            || seq.tokens.len() >= self.config.max_model_len
-        {
-            Some(FinishReason::Length)
-        } else {
-            None
-        }
-    }
-
     /// Removes sample `id`, gives its blocks back and returns what it generated.
     fn finish(&mut self, id: SeqId, reason: FinishReason) -> FinishedSample {
         self.blocks.remove(id);
@@ -830,25 +665,14 @@ impl Scheduler {
             Role::Sample(k) => k,
             Role::Root => unreachable!("roots fork before they finish"),
         };
-        let out = FinishedSample {
-            request: seq.request,
-            request_index: state.request.index,
-            sample_index,
-            prompt_token_ids: seq.tokens[..seq.prompt_len].to_vec(),
-            token_ids: seq.tokens[seq.prompt_len..].to_vec(),
-            logprobs: seq.logprobs,
-            sampling_logprobs: seq.sampling_logprobs,
-            top_logprobs: seq.top_logprobs,
-            weights_versions: seq.weights_versions,
-            finish_reason: reason,
-            stopped_by: None,
-            cached_prompt_tokens: state.cached_prompt_tokens.unwrap_or(0),
-        };
+        let request = seq.request;
+        let cached = state.cached_prompt_tokens.unwrap_or(0);
+        let out = seq.into_finished(sample_index, state.request.index, reason, cached);
         state.unfinished -= 1;
-        self.drafting.finished(seq.request, &out.token_ids);
+        self.drafting.finished(request, &out.token_ids);
         if state.unfinished == 0 {
-            self.requests.remove(&seq.request);
-            self.drafting.end_request(seq.request);
+            self.requests.remove(&request);
+            self.drafting.end_request(request);
         }
         out
     }
@@ -987,9 +811,10 @@ impl Scheduler {
     /// far (a request that had not forked yet returns `n` empty samples). Call it between
     /// steps (after `update`, before the next `schedule`).
     pub fn abort(&mut self, id: RequestId) -> Result<Vec<FinishedSample>, SchedError> {
-        let (request, cached) = match self.requests.get(&id) {
+        let (n, index, cached) = match self.requests.get(&id) {
             Some(state) => (
-                state.request.clone(),
+                state.request.n as u32,
+                state.request.index,
                 state.cached_prompt_tokens.unwrap_or(0),
             ),
             None => return Err(SchedError::UnknownRequest(id)),
@@ -1003,21 +828,12 @@ impl Scheduler {
                 self.blocks.remove(seq);
                 self.running.retain(|&s| s != seq);
                 self.waiting.retain(|&s| s != seq);
-                self.seqs.remove(&seq);
-                out.extend((0..request.n as u32).map(|k| FinishedSample {
-                    request: id,
-                    request_index: request.index,
-                    sample_index: k,
-                    prompt_token_ids: request.prompt.clone(),
-                    token_ids: Vec::new(),
-                    logprobs: Vec::new(),
-                    sampling_logprobs: Vec::new(),
-                    top_logprobs: Vec::new(),
-                    weights_versions: Vec::new(),
-                    finish_reason: FinishReason::Abort,
-                    stopped_by: None,
-                    cached_prompt_tokens: cached,
-                }));
+                let root = self.seqs.remove(&seq).expect("queued sequence exists");
+                let abort = |k| {
+                    root.clone()
+                        .into_finished(k, index, FinishReason::Abort, cached)
+                };
+                out.extend((0..n).map(abort));
             } else {
                 out.push(self.finish(seq, FinishReason::Abort));
             }
