@@ -1,4 +1,4 @@
-//! The continuous-batching scheduler.
+//! The continuous-batching scheduler: the queues and their policy.
 //!
 //! Each [`Scheduler::schedule`] fills a token budget (`max_batch_tokens`): first every
 //! running sequence in admission order (a decode is one token; a chunked prefill takes what
@@ -9,21 +9,21 @@
 //! logits are needed. A waiting sequence whose next uncached block is a prompt block that
 //! a running request is computing waits a step for it rather than computing it again (so
 //! that identical prompts arriving together compute their prefix once), while those behind
-//! it in the queue may go ahead. When a running sequence cannot get a block, the newest running
-//! sequence is preempted: it gives its blocks back and waits at the front of the queue,
-//! to be recomputed later (cheaply, from whatever of its blocks are still cached).
+//! it in the queue may go ahead. When a running sequence cannot get a block, the newest
+//! running sequence is preempted: it gives its blocks back and waits at the front of the
+//! queue, to be recomputed later (cheaply, from whatever of its blocks are still cached).
 //!
-//! [`Scheduler::update`] applies a step's drawn tokens: a request's root forks into its `n`
-//! samples, which share every prompt block; samples finish on a stop token, at
-//! `max_tokens`, or at the end of the model's context, and give their blocks back in reverse
-//! order so that prefix blocks are evicted last.
+//! Once a root's first tokens are drawn it forks into its samples, which take its place in
+//! the queues; a sample finishes on a stop token, at `max_tokens`, at the end of the
+//! context, on a stop string the caller found, or when its request is aborted.
 //!
-//! To plan a step while the GPU still runs the one before, [`Scheduler::advance`] applies
-//! what that step computes and gives every sample drawing in it a placeholder token
-//! ([`DRAWN`] `| d`, draw `d`'s token, which the GPU fills in); the next `schedule` then
-//! plans as usual, and `update` replaces the placeholders with the drawn tokens. A sample
-//! that finishes on the token drawn (a stop token or string) has its next step's row
-//! computed for nothing; `update` ignores the results of sequences that are gone.
+//! Who does the rest: the block manager takes and gives back every block; `rows` says
+//! which rows of logits a chunk needs and what they draw or score; `drafting` offers the
+//! drafts and `verification` checks them; `results` (below) applies a step's results and
+//! `speculation` holds the engine's controls of speculative decoding.
+//!
+//! Invariants ([`Scheduler::check`]): every sequence is in exactly one queue; the block
+//! manager's own; no score is pending unless a step has been advanced and not updated.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
@@ -34,12 +34,14 @@ use crate::spec::SpecMode;
 use super::block_manager::{BlockManager, OutOfBlocks};
 use super::block_map::SeqBlocks;
 use super::config::{SchedError, SchedulerConfig, SchedulerStats, check_request};
-use super::drafting::{Drafting, SpecStats};
-use super::plan::{Chunk, DRAWN, DrawResult, StepPlan};
+use super::drafting::Drafting;
+use super::plan::{Chunk, StepPlan};
 use super::request::{FinishReason, FinishedSample, Request, RequestId};
 use super::rows;
 use super::sequence::{Role, SeqId, Sequence};
-use super::verification;
+
+mod results;
+mod speculation;
 
 struct RequestState {
     request: Request,
@@ -407,225 +409,28 @@ impl Scheduler {
         self.stats.preemptions += 1;
     }
 
-    /// Applies what `plan` (submitted, not yet updated) computes, and gives each sample
-    /// that draws in it a placeholder token (`DRAWN | d` for draw `d`), so that the next
-    /// `schedule` can plan the step after it before its tokens are known. A sample that
-    /// will end at its length with the token drawn gets none (it takes no next step).
-    /// `update(plan, ..)` must come next, before another `advance`.
-    pub fn advance(&mut self, plan: &StepPlan) {
-        // How many drafted tokens a step accepts is known only from its results.
-        assert!(
-            plan.chunks.iter().all(|c| c.drafted == 0),
-            "a step with drafts cannot be advanced past"
-        );
-        for chunk in &plan.chunks {
-            if self.seqs.contains_key(&chunk.seq) {
-                self.computed(chunk);
+    /// Puts root `root`'s samples `children` (those still unfinished) in its place in the
+    /// queues, and removes the root: a root gives way to its samples once they are forked.
+    fn give_way_to_samples(&mut self, root: SeqId, children: Vec<SeqId>) {
+        let live: Vec<SeqId> = children
+            .into_iter()
+            .filter(|c| self.seqs.contains_key(c))
+            .collect();
+        // A root preempted while its last step ran (planned ahead) waits: its samples
+        // take its place in the queue, and recompute the prompt from the cache.
+        if let Some(pos) = self.running.iter().position(|&s| s == root) {
+            self.running.splice(pos..=pos, live);
+        } else {
+            let pos = self.waiting.iter().position(|&s| s == root);
+            let pos = pos.expect("a forking root is running or waiting");
+            self.waiting.remove(pos);
+            // The preempted root holds no blocks, so neither do its samples.
+            for (i, child) in live.into_iter().enumerate() {
+                self.waiting.insert(pos + i, child);
             }
         }
-        for (d, draw) in plan.draws.iter().enumerate() {
-            let id = plan.chunks[draw.chunk].seq;
-            let Some(seq) = self.seqs.get(&id) else {
-                continue;
-            };
-            if seq.role == Role::Root || seq.scoring {
-                continue; // a root forks its samples in update
-            }
-            let params = &self.requests[&seq.request].request.params;
-            let ends = seq.generated().len() + 1 >= params.max_tokens
-                || seq.tokens.len() + 1 >= self.config.max_model_len;
-            if !ends {
-                let seq = self.seqs.get_mut(&id).expect("looked up above");
-                seq.tokens.push(DRAWN | d as u32);
-            }
-        }
-        for target in &plan.targets {
-            let id = plan.chunks[target.chunk].seq;
-            if let Some(seq) = self.seqs.get_mut(&id)
-                && seq.scoring
-            {
-                seq.pending_scores += 1;
-            }
-        }
-        self.advanced = true;
-    }
-
-    /// Applies a step's results (`results[i]` for `plan.draws[i]`, `scores[i]` the
-    /// log-prob for `plan.targets[i]`) and returns the samples that finished. Results of
-    /// sequences that are gone (finished or aborted since the step was planned) are
-    /// ignored.
-    pub fn update(
-        &mut self,
-        plan: &StepPlan,
-        results: &[DrawResult],
-        scores: &[f32],
-    ) -> Result<Vec<FinishedSample>, SchedError> {
-        if results.len() != plan.draws.len() || scores.len() != plan.targets.len() {
-            return Err(SchedError::ResultCount {
-                draws: results.len(),
-                want_draws: plan.draws.len(),
-                scores: scores.len(),
-                want_scores: plan.targets.len(),
-            });
-        }
-        let advanced = std::mem::take(&mut self.advanced);
-        if !advanced {
-            for chunk in &plan.chunks {
-                if self.seqs.contains_key(&chunk.seq) && chunk.drafted == 0 {
-                    self.computed(chunk);
-                }
-            }
-        }
-        self.rejected_draws.clear();
-        let mut finished = Vec::new();
-        let mut forks: HashMap<SeqId, Vec<SeqId>> = HashMap::new();
-        // Each chunk with a draft, and the drafted tokens it accepted.
-        let mut drafts: Vec<(usize, usize)> = Vec::new();
-        let mut d = 0;
-        while d < plan.draws.len() {
-            let c = plan.draws[d].chunk;
-            let chunk = &plan.chunks[c];
-            if chunk.drafted == 0 {
-                self.apply_draw(plan, d, &results[d], &mut forks, &mut finished);
-                d += 1;
-                continue;
-            }
-            // A drafted chunk's rows draw one after another, row 0 first.
-            let rows = d..d + 1 + chunk.drafted;
-            let drawing = self.seqs.contains_key(&chunk.seq);
-            let verdict = verification::verify(
-                chunk,
-                &plan.draws[rows.clone()],
-                &results[rows.clone()],
-                drawing,
-                |row| self.apply_draw(plan, d + row, &results[d + row], &mut forks, &mut finished),
-            );
-            self.rejected_draws
-                .extend(rows.start + verdict.applied..rows.end);
-            drafts.push((c, verdict.accepted));
-            d = rows.end;
-        }
-        // Only now, in plan order, so that blocks go back in the order they always have.
-        for &(c, accepted) in &drafts {
-            self.verified(&plan.chunks[c], accepted);
-        }
-        if !drafts.is_empty() {
-            self.drafting.record_verifying_step();
-        }
-        for (target, &logprob) in plan.targets.iter().zip(scores) {
-            let parent = plan.chunks[target.chunk].seq;
-            if !self.seqs.contains_key(&parent) {
-                continue;
-            }
-            self.stats.scored_tokens += 1;
-            // A sample's target was counted pending by `advance`; a root's forks a new one.
-            let (seq, was_pending) = match self.seqs[&parent].role {
-                Role::Root => {
-                    let child = self.fork_forced(parent, target.sample_index);
-                    forks.entry(parent).or_default().push(child);
-                    (child, false)
-                }
-                Role::Sample(_) => (parent, advanced),
-            };
-            let s = self.seqs.get_mut(&seq).expect("sequence exists");
-            if s.record_score(logprob, plan.weights_version, was_pending) {
-                finished.push(self.finish(seq, FinishReason::Length));
-            }
-        }
-        // Roots give way to their samples, in place in the running order.
-        for (root, children) in forks {
-            let live: Vec<SeqId> = children
-                .into_iter()
-                .filter(|c| self.seqs.contains_key(c))
-                .collect();
-            // A root preempted while its last step ran (planned ahead) waits: its samples
-            // take its place in the queue, and recompute the prompt from the cache.
-            if let Some(pos) = self.running.iter().position(|&s| s == root) {
-                self.running.splice(pos..=pos, live);
-            } else {
-                let pos = self.waiting.iter().position(|&s| s == root);
-                let pos = pos.expect("a forking root is running or waiting");
-                self.waiting.remove(pos);
-                // The preempted root holds no blocks, so neither do its samples.
-                for (i, child) in live.into_iter().enumerate() {
-                    self.waiting.insert(pos + i, child);
-                }
-            }
-            self.blocks.remove(root);
-            self.seqs.remove(&root);
-        }
-        Ok(finished)
-    }
-
-    /// Applies draw `d` of `plan` (its result `result`): a root forks the sample it draws
-    /// for (into `forks`), the sample takes the token, and one that it ends goes to
-    /// `finished`. Returns whether the sample is still drawing: false when its sequence is
-    /// gone (its result is ignored) or this token ended it.
-    fn apply_draw(
-        &mut self,
-        plan: &StepPlan,
-        d: usize,
-        result: &DrawResult,
-        forks: &mut HashMap<SeqId, Vec<SeqId>>,
-        finished: &mut Vec<FinishedSample>,
-    ) -> bool {
-        let draw = &plan.draws[d];
-        let parent = plan.chunks[draw.chunk].seq;
-        if !self.seqs.contains_key(&parent) {
-            return false;
-        }
-        self.stats.generated_tokens += 1;
-        let target = match self.seqs[&parent].role {
-            Role::Root => {
-                let child = self.fork(parent, draw.sample_index);
-                forks.entry(parent).or_default().push(child);
-                child
-            }
-            Role::Sample(_) => parent,
-        };
-        let seq = self.seqs.get_mut(&target).expect("sequence exists");
-        seq.record_draw(d, result, plan.weights_version);
-        let (seq, k) = (&self.seqs[&target], draw.sample_index);
-        self.drafting.push(seq.request, k, result.token);
-        let params = &self.requests[&seq.request].request.params;
-        match seq.finish_reason(params, self.config.max_model_len) {
-            Some(reason) => {
-                finished.push(self.finish(target, reason));
-                false
-            }
-            None => true,
-        }
-    }
-
-    /// Records that draft chunk `chunk` ran and `accepted` of its drafted tokens were
-    /// taken: its first token and those are computed, and the blocks that only the
-    /// rejected rows were written into go back to the pool.
-    fn verified(&mut self, chunk: &Chunk, accepted: usize) {
-        self.drafting.record_verified(chunk.drafted, accepted);
-        if !self.seqs.contains_key(&chunk.seq) {
-            return; // finished by a token it drew: its blocks are back already
-        }
-        self.computed(&verification::kept(chunk, accepted));
-        let computed = self.seqs[&chunk.seq].num_computed_tokens;
-        self.blocks.truncate(chunk.seq, computed);
-    }
-
-    /// Records that `chunk` ran: its tokens are computed, and blocks it filled are named.
-    fn computed(&mut self, chunk: &Chunk) {
-        let seq = self
-            .seqs
-            .get_mut(&chunk.seq)
-            .expect("planned sequence exists");
-        let before = seq.num_computed_tokens;
-        seq.num_computed_tokens = chunk.end();
-        if chunk.is_prefill {
-            self.stats.prefill_tokens_computed += chunk.tokens.len();
-        }
-        if seq.num_computed_tokens == seq.compute_len() {
-            seq.prefilling = false;
-        }
-        self.blocks
-            .register_computed(chunk.seq, &seq.tokens, before, seq.num_computed_tokens);
+        self.blocks.remove(root);
+        self.seqs.remove(&root);
     }
 
     /// A new sample of `root`'s request sharing all of the root's blocks.
@@ -708,61 +513,6 @@ impl Scheduler {
         self.drafting.corpus.clear();
         self.config.weights_version = version;
         self.blocks.set_weights_version(version);
-    }
-
-    /// Plans the next steps with drafts (when the mode allows) or without: the engine
-    /// turns it on only for steps it does not plan ahead of the one before, since a
-    /// draft needs its sample's last token known.
-    pub fn set_speculating(&mut self, on: bool) {
-        self.drafting.active = on && self.config.speculative != SpecMode::Off;
-    }
-
-    /// Whether the next step should carry drafts: never when off, whenever a sample
-    /// decodes with `suffix`, and with `auto` when the measured acceptance and step cost
-    /// predict a gain.
-    pub fn wants_speculation(&mut self) -> bool {
-        let decoding = self.running.len();
-        match self.config.speculative {
-            SpecMode::Off => false,
-            SpecMode::Suffix => decoding > 0,
-            SpecMode::Auto => self.drafting.policy.should_speculate(decoding, decoding),
-        }
-    }
-
-    /// A step of `rows` rows took `step_s`, `cpu_s` of it CPU work (given for steps that
-    /// only decode), hidden when it was `overlapped` with planning the next (for `auto`).
-    pub fn record_step_cost(
-        &mut self,
-        rows: usize,
-        step_s: f64,
-        cpu_s: Option<f64>,
-        overlapped: bool,
-    ) {
-        self.drafting
-            .policy
-            .record_step(rows, step_s, cpu_s, overlapped);
-    }
-
-    /// Keeps every finished sample as a draft source for later requests with the same
-    /// prompt (a server's per-prompt corpus; cleared when the weights change).
-    pub fn keep_draft_corpus(&mut self, on: bool) {
-        self.drafting.keep_corpus = on;
-    }
-
-    /// Adds an earlier completion of `prompt` to draft from (`--draft-corpus`).
-    pub fn add_draft_corpus(&mut self, prompt: &[u32], completion: &[u32]) {
-        self.drafting.corpus.add(prompt, completion);
-    }
-
-    /// What speculation did so far.
-    pub fn spec_stats(&self) -> &SpecStats {
-        &self.drafting.stats
-    }
-
-    /// The draws of the last `update` that were not applied (rows after a rejected
-    /// drafted token): their tokens are not part of any sample.
-    pub fn rejected_draws(&self) -> &[usize] {
-        &self.rejected_draws
     }
 
     /// Forgets the prefix cache's reusable entries (the hashes of free blocks); returns
