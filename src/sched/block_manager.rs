@@ -339,3 +339,80 @@ impl BlockManager {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: SeqId = SeqId(0);
+    const B: SeqId = SeqId(1);
+
+    fn manager(num_blocks: usize) -> BlockManager {
+        BlockManager::new(num_blocks, 4, true, 7)
+    }
+
+    #[test]
+    fn a_fork_shares_every_block_and_its_first_write_copies_the_partial_one() {
+        let mut m = manager(8);
+        let tokens: Vec<u32> = (1..=6).collect();
+        assert_eq!(m.allocate(A, 0, 6).unwrap(), None);
+        m.register_computed(A, &tokens, 0, 6);
+        m.fork(A, B);
+        let (full, partial) = (m.table(A)[0], m.table(A)[1]);
+        assert_eq!(m.pool().ref_count(full), 2);
+        let copy = m
+            .allocate(B, 6, 1)
+            .unwrap()
+            .expect("the partial block is shared");
+        assert_eq!(copy.src, partial);
+        assert_eq!(m.table(B), [full, copy.dst]);
+        assert_eq!(m.pool().ref_count(partial), 1);
+        m.check([(A, 6), (B, 6)]).unwrap();
+    }
+
+    #[test]
+    fn allocation_is_all_or_nothing() {
+        let mut m = manager(2);
+        assert!(m.allocate(A, 0, 9).is_err(), "9 tokens need 3 blocks");
+        assert!(m.table(A).is_empty());
+        assert_eq!(m.pool().num_free(), 2);
+        m.check([(A, 0)]).unwrap();
+    }
+
+    #[test]
+    fn a_later_sequence_takes_the_named_blocks_of_a_gone_one() {
+        let mut m = manager(4);
+        let tokens: Vec<u32> = (1..=9).collect();
+        m.allocate(A, 0, 9).unwrap();
+        m.register_computed(A, &tokens, 0, 9);
+        let named = m.table(A)[..2].to_vec();
+        m.remove(A);
+        let prefix = m.cached_prefix(B, &tokens, 2);
+        assert_eq!(
+            (prefix.blocks.clone(), prefix.first_missing),
+            (named.clone(), None)
+        );
+        assert!(m.take_prefix(B, prefix.blocks, 9), "one more block is free");
+        assert_eq!(m.table(B), named);
+        m.check([(B, 8)]).unwrap();
+    }
+
+    #[test]
+    fn truncate_gives_back_the_blocks_past_the_tokens_kept() {
+        let mut m = manager(4);
+        m.allocate(A, 0, 12).unwrap();
+        let kept = m.table(A)[..2].to_vec();
+        m.truncate(A, 5);
+        assert_eq!(m.table(A), kept);
+        assert_eq!(m.pool().num_free(), 2);
+        m.check([(A, 5)]).unwrap();
+    }
+
+    #[test]
+    fn check_finds_a_table_left_by_a_gone_sequence() {
+        let mut m = manager(4);
+        m.allocate(A, 0, 4).unwrap();
+        let err = m.check([]).unwrap_err();
+        assert!(err.contains("gone"), "{err}");
+    }
+}
