@@ -6,7 +6,7 @@
 //! samples, which share every prompt block, and gives way to them in the queues; samples
 //! finish on a stop token, at `max_tokens`, or at the end of the model's context, and give
 //! their blocks back in reverse order so that prefix blocks are evicted last. The rows of
-//! a drafted chunk are verified first ([`super::verification`]).
+//! a drafted chunk are verified first ([`crate::sched::verification`]).
 //!
 //! `advance` applies what a submitted step computes and gives every sample drawing in it a
 //! placeholder token ([`DRAWN`] `| d`, draw `d`'s token, which the GPU fills in); the next
