@@ -14,11 +14,11 @@
 //!   its chain names ([`BlockManager::cached_prefix`], [`BlockManager::take_prefix`]); a
 //!   block is named in the pool's cache once all its tokens are computed
 //!   ([`BlockManager::register_computed`]).
-//! - Copy-on-write: a root's samples share all its blocks ([`BlockManager::fork`]); a sample
-//!   about to write into a shared block gets a copy of it ([`BlockManager::allocate`]
-//!   returns the [`BlockCopy`] for the step to make first).
-//! - Blocks go back last first ([`BlockManager::free`], [`BlockManager::truncate`]), so that
-//!   the first blocks of a prefix, the likeliest to be hit again, are evicted last.
+//! - Copy-on-write: a root's samples share all its blocks ([`BlockManager::fork`]); a
+//!   sample about to write into a shared block gets a copy of it
+//!   ([`BlockManager::allocate`] returns the [`BlockCopy`] for the step to make first).
+//! - Blocks go back last first ([`BlockManager::free`], [`BlockManager::truncate`]), so
+//!   that the first blocks of a prefix, the likeliest to be hit again, are evicted last.
 //!
 //! Invariants ([`BlockManager::check`]): the pool's own; a block's reference count equals
 //! the number of block tables that hold it; a table covers its sequence's computed tokens;

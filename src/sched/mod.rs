@@ -2,11 +2,11 @@
 //!
 //! The scheduler owns the queues and their policy; its block manager owns every sequence's
 //! block table and hash chain and the [`crate::kv::BlockPool`] they take blocks from. Each
-//! step the scheduler turns its queues into a [`StepPlan`] (which tokens of which sequences run, the
-//! blocks they write, the copies to make first and the tokens to draw); the GPU runner
-//! executes the plan and hands back the drawn tokens, and [`Scheduler::update`] applies
-//! them. Everything about batching, prefix reuse and preemption is decided here and can be
-//! tested on the CPU in microseconds (tests/scheduler.rs). A request's sampling
+//! step the scheduler turns its queues into a [`StepPlan`] (which tokens of which sequences
+//! run, the blocks they write, the copies to make first and the tokens to draw); the GPU
+//! runner executes the plan and hands back the drawn tokens, and [`Scheduler::update`]
+//! applies them. Everything about batching, prefix reuse and preemption is decided here
+//! and can be tested on the CPU in microseconds (tests/scheduler.rs). A request's sampling
 //! parameters are checked by [`SamplingParams::validate`], the one set of rules every
 //! front end also calls; [`request_adjustments`] says which of its values a run uses other
 //! than asked (a `max_tokens` past the context), for front ends to report.

@@ -7,9 +7,9 @@
 //! earlier row; the first row that fails ends the draft, and the draws from it on are
 //! rejected: their tokens are part of no sample.
 //!
-//! Invariant: a sample gets exactly the tokens it would draw one step at a time, since every
-//! row that counts was computed over tokens the sample did draw. Speculation changes how
-//! many steps a sample takes, never what it draws.
+//! Invariant: a sample gets exactly the tokens it would draw one step at a time, since
+//! every row that counts was computed over tokens the sample did draw. Speculation changes
+//! how many steps a sample takes, never what it draws.
 
 use super::plan::{Chunk, Draw, DrawResult};
 
