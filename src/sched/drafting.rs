@@ -9,9 +9,13 @@
 
 use std::collections::HashMap;
 
-use crate::spec::{AutoPolicy, DraftCorpus, SpecMode, SuffixIndex, suffix_index::StreamId};
+use crate::spec::{
+    AutoPolicy, DraftCorpus, MAX_DRAFT, SpecMode, SuffixIndex, suffix_index::StreamId,
+};
 
-use super::request::RequestId;
+use super::plan::DRAWN;
+use super::request::{RequestId, SamplingParams};
+use super::sequence::{Role, Sequence};
 
 /// Counters of the drafts verified.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -96,6 +100,38 @@ impl Drafting {
         }
     }
 
+    /// The draft to verify for `seq` this step, if speculating: only for a sample decoding
+    /// a known token, no longer than its tokens left to draw (`params`), the context
+    /// (`max_model_len`), `room` (what the step's token budget and rows leave beside its
+    /// own token), and in auto mode the tokens worth a row each with `decoding` sequences
+    /// running. `None` when no draft is asked for; an empty draft when the index had none.
+    pub fn draft_for(
+        &self,
+        seq: &Sequence,
+        params: &SamplingParams,
+        max_model_len: usize,
+        room: usize,
+        decoding: usize,
+    ) -> Option<Vec<u32>> {
+        if !self.active {
+            return None;
+        }
+        let Role::Sample(k) = seq.role else {
+            return None;
+        };
+        let last = *seq.tokens.last().expect("a sample has tokens");
+        if seq.scoring || seq.num_uncomputed() != 1 || last & DRAWN != 0 {
+            return None;
+        }
+        let tokens_left = params.max_tokens.saturating_sub(seq.generated().len() + 1);
+        let context_left = max_model_len.saturating_sub(seq.tokens.len() + 1);
+        let mut max = MAX_DRAFT.min(tokens_left).min(context_left).min(room);
+        if self.mode == SpecMode::Auto {
+            max = self.policy.keep(decoding, decoding, max);
+        }
+        (max > 0).then(|| self.draft(seq.request, k, max))
+    }
+
     /// A sample finished with `generated`: kept for later requests when asked.
     pub fn finished(&mut self, id: RequestId, generated: &[u32]) {
         if self.keep_corpus
@@ -108,6 +144,19 @@ impl Drafting {
     /// Request `id` has no sample left.
     pub fn end_request(&mut self, id: RequestId) {
         self.groups.remove(&id);
+    }
+
+    /// A draft of `drafted` tokens was verified and `accepted` of them taken.
+    pub fn record_verified(&mut self, drafted: usize, accepted: usize) {
+        self.stats.drafts += 1;
+        self.stats.drafted_tokens += drafted;
+        self.stats.accepted_tokens += accepted;
+        self.policy.record_verify(drafted, accepted);
+    }
+
+    /// A step verified at least one draft.
+    pub fn record_verifying_step(&mut self) {
+        self.stats.steps += 1;
     }
 }
 

@@ -1,4 +1,4 @@
-//! The continuous-batching scheduler.
+//! The continuous-batching scheduler: the queues and their policy.
 //!
 //! Each [`Scheduler::schedule`] fills a token budget (`max_batch_tokens`): first every
 //! running sequence in admission order (a decode is one token; a chunked prefill takes what
@@ -9,117 +9,39 @@
 //! logits are needed. A waiting sequence whose next uncached block is a prompt block that
 //! a running request is computing waits a step for it rather than computing it again (so
 //! that identical prompts arriving together compute their prefix once), while those behind
-//! it in the queue may go ahead. When a running sequence cannot get a block, the newest running
-//! sequence is preempted: it gives its blocks back and waits at the front of the queue,
-//! to be recomputed later (cheaply, from whatever of its blocks are still cached).
+//! it in the queue may go ahead. When a running sequence cannot get a block, the newest
+//! running sequence is preempted: it gives its blocks back and waits at the front of the
+//! queue, to be recomputed later (cheaply, from whatever of its blocks are still cached).
 //!
-//! [`Scheduler::update`] applies a step's drawn tokens: a request's root forks into its `n`
-//! samples, which share every prompt block; samples finish on a stop token, at
-//! `max_tokens`, or at the end of the model's context, and give their blocks back in reverse
-//! order so that prefix blocks are evicted last.
+//! Once a root's first tokens are drawn it forks into its samples, which take its place in
+//! the queues; a sample finishes on a stop token, at `max_tokens`, at the end of the
+//! context, on a stop string the caller found, or when its request is aborted.
 //!
-//! To plan a step while the GPU still runs the one before, [`Scheduler::advance`] applies
-//! what that step computes and gives every sample drawing in it a placeholder token
-//! ([`DRAWN`] `| d`, draw `d`'s token, which the GPU fills in); the next `schedule` then
-//! plans as usual, and `update` replaces the placeholders with the drawn tokens. A sample
-//! that finishes on the token drawn (a stop token or string) has its next step's row
-//! computed for nothing; `update` ignores the results of sequences that are gone.
+//! Who does the rest: the block manager takes and gives back every block; `rows` says
+//! which rows of logits a chunk needs and what they draw or score; `drafting` offers the
+//! drafts and `verification` checks them; `results` (below) applies a step's results and
+//! `speculation` holds the engine's controls of speculative decoding.
+//!
+//! Invariants ([`Scheduler::check`]): every sequence is in exactly one queue; the block
+//! manager's own; no score is pending unless a step has been advanced and not updated.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
-use serde::Serialize;
+use crate::kv::{BlockHash, BlockPool};
 
-use crate::kv::{BlockHash, BlockId, BlockPool};
+use crate::spec::SpecMode;
 
-use crate::spec::{MAX_DRAFT, SpecMode};
-
+use super::block_manager::{BlockManager, OutOfBlocks};
 use super::block_map::SeqBlocks;
-use super::drafting::{Drafting, SpecStats};
-use super::plan::{BlockCopy, Chunk, DRAWN, Draw, DrawResult, StepPlan, Target};
-use super::request::{FinishReason, FinishedSample, Request, RequestId, SamplingParams};
+use super::config::{SchedError, SchedulerConfig, SchedulerStats, check_request};
+use super::drafting::Drafting;
+use super::plan::{Chunk, StepPlan};
+use super::request::{FinishReason, FinishedSample, Request, RequestId};
+use super::rows;
 use super::sequence::{Role, SeqId, Sequence};
-use super::validate::SamplingError;
 
-#[derive(Clone, Debug, PartialEq)]
-pub struct SchedulerConfig {
-    /// Tokens per KV block.
-    pub block_size: usize,
-    /// Blocks in the pool.
-    pub num_blocks: usize,
-    /// Tokens computed per step, at most.
-    pub max_batch_tokens: usize,
-    /// Sequences computed per step, at most (each needs a row of logits).
-    pub max_num_seqs: usize,
-    /// Positions the model can attend over; a sample ends when it reaches it.
-    pub max_model_len: usize,
-    /// Part of every block's hash: blocks computed under other weights never match.
-    pub weights_version: u64,
-    /// Reuse cached blocks across sequences (off only to measure what it saves).
-    pub prefix_caching: bool,
-    /// Speculative decoding: whether drafts may be verified (in the steps the engine
-    /// plans with [`Scheduler::set_speculating`]).
-    pub speculative: SpecMode,
-}
-
-/// Counters over the scheduler's life.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct SchedulerStats {
-    pub requests: usize,
-    /// Prompt tokens of the requests added, each prompt counted once.
-    pub prompt_tokens: usize,
-    /// Tokens computed as prefill (first computations and recomputations after preemption).
-    pub prefill_tokens_computed: usize,
-    /// Tokens looked up in the prefix cache: each admitted sequence's tokens to compute,
-    /// counted at every admission (first, and again after a preemption).
-    pub prefix_cache_query_tokens: usize,
-    /// Tokens whose KV came from cached blocks instead of being computed.
-    pub prefix_cache_hit_tokens: usize,
-    pub generated_tokens: usize,
-    /// Given tokens scored by teacher forcing.
-    pub scored_tokens: usize,
-    pub steps: usize,
-    pub preemptions: usize,
-    /// The most blocks in use at once.
-    pub peak_kv_blocks: usize,
-}
-
-#[derive(Debug, thiserror::Error, PartialEq)]
-pub enum SchedError {
-    #[error("the prompt has no tokens")]
-    EmptyPrompt,
-    #[error("a request needs at least one sample (n = 0)")]
-    NoSamples,
-    #[error(transparent)]
-    BadSampling(#[from] SamplingError),
-    #[error("the prompt has {len} tokens; the model's context holds {max}")]
-    PromptTooLong { len: usize, max: usize },
-    #[error(
-        "one sample needs {need} KV blocks ({tokens} tokens in blocks of {block_size}), but \
-         the pool has {have}: raise --kv-blocks or --kv-memory, or lower --max-tokens"
-    )]
-    PoolTooSmall {
-        need: usize,
-        have: usize,
-        tokens: usize,
-        block_size: usize,
-    },
-    #[error("{forced} completions to score for n = {n} samples")]
-    ForcedCount { n: usize, forced: usize },
-    #[error("a completion to score has no tokens")]
-    EmptyCompletion,
-    #[error("unknown request {0:?}")]
-    UnknownRequest(RequestId),
-    #[error(
-        "the step's results hold {draws} draws and {scores} scores, its plan \
-         {want_draws} and {want_scores}"
-    )]
-    ResultCount {
-        draws: usize,
-        want_draws: usize,
-        scores: usize,
-        want_scores: usize,
-    },
-}
+mod results;
+mod speculation;
 
 struct RequestState {
     request: Request,
@@ -132,7 +54,8 @@ struct RequestState {
 
 pub struct Scheduler {
     config: SchedulerConfig,
-    pool: BlockPool,
+    /// Every sequence's block table and hash chain, and the pool they take blocks from.
+    blocks: BlockManager,
     requests: HashMap<RequestId, RequestState>,
     seqs: HashMap<SeqId, Sequence>,
     /// Oldest admission first; the last is the first to be preempted.
@@ -154,7 +77,12 @@ impl Scheduler {
         assert!(config.max_batch_tokens > 0, "max_batch_tokens is 0");
         assert!(config.max_num_seqs > 0, "max_num_seqs is 0");
         Scheduler {
-            pool: BlockPool::new(config.num_blocks),
+            blocks: BlockManager::new(
+                config.num_blocks,
+                config.block_size,
+                config.prefix_caching,
+                config.weights_version,
+            ),
             requests: HashMap::new(),
             seqs: HashMap::new(),
             running: Vec::new(),
@@ -178,7 +106,7 @@ impl Scheduler {
     }
 
     pub fn pool(&self) -> &BlockPool {
-        &self.pool
+        self.blocks.pool()
     }
 
     /// Whether any request is unfinished.
@@ -196,44 +124,8 @@ impl Scheduler {
 
     /// Queues a request; it is admitted when blocks allow.
     pub fn add_request(&mut self, request: Request) -> Result<RequestId, SchedError> {
-        let (len, max) = (request.prompt.len(), self.config.max_model_len);
-        if len == 0 {
-            return Err(SchedError::EmptyPrompt);
-        }
-        if request.n == 0 {
-            return Err(SchedError::NoSamples);
-        }
-        if !request.forced.is_empty() {
-            if request.forced.len() != request.n {
-                return Err(SchedError::ForcedCount {
-                    n: request.n,
-                    forced: request.forced.len(),
-                });
-            }
-            if request.forced.iter().any(Vec::is_empty) {
-                return Err(SchedError::EmptyCompletion);
-            }
-        }
-        request.params.validate()?;
-        if len >= max {
-            return Err(SchedError::PromptTooLong { len, max });
-        }
-        // Alone in the pool, one sample must fit, or it could never finish. Its last
-        // drawn token is never computed, hence the - 1.
-        let longest = match request.forced.iter().map(Vec::len).max() {
-            Some(forced) => forced,
-            None => request.params.max_tokens,
-        };
-        let tokens = (len + longest - 1).min(max);
-        let need = tokens.div_ceil(self.config.block_size);
-        if need > self.config.num_blocks {
-            return Err(SchedError::PoolTooSmall {
-                need,
-                have: self.config.num_blocks,
-                tokens,
-                block_size: self.config.block_size,
-            });
-        }
+        check_request(&self.config, &request)?;
+        let len = request.prompt.len();
         let id = RequestId(self.next_request);
         self.next_request += 1;
         self.stats.requests += 1;
@@ -249,8 +141,6 @@ impl Scheduler {
             top_logprobs: Vec::new(),
             weights_versions: Vec::new(),
             num_computed_tokens: 0,
-            blocks: Vec::new(),
-            hashes: Vec::new(),
             prefilling: true,
             scoring: false,
             pending_scores: 0,
@@ -300,7 +190,7 @@ impl Scheduler {
         while i < self.running.len() && budget > 0 && rows_left > 0 && plan.chunks.len() < max_seqs
         {
             let id = self.running[i];
-            let want = self.fit_rows(id, budget, rows_left);
+            let want = rows::fit_rows(&self.seqs[&id], budget, rows_left);
             // Nothing to compute: a root or a sample whose token the step before (advanced,
             // not yet updated) has not drawn, or will end it.
             if want == 0 {
@@ -308,21 +198,24 @@ impl Scheduler {
                 continue;
             }
             let draft = match drafting_left {
-                0 => Vec::new(),
-                _ => match self.draft_for(id, budget, rows_left) {
-                    Some(draft) => {
-                        if draft.is_empty() {
-                            self.drafting.policy.record_no_draft();
-                        }
-                        draft
-                    }
-                    None => Vec::new(),
-                },
+                0 => None,
+                _ => {
+                    let seq = &self.seqs[&id];
+                    let params = &self.requests[&seq.request].request.params;
+                    let room = budget.saturating_sub(1).min(rows_left.saturating_sub(1));
+                    let (max_len, decoding) = (self.config.max_model_len, self.running.len());
+                    self.drafting
+                        .draft_for(seq, params, max_len, room, decoding)
+                }
             };
+            if draft.as_ref().is_some_and(Vec::is_empty) {
+                self.drafting.policy.record_no_draft();
+            }
+            let draft = draft.unwrap_or_default();
             if !draft.is_empty() && self.try_allocate(id, 1 + draft.len(), &mut plan) {
                 drafting_left -= 1;
                 let chunk = self.make_draft_chunk(id, draft);
-                rows_left -= self.rows_needed(&chunk);
+                rows_left -= rows::rows_needed(&self.seqs[&id], &chunk);
                 budget -= chunk.tokens.len();
                 plan.chunks.push(chunk);
                 i += 1;
@@ -331,7 +224,7 @@ impl Scheduler {
             loop {
                 if self.try_allocate(id, want, &mut plan) {
                     let chunk = self.make_chunk(id, want);
-                    rows_left -= self.rows_needed(&chunk);
+                    rows_left -= rows::rows_needed(&self.seqs[&id], &chunk);
                     plan.chunks.push(chunk);
                     budget -= want;
                     i += 1;
@@ -377,11 +270,11 @@ impl Scheduler {
                     .cached_prompt_tokens;
                 cached.get_or_insert(hits);
             }
-            let want = self.fit_rows(id, budget, rows_left);
+            let want = rows::fit_rows(&self.seqs[&id], budget, rows_left);
             let allocated = self.try_allocate(id, want, &mut plan);
             assert!(allocated, "admit checked that the blocks are free");
             let chunk = self.make_chunk(id, want);
-            rows_left -= self.rows_needed(&chunk);
+            rows_left -= rows::rows_needed(&self.seqs[&id], &chunk);
             plan.chunks.push(chunk);
             budget -= want;
             self.running.push(id);
@@ -389,39 +282,11 @@ impl Scheduler {
         }
 
         self.add_draws_and_targets(&mut plan);
-        self.stats.peak_kv_blocks = self.stats.peak_kv_blocks.max(self.pool.num_used());
+        self.stats.peak_kv_blocks = self.stats.peak_kv_blocks.max(self.blocks.pool().num_used());
         if !plan.is_empty() {
             self.stats.steps += 1;
         }
         plan
-    }
-
-    /// How many of sequence `id`'s uncomputed tokens to take within `budget` tokens and
-    /// `rows_left > 0` rows of logits: a scored token needs a row, and so does the last
-    /// token of a sequence that draws.
-    fn fit_rows(&self, id: SeqId, budget: usize, rows_left: usize) -> usize {
-        let seq = &self.seqs[&id];
-        let want = seq.num_uncomputed().min(budget);
-        let start = seq.num_computed_tokens;
-        if seq.scoring {
-            let free = seq.next_target_position().saturating_sub(start);
-            want.min(free + rows_left)
-        } else {
-            want
-        }
-    }
-
-    /// The rows of logits `chunk` needs.
-    fn rows_needed(&self, chunk: &Chunk) -> usize {
-        let seq = &self.seqs[&chunk.seq];
-        if seq.scoring {
-            let first = seq.next_target_position().max(chunk.start);
-            chunk.end().saturating_sub(first)
-        } else if chunk.end() >= seq.compute_len() {
-            1 + chunk.drafted
-        } else {
-            0
-        }
     }
 
     /// Takes the cached prefix of waiting sequence `id` if the blocks for its first chunk
@@ -432,7 +297,6 @@ impl Scheduler {
         let bs = self.config.block_size;
         let seq = &self.seqs[&id];
         let len = seq.compute_len();
-        debug_assert!(seq.blocks.is_empty());
         // The hit may not cover a position whose logits are needed: the last token's when
         // drawing, the first unscored target's when scoring (a recomputed scorer may find
         // its own completion cached by a sibling with the same tokens).
@@ -440,37 +304,21 @@ impl Scheduler {
             true => seq.next_target_position(),
             false => len - 1,
         };
-        let mut hits: Vec<BlockId> = Vec::new();
-        if self.config.prefix_caching {
-            let hashes = self.hash_chain(id, first_needed / bs);
-            for hash in &hashes {
-                match self.pool.lookup(hash) {
-                    Some(block) => hits.push(block),
-                    None => break,
-                }
-            }
-            if hashes
-                .get(hits.len())
-                .is_some_and(|h| in_flight.contains(h))
-            {
-                return Admission::AwaitsPrefix;
-            }
+        let prefix = self
+            .blocks
+            .cached_prefix(id, &seq.tokens, first_needed / bs);
+        if prefix
+            .first_missing
+            .is_some_and(|hash| in_flight.contains(&hash))
+        {
+            return Admission::AwaitsPrefix;
         }
-        let computed = hits.len() * bs;
+        let computed = prefix.blocks.len() * bs;
         let want = (len - computed).min(budget);
-        let need = (computed + want).div_ceil(bs) - hits.len();
-        let free_hits = hits
-            .iter()
-            .filter(|&&b| self.pool.ref_count(b) == 0)
-            .count();
-        if self.pool.num_free() - free_hits < need {
+        if !self.blocks.take_prefix(id, prefix.blocks, computed + want) {
             return Admission::NoBlocks;
         }
-        for &b in &hits {
-            self.pool.acquire(b);
-        }
         let seq = self.seqs.get_mut(&id).expect("waiting sequence exists");
-        seq.blocks = hits;
         seq.num_computed_tokens = computed;
         Admission::Admitted { hits: computed }
     }
@@ -491,68 +339,26 @@ impl Scheduler {
     /// none for a sample, a sequence not prefilling, or without prefix caching.
     fn uncomputed_prompt_hashes(&mut self, id: SeqId) -> Vec<BlockHash> {
         let seq = &self.seqs[&id];
-        if !self.config.prefix_caching || seq.role != Role::Root || !seq.prefilling {
+        if seq.role != Role::Root || !seq.prefilling {
             return Vec::new();
         }
-        let (from, to) = (
-            seq.num_computed_tokens / self.config.block_size,
-            seq.prompt_len / self.config.block_size,
-        );
-        if from >= to {
-            return Vec::new();
-        }
-        self.hash_chain(id, to)[from..].to_vec()
+        let (computed, prompt) = (seq.num_computed_tokens, seq.prompt_len);
+        self.blocks
+            .hashes_to_compute(id, &seq.tokens, computed, prompt)
     }
 
-    /// The hashes of the first `blocks` full blocks of sequence `id`, extending (and
-    /// keeping) its chain as needed.
-    fn hash_chain(&mut self, id: SeqId, blocks: usize) -> Vec<BlockHash> {
-        let (bs, version) = (self.config.block_size, self.config.weights_version);
-        let seq = self.seqs.get_mut(&id).expect("sequence exists");
-        while seq.hashes.len() < blocks {
-            let b = seq.hashes.len();
-            let tokens = &seq.tokens[b * bs..(b + 1) * bs];
-            let hash = BlockHash::chain(seq.hashes.last(), tokens, version);
-            seq.hashes.push(hash);
-        }
-        seq.hashes[..blocks].to_vec()
-    }
-
-    /// Gives sequence `id` the blocks to compute its next `want` tokens, copying a shared
-    /// block it is about to write into. All or nothing: false (and no change) when the pool
-    /// has too few free blocks.
+    /// Gives sequence `id` the blocks to compute its next `want` tokens, with the step's
+    /// copy of a shared block it is about to write into. All or nothing: false (and no
+    /// change) when the pool has too few free blocks.
     fn try_allocate(&mut self, id: SeqId, want: usize, plan: &mut StepPlan) -> bool {
-        let bs = self.config.block_size;
-        let seq = &self.seqs[&id];
-        let start = seq.num_computed_tokens;
-        let new_blocks = (start + want).div_ceil(bs).saturating_sub(seq.blocks.len());
-        // The block the first new token goes into, when it is already in the table and
-        // others share it (the partial last block of a forked prompt).
-        let first = start / bs;
-        let shared = seq
-            .blocks
-            .get(first)
-            .copied()
-            .filter(|&b| self.pool.ref_count(b) > 1);
-        if self.pool.num_free() < new_blocks + usize::from(shared.is_some()) {
-            return false;
+        let computed = self.seqs[&id].num_computed_tokens;
+        match self.blocks.allocate(id, computed, want) {
+            Ok(copy) => {
+                plan.copies.extend(copy);
+                true
+            }
+            Err(OutOfBlocks) => false,
         }
-        let mut taken = Vec::with_capacity(new_blocks);
-        for _ in 0..new_blocks {
-            taken.push(self.pool.allocate().expect("counted free blocks"));
-        }
-        let copy = shared.map(|src| {
-            let dst = self.pool.allocate().expect("counted free blocks");
-            self.pool.release(src);
-            BlockCopy { src, dst }
-        });
-        let seq = self.seqs.get_mut(&id).expect("sequence exists");
-        if let Some(copy) = copy {
-            seq.blocks[first] = copy.dst;
-            plan.copies.push(copy);
-        }
-        seq.blocks.extend(taken);
-        true
     }
 
     fn make_chunk(&self, id: SeqId, want: usize) -> Chunk {
@@ -562,44 +368,10 @@ impl Scheduler {
             seq: id,
             start,
             tokens: seq.tokens[start..start + want].to_vec(),
-            block_table: seq.blocks.clone(),
+            block_table: self.blocks.table(id).to_vec(),
             is_prefill: seq.prefilling,
             drafted: 0,
         }
-    }
-
-    /// The draft to verify for running sequence `id` this step, if speculating: only for a
-    /// sample decoding a known token, no longer than its tokens left to draw, the context,
-    /// the step's budget and rows, and (in auto mode) the tokens worth a row each.
-    /// `None` when no draft is asked for; an empty draft when the index had none.
-    fn draft_for(&self, id: SeqId, budget: usize, rows_left: usize) -> Option<Vec<u32>> {
-        if !self.drafting.active {
-            return None;
-        }
-        let seq = &self.seqs[&id];
-        let Role::Sample(k) = seq.role else {
-            return None;
-        };
-        let last = *seq.tokens.last().expect("a sample has tokens");
-        if seq.scoring || seq.num_uncomputed() != 1 || last & DRAWN != 0 {
-            return None;
-        }
-        let params = &self.requests[&seq.request].request.params;
-        let tokens_left = params.max_tokens.saturating_sub(seq.generated().len() + 1);
-        let context_left = self
-            .config
-            .max_model_len
-            .saturating_sub(seq.tokens.len() + 1);
-        let mut max = MAX_DRAFT
-            .min(tokens_left)
-            .min(context_left)
-            .min(budget.saturating_sub(1))
-            .min(rows_left.saturating_sub(1));
-        if self.drafting.mode == SpecMode::Auto {
-            let decoding = self.running.len();
-            max = self.drafting.policy.keep(decoding, decoding, max);
-        }
-        (max > 0).then(|| self.drafting.draft(seq.request, k, max))
     }
 
     /// A chunk of sample `id`'s last drawn token followed by `draft`, its blocks taken.
@@ -607,98 +379,21 @@ impl Scheduler {
         let mut chunk = self.make_chunk(id, 1);
         chunk.drafted = draft.len();
         chunk.tokens.extend(draft);
-        chunk.block_table = self.seqs[&id].blocks.clone();
         chunk
     }
 
-    /// A chunk that reaches its sequence's last token draws: `n` tokens for a root (its
-    /// samples), one for a sample. A scoring request's root scores the first token of each
-    /// completion instead, and a scoring sample scores each of its tokens past the prompt.
+    /// Adds each chunk's draws and targets (see [`rows`]), in chunk order.
     fn add_draws_and_targets(&self, plan: &mut StepPlan) {
-        for (c, chunk) in plan.chunks.iter().enumerate() {
+        let StepPlan {
+            chunks,
+            draws,
+            targets,
+            ..
+        } = plan;
+        for (c, chunk) in chunks.iter().enumerate() {
             let seq = &self.seqs[&chunk.seq];
             let request = &self.requests[&seq.request].request;
-            if seq.scoring {
-                let Role::Sample(k) = seq.role else {
-                    unreachable!("only samples score")
-                };
-                for p in seq.next_target_position().max(chunk.start)..chunk.end() {
-                    plan.targets.push(Target {
-                        chunk: c,
-                        offset: p - chunk.start,
-                        token: seq.tokens[p + 1],
-                        sample_index: k,
-                    });
-                }
-                continue;
-            }
-            if chunk.end() < seq.tokens.len() {
-                continue;
-            }
-            if let (Role::Sample(k), true) = (seq.role, chunk.drafted > 0) {
-                // Row i draws the token after the draft's first i tokens.
-                let first = chunk.tokens.len() - 1 - chunk.drafted;
-                let generated = seq.generated().len();
-                for i in 0..=chunk.drafted {
-                    plan.draws
-                        .push(self.make_draw(c, first + i, seq, k, generated + i));
-                }
-                continue;
-            }
-            let samples = match seq.role {
-                Role::Root => 0..request.n as u32,
-                Role::Sample(k) => k..k + 1,
-            };
-            for sample_index in samples {
-                if !request.forced.is_empty() {
-                    plan.targets.push(Target {
-                        chunk: c,
-                        offset: chunk.tokens.len() - 1,
-                        token: request.forced[sample_index as usize][0],
-                        sample_index,
-                    });
-                    continue;
-                }
-                let (last, generated) = (chunk.tokens.len() - 1, seq.generated().len());
-                plan.draws
-                    .push(self.make_draw(c, last, seq, sample_index, generated));
-            }
-        }
-    }
-
-    /// The draw of sample `sample_index` of `seq`'s request from row `offset` of chunk
-    /// `c`, of the token after its first `generated` ones. Stop tokens are forbidden until
-    /// min_tokens (a root's draws are all first tokens, so the draws of one row share
-    /// what they forbid).
-    fn make_draw(
-        &self,
-        c: usize,
-        offset: usize,
-        seq: &Sequence,
-        sample_index: u32,
-        generated: usize,
-    ) -> Draw {
-        let request = &self.requests[&seq.request].request;
-        let params = &request.params;
-        let forbidden = match generated < params.min_tokens {
-            true => params.stop_ids.clone(),
-            false => Vec::new(),
-        };
-        Draw {
-            chunk: c,
-            offset,
-            request: seq.request,
-            request_index: request.index,
-            sample_index,
-            key_index: params.key_index(request.index),
-            position: (seq.prompt_len + generated) as u32,
-            seed: params.seed,
-            temperature: params.temperature,
-            top_k: params.top_k,
-            top_p: params.top_p,
-            min_p: params.min_p,
-            forbidden,
-            top_logprobs: params.top_logprobs,
+            rows::add_draws_and_targets(c, chunk, seq, request, draws, targets);
         }
     }
 
@@ -707,257 +402,35 @@ impl Scheduler {
         let pos = self.running.iter().position(|&s| s == id);
         self.running
             .remove(pos.expect("preempting a running sequence"));
-        self.release_blocks(id);
+        self.blocks.free(id);
         let seq = self.seqs.get_mut(&id).expect("sequence exists");
         seq.num_computed_tokens = 0;
         self.waiting.push_front(id);
         self.stats.preemptions += 1;
     }
 
-    /// Releases a sequence's blocks, last first (prefix blocks are evicted last).
-    fn release_blocks(&mut self, id: SeqId) {
-        let seq = self.seqs.get_mut(&id).expect("sequence exists");
-        for &b in seq.blocks.iter().rev() {
-            self.pool.release(b);
-        }
-        seq.blocks.clear();
-    }
-
-    /// Applies what `plan` (submitted, not yet updated) computes, and gives each sample
-    /// that draws in it a placeholder token (`DRAWN | d` for draw `d`), so that the next
-    /// `schedule` can plan the step after it before its tokens are known. A sample that
-    /// will end at its length with the token drawn gets none (it takes no next step).
-    /// `update(plan, ..)` must come next, before another `advance`.
-    pub fn advance(&mut self, plan: &StepPlan) {
-        // How many drafted tokens a step accepts is known only from its results.
-        assert!(
-            plan.chunks.iter().all(|c| c.drafted == 0),
-            "a step with drafts cannot be advanced past"
-        );
-        for chunk in &plan.chunks {
-            if self.seqs.contains_key(&chunk.seq) {
-                self.computed(chunk);
+    /// Puts root `root`'s samples `children` (those still unfinished) in its place in the
+    /// queues, and removes the root: a root gives way to its samples once they are forked.
+    fn give_way_to_samples(&mut self, root: SeqId, children: Vec<SeqId>) {
+        let live: Vec<SeqId> = children
+            .into_iter()
+            .filter(|c| self.seqs.contains_key(c))
+            .collect();
+        // A root preempted while its last step ran (planned ahead) waits: its samples
+        // take its place in the queue, and recompute the prompt from the cache.
+        if let Some(pos) = self.running.iter().position(|&s| s == root) {
+            self.running.splice(pos..=pos, live);
+        } else {
+            let pos = self.waiting.iter().position(|&s| s == root);
+            let pos = pos.expect("a forking root is running or waiting");
+            self.waiting.remove(pos);
+            // The preempted root holds no blocks, so neither do its samples.
+            for (i, child) in live.into_iter().enumerate() {
+                self.waiting.insert(pos + i, child);
             }
         }
-        for (d, draw) in plan.draws.iter().enumerate() {
-            let id = plan.chunks[draw.chunk].seq;
-            let Some(seq) = self.seqs.get(&id) else {
-                continue;
-            };
-            if seq.role == Role::Root || seq.scoring {
-                continue; // a root forks its samples in update
-            }
-            let params = &self.requests[&seq.request].request.params;
-            let ends = seq.generated().len() + 1 >= params.max_tokens
-                || seq.tokens.len() + 1 >= self.config.max_model_len;
-            if !ends {
-                let seq = self.seqs.get_mut(&id).expect("looked up above");
-                seq.tokens.push(DRAWN | d as u32);
-            }
-        }
-        for target in &plan.targets {
-            let id = plan.chunks[target.chunk].seq;
-            if let Some(seq) = self.seqs.get_mut(&id)
-                && seq.scoring
-            {
-                seq.pending_scores += 1;
-            }
-        }
-        self.advanced = true;
-    }
-
-    /// Applies a step's results (`results[i]` for `plan.draws[i]`, `scores[i]` the
-    /// log-prob for `plan.targets[i]`) and returns the samples that finished. Results of
-    /// sequences that are gone (finished or aborted since the step was planned) are
-    /// ignored.
-    pub fn update(
-        &mut self,
-        plan: &StepPlan,
-        results: &[DrawResult],
-        scores: &[f32],
-    ) -> Result<Vec<FinishedSample>, SchedError> {
-        if results.len() != plan.draws.len() || scores.len() != plan.targets.len() {
-            return Err(SchedError::ResultCount {
-                draws: results.len(),
-                want_draws: plan.draws.len(),
-                scores: scores.len(),
-                want_scores: plan.targets.len(),
-            });
-        }
-        let advanced = std::mem::take(&mut self.advanced);
-        if !advanced {
-            for chunk in &plan.chunks {
-                if self.seqs.contains_key(&chunk.seq) && chunk.drafted == 0 {
-                    self.computed(chunk);
-                }
-            }
-        }
-        self.rejected_draws.clear();
-        let mut finished = Vec::new();
-        let mut forks: HashMap<SeqId, Vec<SeqId>> = HashMap::new();
-        // Per chunk with a draft: drafted tokens accepted so far, and whether one was not.
-        let mut verified: BTreeMap<usize, (usize, bool)> = BTreeMap::new();
-        for (d, (draw, result)) in plan.draws.iter().zip(results).enumerate() {
-            let chunk = &plan.chunks[draw.chunk];
-            let parent = chunk.seq;
-            if chunk.drafted > 0 {
-                // Row i's draw counts only if the drafted token fed to it (row i's input)
-                // is the one row i - 1 drew.
-                let row = draw.offset + chunk.drafted + 1 - chunk.tokens.len();
-                let state = verified.entry(draw.chunk).or_insert((0, false));
-                if !self.seqs.contains_key(&parent) {
-                    state.1 = true; // finished (or aborted) at an earlier row
-                }
-                if row > 0 && !state.1 {
-                    if results[d - 1].token == chunk.tokens[draw.offset] {
-                        state.0 += 1;
-                    } else {
-                        state.1 = true;
-                    }
-                }
-                if state.1 {
-                    self.rejected_draws.push(d);
-                    continue;
-                }
-            }
-            if !self.seqs.contains_key(&parent) {
-                continue;
-            }
-            self.stats.generated_tokens += 1;
-            let target = match self.seqs[&parent].role {
-                Role::Root => {
-                    let child = self.fork(parent, draw.sample_index);
-                    forks.entry(parent).or_default().push(child);
-                    child
-                }
-                Role::Sample(_) => parent,
-            };
-            let seq = self.seqs.get_mut(&target).expect("sequence exists");
-            match seq.tokens.last_mut() {
-                Some(last) if *last == DRAWN | d as u32 => *last = result.token,
-                _ => seq.tokens.push(result.token),
-            }
-            seq.logprobs.push(result.logprob);
-            seq.sampling_logprobs.push(result.sampling_logprob);
-            seq.weights_versions.push(plan.weights_version);
-            if !result.top.is_empty() {
-                seq.top_logprobs.push(result.top.clone());
-            }
-            let (request, k) = (seq.request, draw.sample_index);
-            self.drafting.push(request, k, result.token);
-            if let Some(reason) = self.finish_reason(target) {
-                finished.push(self.finish(target, reason));
-            }
-        }
-        for (&c, &(accepted, _)) in &verified {
-            self.verified(&plan.chunks[c], accepted);
-        }
-        if !verified.is_empty() {
-            self.drafting.stats.steps += 1;
-        }
-        for (target, &logprob) in plan.targets.iter().zip(scores) {
-            let parent = plan.chunks[target.chunk].seq;
-            if !self.seqs.contains_key(&parent) {
-                continue;
-            }
-            self.stats.scored_tokens += 1;
-            // A sample's target was counted pending by `advance`; a root's forks a new one.
-            let (seq, was_pending) = match self.seqs[&parent].role {
-                Role::Root => {
-                    let child = self.fork_forced(parent, target.sample_index);
-                    forks.entry(parent).or_default().push(child);
-                    (child, false)
-                }
-                Role::Sample(_) => (parent, advanced),
-            };
-            let s = self.seqs.get_mut(&seq).expect("sequence exists");
-            if was_pending {
-                s.pending_scores -= 1;
-            }
-            s.logprobs.push(logprob);
-            s.weights_versions.push(plan.weights_version);
-            if s.logprobs.len() == s.tokens.len() - s.prompt_len {
-                finished.push(self.finish(seq, FinishReason::Length));
-            }
-        }
-        // Roots give way to their samples, in place in the running order.
-        for (root, children) in forks {
-            let live: Vec<SeqId> = children
-                .into_iter()
-                .filter(|c| self.seqs.contains_key(c))
-                .collect();
-            // A root preempted while its last step ran (planned ahead) waits: its samples
-            // take its place in the queue, and recompute the prompt from the cache.
-            if let Some(pos) = self.running.iter().position(|&s| s == root) {
-                self.running.splice(pos..=pos, live);
-            } else {
-                let pos = self.waiting.iter().position(|&s| s == root);
-                let pos = pos.expect("a forking root is running or waiting");
-                self.waiting.remove(pos);
-                // The preempted root holds no blocks, so neither do its samples.
-                for (i, child) in live.into_iter().enumerate() {
-                    self.waiting.insert(pos + i, child);
-                }
-            }
-            self.release_blocks(root);
-            self.seqs.remove(&root);
-        }
-        Ok(finished)
-    }
-
-    /// Records that draft chunk `chunk` ran and `accepted` of its drafted tokens were
-    /// taken: its first token and those are computed; the rejected rows' K and V are
-    /// dropped (their positions are written again when computed for real), and blocks
-    /// that only they used go back to the pool.
-    fn verified(&mut self, chunk: &Chunk, accepted: usize) {
-        let stats = &mut self.drafting.stats;
-        stats.drafts += 1;
-        stats.drafted_tokens += chunk.drafted;
-        stats.accepted_tokens += accepted;
-        self.drafting.policy.record_verify(chunk.drafted, accepted);
-        if !self.seqs.contains_key(&chunk.seq) {
-            return; // finished by a token it drew: its blocks are back already
-        }
-        let kept = Chunk {
-            tokens: chunk.tokens[..1 + accepted].to_vec(),
-            drafted: 0,
-            ..chunk.clone()
-        };
-        self.computed(&kept);
-        let bs = self.config.block_size;
-        let seq = self.seqs.get_mut(&chunk.seq).expect("checked above");
-        let needed = seq.num_computed_tokens.div_ceil(bs);
-        let extra: Vec<BlockId> = seq.blocks.drain(needed.min(seq.blocks.len())..).collect();
-        for b in extra.into_iter().rev() {
-            self.pool.release(b);
-        }
-    }
-
-    /// Records that `chunk` ran: its tokens are computed, and blocks it filled are named.
-    fn computed(&mut self, chunk: &Chunk) {
-        let bs = self.config.block_size;
-        let seq = self
-            .seqs
-            .get_mut(&chunk.seq)
-            .expect("planned sequence exists");
-        let before = seq.num_computed_tokens / bs;
-        seq.num_computed_tokens = chunk.end();
-        let full = seq.num_computed_tokens / bs;
-        if chunk.is_prefill {
-            self.stats.prefill_tokens_computed += chunk.tokens.len();
-        }
-        if seq.num_computed_tokens == seq.compute_len() {
-            seq.prefilling = false;
-        }
-        if full > before {
-            let hashes = self.hash_chain(chunk.seq, full);
-            if self.config.prefix_caching {
-                let seq = &self.seqs[&chunk.seq];
-                for (b, hash) in hashes.into_iter().enumerate().skip(before) {
-                    self.pool.register(seq.blocks[b], hash);
-                }
-            }
-        }
+        self.blocks.remove(root);
+        self.seqs.remove(&root);
     }
 
     /// A new sample of `root`'s request sharing all of the root's blocks.
@@ -968,10 +441,9 @@ impl Scheduler {
             role: Role::Sample(sample_index),
             ..parent.clone()
         };
-        for &b in &child.blocks {
-            self.pool.acquire(b);
-        }
-        self.new_seq(child)
+        let child = self.new_seq(child);
+        self.blocks.fork(root, child);
+        child
     }
 
     /// A scoring sample of `root`'s request: the prompt's blocks shared, then completion
@@ -987,27 +459,9 @@ impl Scheduler {
         child
     }
 
-    fn finish_reason(&self, id: SeqId) -> Option<FinishReason> {
-        let seq = &self.seqs[&id];
-        let params: &SamplingParams = &self.requests[&seq.request].request.params;
-        let last = *seq.tokens.last().expect("a sample has drawn a token");
-        // The first min_tokens tokens cannot stop the sample (stop tokens are masked there,
-        // so one is drawn only when nothing else was left).
-        let may_stop = seq.generated().len() > params.min_tokens;
-        if may_stop && params.stop_ids.contains(&last) {
-            Some(FinishReason::Stop)
-        } else if seq.generated().len() >= params.max_tokens
-            || seq.tokens.len() >= self.config.max_model_len
-        {
-            Some(FinishReason::Length)
-        } else {
-            None
-        }
-    }
-
     /// Removes sample `id`, gives its blocks back and returns what it generated.
     fn finish(&mut self, id: SeqId, reason: FinishReason) -> FinishedSample {
-        self.release_blocks(id);
+        self.blocks.remove(id);
         self.running.retain(|&s| s != id);
         self.waiting.retain(|&s| s != id);
         let seq = self.seqs.remove(&id).expect("sequence exists");
@@ -1016,25 +470,14 @@ impl Scheduler {
             Role::Sample(k) => k,
             Role::Root => unreachable!("roots fork before they finish"),
         };
-        let out = FinishedSample {
-            request: seq.request,
-            request_index: state.request.index,
-            sample_index,
-            prompt_token_ids: seq.tokens[..seq.prompt_len].to_vec(),
-            token_ids: seq.tokens[seq.prompt_len..].to_vec(),
-            logprobs: seq.logprobs,
-            sampling_logprobs: seq.sampling_logprobs,
-            top_logprobs: seq.top_logprobs,
-            weights_versions: seq.weights_versions,
-            finish_reason: reason,
-            stopped_by: None,
-            cached_prompt_tokens: state.cached_prompt_tokens.unwrap_or(0),
-        };
+        let request = seq.request;
+        let cached = state.cached_prompt_tokens.unwrap_or(0);
+        let out = seq.into_finished(sample_index, state.request.index, reason, cached);
         state.unfinished -= 1;
-        self.drafting.finished(seq.request, &out.token_ids);
+        self.drafting.finished(request, &out.token_ids);
         if state.unfinished == 0 {
-            self.requests.remove(&seq.request);
-            self.drafting.end_request(seq.request);
+            self.requests.remove(&request);
+            self.drafting.end_request(request);
         }
         out
     }
@@ -1051,7 +494,7 @@ impl Scheduler {
                     Role::Root => None,
                     Role::Sample(k) => Some(k),
                 },
-                blocks: seq.blocks.clone(),
+                blocks: self.blocks.table(seq.id).to_vec(),
             })
             .collect();
         out.sort_by_key(|t| (t.request_index, t.sample));
@@ -1069,67 +512,13 @@ impl Scheduler {
     pub fn set_weights_version(&mut self, version: u64) {
         self.drafting.corpus.clear();
         self.config.weights_version = version;
-    }
-
-    /// Plans the next steps with drafts (when the mode allows) or without: the engine
-    /// turns it on only for steps it does not plan ahead of the one before, since a
-    /// draft needs its sample's last token known.
-    pub fn set_speculating(&mut self, on: bool) {
-        self.drafting.active = on && self.config.speculative != SpecMode::Off;
-    }
-
-    /// Whether the next step should carry drafts: never when off, whenever a sample
-    /// decodes with `suffix`, and with `auto` when the measured acceptance and step cost
-    /// predict a gain.
-    pub fn wants_speculation(&mut self) -> bool {
-        let decoding = self.running.len();
-        match self.config.speculative {
-            SpecMode::Off => false,
-            SpecMode::Suffix => decoding > 0,
-            SpecMode::Auto => self.drafting.policy.should_speculate(decoding, decoding),
-        }
-    }
-
-    /// A step of `rows` rows took `step_s`, `cpu_s` of it CPU work (given for steps that
-    /// only decode), hidden when it was `overlapped` with planning the next (for `auto`).
-    pub fn record_step_cost(
-        &mut self,
-        rows: usize,
-        step_s: f64,
-        cpu_s: Option<f64>,
-        overlapped: bool,
-    ) {
-        self.drafting
-            .policy
-            .record_step(rows, step_s, cpu_s, overlapped);
-    }
-
-    /// Keeps every finished sample as a draft source for later requests with the same
-    /// prompt (a server's per-prompt corpus; cleared when the weights change).
-    pub fn keep_draft_corpus(&mut self, on: bool) {
-        self.drafting.keep_corpus = on;
-    }
-
-    /// Adds an earlier completion of `prompt` to draft from (`--draft-corpus`).
-    pub fn add_draft_corpus(&mut self, prompt: &[u32], completion: &[u32]) {
-        self.drafting.corpus.add(prompt, completion);
-    }
-
-    /// What speculation did so far.
-    pub fn spec_stats(&self) -> &SpecStats {
-        &self.drafting.stats
-    }
-
-    /// The draws of the last `update` that were not applied (rows after a rejected
-    /// drafted token): their tokens are not part of any sample.
-    pub fn rejected_draws(&self) -> &[usize] {
-        &self.rejected_draws
+        self.blocks.set_weights_version(version);
     }
 
     /// Forgets the prefix cache's reusable entries (the hashes of free blocks); returns
     /// how many. A later prompt recomputes what they held.
     pub fn reset_prefix_cache(&mut self) -> usize {
-        self.pool.forget_free_hashes()
+        self.blocks.reset_prefix_cache()
     }
 
     /// Once request `id`'s prompt has been admitted (its first chunk scheduled), the
@@ -1172,9 +561,10 @@ impl Scheduler {
     /// far (a request that had not forked yet returns `n` empty samples). Call it between
     /// steps (after `update`, before the next `schedule`).
     pub fn abort(&mut self, id: RequestId) -> Result<Vec<FinishedSample>, SchedError> {
-        let (request, cached) = match self.requests.get(&id) {
+        let (n, index, cached) = match self.requests.get(&id) {
             Some(state) => (
-                state.request.clone(),
+                state.request.n as u32,
+                state.request.index,
                 state.cached_prompt_tokens.unwrap_or(0),
             ),
             None => return Err(SchedError::UnknownRequest(id)),
@@ -1185,24 +575,15 @@ impl Scheduler {
         let mut out = Vec::new();
         for seq in ids {
             if self.seqs[&seq].role == Role::Root {
-                self.release_blocks(seq);
+                self.blocks.remove(seq);
                 self.running.retain(|&s| s != seq);
                 self.waiting.retain(|&s| s != seq);
-                self.seqs.remove(&seq);
-                out.extend((0..request.n as u32).map(|k| FinishedSample {
-                    request: id,
-                    request_index: request.index,
-                    sample_index: k,
-                    prompt_token_ids: request.prompt.clone(),
-                    token_ids: Vec::new(),
-                    logprobs: Vec::new(),
-                    sampling_logprobs: Vec::new(),
-                    top_logprobs: Vec::new(),
-                    weights_versions: Vec::new(),
-                    finish_reason: FinishReason::Abort,
-                    stopped_by: None,
-                    cached_prompt_tokens: cached,
-                }));
+                let root = self.seqs.remove(&seq).expect("queued sequence exists");
+                let abort = |k| {
+                    root.clone()
+                        .into_finished(k, index, FinishReason::Abort, cached)
+                };
+                out.extend((0..n).map(abort));
             } else {
                 out.push(self.finish(seq, FinishReason::Abort));
             }
@@ -1213,54 +594,20 @@ impl Scheduler {
         Ok(out)
     }
 
-    /// Checks the invariants between the block tables and the pool; describes the first
-    /// violation.
+    /// Checks the invariants of the block tables and the pool, and of the queues;
+    /// describes the first violation.
     pub fn check(&self) -> Result<(), String> {
-        self.pool.check()?;
-        let mut uses = vec![0u32; self.pool.num_blocks()];
         for seq in self.seqs.values() {
-            for &b in &seq.blocks {
-                uses[b as usize] += 1;
-            }
             if !self.advanced && seq.pending_scores != 0 {
                 return Err(format!(
                     "{:?} has {} scores pending with no step in flight",
                     seq.id, seq.pending_scores
                 ));
             }
-            let covered = seq.blocks.len() * self.config.block_size;
-            if covered < seq.num_computed_tokens {
-                return Err(format!(
-                    "{:?} has computed {} tokens but its table covers {covered}",
-                    seq.id, seq.num_computed_tokens
-                ));
-            }
-            for (b, hash) in seq.hashes.iter().enumerate() {
-                let Some(&block) = seq.blocks.get(b) else {
-                    break;
-                };
-                let computed = (b + 1) * self.config.block_size <= seq.num_computed_tokens;
-                match self.pool.hash_of(block) {
-                    Some(named) if computed && named != *hash => {
-                        return Err(format!(
-                            "{:?} block {b} (id {block}) is named {} but holds {}",
-                            seq.id,
-                            named.short(),
-                            hash.short()
-                        ));
-                    }
-                    _ => {}
-                }
-            }
         }
-        for (b, &n) in uses.iter().enumerate() {
-            let count = self.pool.ref_count(b as BlockId);
-            if count != n {
-                return Err(format!(
-                    "block {b} has reference count {count} but {n} block-table uses"
-                ));
-            }
-        }
+        let computed = self.seqs.values();
+        self.blocks
+            .check(computed.map(|seq| (seq.id, seq.num_computed_tokens)))?;
         let in_queues = self.running.len() + self.waiting.len();
         if in_queues != self.seqs.len() {
             return Err(format!(

@@ -1,13 +1,14 @@
-//! One sequence of tokens with its place in the KV pool.
+//! One sequence of tokens: whose it is, what it has generated, and how many of its tokens
+//! have their K and V in the pool (its blocks and their hash chain are the block manager's,
+//! `super::block_manager`).
 //!
 //! A request starts as one *root* sequence holding the prompt. When its last prompt token
 //! has been computed, the root draws `n` tokens from the same logits and forks into `n`
 //! *sample* sequences that share every one of its blocks (the partial last block is copied
-//! on write). A preempted sequence keeps its tokens and hashes and recomputes its KV later.
+//! on write). A preempted sequence keeps its tokens and recomputes its KV later.
 
-use crate::kv::{BlockHash, BlockId};
-
-use super::request::{RequestId, TopLogprob};
+use super::plan::{DRAWN, DrawResult};
+use super::request::{FinishReason, FinishedSample, RequestId, SamplingParams, TopLogprob};
 
 /// The scheduler's name for a sequence.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -39,10 +40,6 @@ pub(crate) struct Sequence {
     pub weights_versions: Vec<u64>,
     /// Tokens whose K and V are in the pool (`tokens[..num_computed_tokens]`).
     pub num_computed_tokens: usize,
-    /// The block table: position `p` lives in `blocks[p / block_size]`.
-    pub blocks: Vec<BlockId>,
-    /// The hash chain of the full blocks computed so far (kept across preemption).
-    pub hashes: Vec<BlockHash>,
     /// Whether this sequence's current stay in the running set began with a prefill
     /// (admission or readmission) that has not finished.
     pub prefilling: bool,
@@ -74,5 +71,81 @@ impl Sequence {
     /// step in flight (scoring only).
     pub fn next_target_position(&self) -> usize {
         self.prompt_len + self.logprobs.len() + self.pending_scores - 1
+    }
+
+    /// Takes the token of draw `d` of a step (in place of its placeholder `DRAWN | d`, put
+    /// there when the next step was planned before the token was known), with its
+    /// log-probs, drawn under `weights_version`.
+    pub fn record_draw(&mut self, d: usize, result: &DrawResult, weights_version: u64) {
+        match self.tokens.last_mut() {
+            Some(last) if *last == DRAWN | d as u32 => *last = result.token,
+            _ => self.tokens.push(result.token),
+        }
+        self.logprobs.push(result.logprob);
+        self.sampling_logprobs.push(result.sampling_logprob);
+        self.weights_versions.push(weights_version);
+        if !result.top.is_empty() {
+            self.top_logprobs.push(result.top.clone());
+        }
+    }
+
+    /// Takes the log-prob of the next given token, scored under `weights_version`
+    /// (`pending`: a step planned ahead counted it pending); returns whether every given
+    /// token is scored now (scoring only).
+    pub fn record_score(&mut self, logprob: f32, weights_version: u64, pending: bool) -> bool {
+        if pending {
+            self.pending_scores -= 1;
+        }
+        self.logprobs.push(logprob);
+        self.weights_versions.push(weights_version);
+        self.logprobs.len() == self.tokens.len() - self.prompt_len
+    }
+
+    /// Why a sample ends with the token it drew last, under `params` and a context of
+    /// `max_model_len` positions, if it does.
+    pub fn finish_reason(
+        &self,
+        params: &SamplingParams,
+        max_model_len: usize,
+    ) -> Option<FinishReason> {
+        let last = *self.tokens.last().expect("a sample has drawn a token");
+        // The first min_tokens tokens cannot stop the sample (stop tokens are masked there,
+        // so one is drawn only when nothing else was left).
+        let may_stop = self.generated().len() > params.min_tokens;
+        if may_stop && params.stop_ids.contains(&last) {
+            Some(FinishReason::Stop)
+        } else if self.generated().len() >= params.max_tokens || self.tokens.len() >= max_model_len
+        {
+            Some(FinishReason::Length)
+        } else {
+            None
+        }
+    }
+
+    /// What this sequence returns as sample `sample_index` of its request (the request's
+    /// `request_index`), ended for `reason`; `cached_prompt_tokens` came from the prefix
+    /// cache when its prompt was first admitted. An unforked root gives each of its samples
+    /// its prompt and nothing generated.
+    pub fn into_finished(
+        self,
+        sample_index: u32,
+        request_index: u32,
+        reason: FinishReason,
+        cached_prompt_tokens: usize,
+    ) -> FinishedSample {
+        FinishedSample {
+            request: self.request,
+            request_index,
+            sample_index,
+            prompt_token_ids: self.tokens[..self.prompt_len].to_vec(),
+            token_ids: self.tokens[self.prompt_len..].to_vec(),
+            logprobs: self.logprobs,
+            sampling_logprobs: self.sampling_logprobs,
+            top_logprobs: self.top_logprobs,
+            weights_versions: self.weights_versions,
+            finish_reason: reason,
+            stopped_by: None,
+            cached_prompt_tokens,
+        }
     }
 }
