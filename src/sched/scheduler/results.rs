@@ -19,7 +19,7 @@
 //! after every draw of its step, chunk by chunk in plan order, so blocks go back to the
 //! pool in one fixed order, which decides the blocks later steps get.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 use crate::sched::plan::{Chunk, DRAWN, DrawResult, StepPlan};
 use crate::sched::request::{FinishReason, FinishedSample};
@@ -100,7 +100,7 @@ impl Scheduler {
         }
         self.rejected_draws.clear();
         let mut finished = Vec::new();
-        let mut forks: HashMap<SeqId, Vec<SeqId>> = HashMap::new();
+        let mut forks: BTreeMap<SeqId, Vec<SeqId>> = BTreeMap::new();
         // Each chunk with a draft, and the drafted tokens it accepted.
         let mut drafts: Vec<(usize, usize)> = Vec::new();
         let mut d = 0;
@@ -155,7 +155,9 @@ impl Scheduler {
                 finished.push(self.finish(seq, FinishReason::Length));
             }
         }
-        // Roots give way to their samples, in place in the running order.
+        // Roots give way to their samples, in place in the running order; in the order the
+        // roots were made (a hash map's order would make the blocks they give back, and so
+        // the ids later plans get, differ from run to run).
         for (root, children) in forks {
             self.give_way_to_samples(root, children);
         }
@@ -171,7 +173,7 @@ impl Scheduler {
         plan: &StepPlan,
         d: usize,
         result: &DrawResult,
-        forks: &mut HashMap<SeqId, Vec<SeqId>>,
+        forks: &mut BTreeMap<SeqId, Vec<SeqId>>,
         finished: &mut Vec<FinishedSample>,
     ) -> bool {
         let draw = &plan.draws[d];
