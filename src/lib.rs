@@ -12,6 +12,7 @@ pub mod generate;
 pub mod gpu;
 pub mod kv;
 pub mod model;
+pub mod prompts;
 pub mod reference;
 pub mod rng;
 pub mod sched;
