@@ -11,6 +11,7 @@ pub mod formats;
 pub mod generate;
 pub mod gpu;
 pub mod kv;
+pub mod mismatch;
 pub mod model;
 pub mod prompts;
 pub mod reference;
