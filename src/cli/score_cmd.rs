@@ -34,10 +34,10 @@ use serde_json::{Value, json};
 use sprout::gpu::BackendChoice;
 use sprout::mismatch;
 use sprout::sched::{Request, SamplingParams};
+use sprout::tokenizer::vocabulary;
 
 use crate::cli::bootstrap::{self, Kernels};
 use crate::cli::cli_args::{EngineArgs, LoadedModel, ModelArg};
-use crate::cli::mismatch::vocabulary;
 use crate::cli::{json_out, progress};
 
 #[derive(Args)]

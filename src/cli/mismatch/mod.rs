@@ -14,15 +14,15 @@
 //! Only one format's copy is on the GPU at a time beside the trainer, and only one engine
 //! (with its KV cache) exists at a time.
 //!
-//! Files: `runs` (the engine work), `workload` (the prompts), `vocabulary` (a trainer that
-//! is another model), `floor`, `report` (Markdown and JSON), `plot`; the arithmetic is the
-//! library's, pure ([`sprout::mismatch`]).
+//! Files: `runs` (the engine work), `workload` (the prompts), `floor`, `report` (Markdown
+//! and JSON), `plot`; the arithmetic is the library's, pure ([`sprout::mismatch`]), and so
+//! is the check that a trainer which is another model has the same vocabulary
+//! ([`sprout::tokenizer::vocabulary`]).
 
 pub mod floor;
 mod plot;
 pub mod report;
 mod runs;
-pub mod vocabulary;
 mod workload;
 
 use std::path::{Path, PathBuf};
@@ -35,6 +35,7 @@ use sprout::gpu::{BackendChoice, Gpu};
 use sprout::mismatch::{DEFAULT_CAP, Mismatch, Sample};
 use sprout::model::open::{model_sha256, open_quantized};
 use sprout::sched::SamplingParams;
+use sprout::tokenizer::vocabulary;
 
 use crate::cli::bootstrap::{self, Kernels, Opened};
 use crate::cli::cli_args::{EngineArgs, LoadedModel, parse_weight_format};
