@@ -22,7 +22,7 @@ both shapes, each marked whether it is >= 0.9 (a report, not a check: the exit c
 count stops the script with an error).
 
 The server's prompts are cut, like the bench's, from the text the bench cuts its prompts
-from (read from src/cli/bench_workload.rs and tokenized by the server, which is also the
+from (read from src/cli/bench/workload.rs and tokenized by the server, which is also the
 warm-up request; if it cannot be read, consecutive token ids from 1000). The bench's
 prompt is that text's first 128 tokens and it computes it in every round (a new engine
 each time); the server would keep a prompt it has seen in its prefix cache, so each
@@ -56,7 +56,7 @@ import urllib.parse
 from sprout_server import Server
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-BENCH_WORKLOAD_RS = os.path.join(HERE, "..", "src", "cli", "bench_workload.rs")
+BENCH_WORKLOAD_RS = os.path.join(HERE, "..", "src", "cli", "bench", "workload.rs")
 FALLBACK_FIRST_ID = 1000
 SHAPES = ("bench", "server_n8", "server_8x1")
 GOOD_RATIO = 0.9

@@ -25,6 +25,11 @@ pub enum SproutError {
     Model(String),
     #[error("tokenizer: {0}")]
     Tokenizer(String),
+    /// Two models whose token ids mean different tokens, or whose logits cover different
+    /// numbers of ids, so one cannot score the other's tokens; the message names both
+    /// (`tokenizer::vocabulary`).
+    #[error("{0}")]
+    Vocabulary(String),
     #[error(transparent)]
     Io(#[from] std::io::Error),
     /// A request the scheduler cannot take; the message names the problem.

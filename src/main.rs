@@ -8,8 +8,8 @@ use sprout::gpu::BackendChoice;
 mod cli;
 
 use cli::{
-    bench_cmd, check, devices_cmd, export_cmd, generate_cmd, mismatch, rollout_cmd, score_cmd,
-    serve, tune_cmd,
+    bench, check, devices_cmd, export_cmd, generate_cmd, mismatch, rollout_cmd, score_cmd, serve,
+    tune_cmd,
 };
 
 #[derive(Parser)]
@@ -49,7 +49,7 @@ enum Command {
     /// weights, sequence ESS, by token probability and position), and the speed it buys.
     Mismatch(mismatch::MismatchArgs),
     /// Run one rollout workload in several batching modes and compare their speed.
-    Bench(bench_cmd::BenchArgs),
+    Bench(bench::BenchArgs),
     /// Time every kernel variant at the model's shapes on this adapter and keep the
     /// fastest (in a tune file every command then uses).
     Tune(tune_cmd::TuneArgs),
@@ -81,7 +81,7 @@ fn main() -> ExitCode {
         Command::Score(args) => score_cmd::run(cli.backend, args),
         Command::Serve(args) => serve::run(cli.backend, args),
         Command::Mismatch(args) => mismatch::run(cli.backend, args),
-        Command::Bench(args) => bench_cmd::run(cli.backend, args),
+        Command::Bench(args) => bench::run(cli.backend, args),
         Command::Tune(args) => tune_cmd::run(cli.backend, args),
         Command::Check(args) => check::run(cli.backend, args),
         Command::Export(args) => export_cmd::run(args),

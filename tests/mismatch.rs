@@ -2,7 +2,7 @@
 //! format with its speed, exactly 0 for a format against itself, the floor row on the
 //! exported default model, TIS weights per record, and a clear refusal of a trainer with
 //! another vocabulary. (The metrics' arithmetic is checked against hand-worked numbers in
-//! the binary's own tests: `cargo test --bin sprout mismatch`.)
+//! the library's own tests: `cargo test --lib mismatch`.)
 //!
 //! They run the release binary on the GPU: with no adapter the commands fail, and so do
 //! these tests.

@@ -1,13 +1,11 @@
-//! The prompts file's line parser (the CLI's own module, included as it is), and the
-//! chat messages a line gives rendered with SmolLM2's template.
+//! The prompts file's parser (`sprout::prompts`, as the CLI reads a file), and the chat
+//! messages a line gives rendered with SmolLM2's template.
 #![no_main]
 
-#[allow(dead_code)]
-#[path = "../../src/cli/prompts_file.rs"]
-mod prompts_file;
+use std::convert::Infallible;
 
 use libfuzzer_sys::fuzz_target;
-use prompts_file::{PromptInput, parse_line};
+use sprout::prompts::{PromptInput, parse_lines};
 use sprout::tokenizer::chat_template::ChatTemplate;
 
 /// SmolLM2-Instruct's template (ChatML with a default system prompt).
@@ -18,10 +16,9 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let template = ChatTemplate::new(SMOLLM2, "", "<|im_end|>").expect("a valid template");
-    for (i, line) in text.lines().enumerate() {
-        if let Ok(parsed) = parse_line(i + 1, line)
-            && let PromptInput::Messages(messages) = parsed.input
-        {
+    let Ok(lines) = parse_lines(text.lines().map(|l| Ok::<_, Infallible>(l.to_string())));
+    for parsed in lines.into_iter().flatten() {
+        if let PromptInput::Messages(messages) = parsed.input {
             let _ = template.render(&messages);
         }
     }

@@ -32,11 +32,12 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use serde_json::{Value, json};
 use sprout::gpu::BackendChoice;
+use sprout::mismatch;
 use sprout::sched::{Request, SamplingParams};
+use sprout::tokenizer::vocabulary;
 
 use crate::cli::bootstrap::{self, Kernels};
 use crate::cli::cli_args::{EngineArgs, LoadedModel, ModelArg};
-use crate::cli::mismatch::{metrics, vocabulary};
 use crate::cli::{json_out, progress};
 
 #[derive(Args)]
@@ -59,7 +60,7 @@ pub struct ScoreArgs {
     #[arg(long, value_name = "DIR", conflicts_with = "quantize")]
     trainer_model: Option<PathBuf>,
     /// The cap C of `tis_weight = min(p_train / p_rollout, C)` (with --trainer-model).
-    #[arg(long, default_value_t = metrics::DEFAULT_CAP)]
+    #[arg(long, default_value_t = mismatch::DEFAULT_CAP)]
     tis_cap: f64,
     #[command(flatten)]
     engine: EngineArgs,
@@ -313,7 +314,7 @@ pub fn run(backend: BackendChoice, args: ScoreArgs) -> Result<()> {
                         let weights: Vec<f64> = rollout
                             .iter()
                             .zip(&score)
-                            .map(|(&r, &t)| metrics::tis_weight(r, t, args.tis_cap))
+                            .map(|(&r, &t)| mismatch::tis_weight(r, t, args.tis_cap))
                             .collect();
                         line.record
                             .insert("trainer_logprobs".into(), json_out::to_value(&score)?);

@@ -9,11 +9,13 @@
 //! stream of ids into text pieces that are always complete UTF-8.
 //!
 //! Chat templates ([`chat_template`]) turn messages into the prompt text a model was
-//! trained on. This module reads GGUF metadata (`crate::formats`) but not the model
-//! readers: they import it, never the other way round.
+//! trained on; [`vocabulary`] checks that a trainer model can score the token ids of the
+//! model that rolled out. This module reads GGUF metadata (`crate::formats`) but not the
+//! model readers: they import it, never the other way round.
 
 pub mod chat_template;
 pub mod gguf_vocab;
+pub mod vocabulary;
 
 use std::path::Path;
 
@@ -214,7 +216,8 @@ impl IncrementalDecoder {
 mod tests {
     use super::*;
 
-    fn fixture(name: &str) -> Tokenizer {
+    /// A fixture model's tokenizer (`tests/fixtures/NAME`).
+    pub(super) fn fixture(name: &str) -> Tokenizer {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
         Tokenizer::from_file(dir.join(name).join("tokenizer.json")).unwrap()
     }

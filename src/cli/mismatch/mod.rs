@@ -6,7 +6,7 @@
 //! limit, temperature and seed for every format), timed after an untimed warm-up; then the
 //! trainer (`--trainer-model`, by default `--model` as stored) scores exactly the tokens it
 //! drew, teacher-forced, and the two lists of log-probs become a row of
-//! [`metrics::Mismatch`]. Both sides are the models' own temperature-1 log-probs (the
+//! [`sprout::mismatch::Mismatch`]. Both sides are the models' own temperature-1 log-probs (the
 //! records' `logprobs`, what `sprout score` computes); `--temperature` changes which tokens
 //! are drawn, not the distributions compared. A floor row ([`floor`]) sets sprout's own f32
 //! against transformers' f32 on a fixture's tokens.
@@ -14,16 +14,15 @@
 //! Only one format's copy is on the GPU at a time beside the trainer, and only one engine
 //! (with its KV cache) exists at a time.
 //!
-//! Files: `metrics` (the arithmetic, pure), `runs` (the engine work), `workload` (the
-//! prompts), `vocabulary` (a trainer that is another model), `floor`, `report` (Markdown
-//! and JSON), `plot`.
+//! Files: `runs` (the engine work), `workload` (the prompts), `floor`, `report` (Markdown
+//! and JSON), `plot`; the arithmetic is the library's, pure ([`sprout::mismatch`]), and so
+//! is the check that a trainer which is another model has the same vocabulary
+//! ([`sprout::tokenizer::vocabulary`]).
 
 pub mod floor;
-pub mod metrics;
 mod plot;
 pub mod report;
 mod runs;
-pub mod vocabulary;
 mod workload;
 
 use std::path::{Path, PathBuf};
@@ -33,13 +32,14 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use sprout::formats::WeightFormat;
 use sprout::gpu::{BackendChoice, Gpu};
+use sprout::mismatch::{DEFAULT_CAP, Mismatch, Sample};
 use sprout::model::open::{model_sha256, open_quantized};
 use sprout::sched::SamplingParams;
+use sprout::tokenizer::vocabulary;
 
 use crate::cli::bootstrap::{self, Kernels, Opened};
 use crate::cli::cli_args::{EngineArgs, LoadedModel, parse_weight_format};
 use crate::cli::json_out;
-use metrics::{DEFAULT_CAP, Mismatch, Sample};
 use report::{Adapter, Report, Row, Speed, Workload};
 
 #[derive(Args)]

@@ -11,8 +11,8 @@ use std::path::Path;
 use anyhow::{Result, anyhow, bail};
 use plotters::coord::{CoordTranslate, Shift};
 use plotters::prelude::*;
+use sprout::mismatch::{bucket_bounds, bucket_of};
 
-use super::metrics::bucket_bounds;
 use super::report::Row;
 use crate::cli::chart_font::{self, FAMILY};
 
@@ -155,7 +155,7 @@ fn by_position<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, rows: &[Row]) 
     let buckets = rows
         .iter()
         .filter_map(|r| r.mismatch.by_position.last())
-        .map(|b| super::metrics::bucket_of(b.start) + 1)
+        .map(|b| bucket_of(b.start) + 1)
         .max()
         .unwrap_or(1);
     let top = rows
@@ -199,7 +199,7 @@ fn by_position<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, rows: &[Row]) 
             .by_position
             .iter()
             .map(|b| {
-                let x = super::metrics::bucket_of(b.start) as f64;
+                let x = bucket_of(b.start) as f64;
                 (x, b.stats.k3_kl.max(K3_FLOOR))
             })
             .collect();

@@ -4,11 +4,11 @@
 //! The Markdown has three tables: the main one (speed, the KL figures, the spread of |r|,
 //! the TIS weights, the sequence-level ESS and the health verdict), the low-probability
 //! tokens apart, and `k3_kl` by position. The JSON holds every figure of
-//! [`Mismatch`](super::metrics::Mismatch) per row, the per-position buckets included.
+//! [`Mismatch`] per row, the per-position buckets included.
 
 use serde::Serialize;
 
-use super::metrics::{Health, LOW_PROBABILITY, Mismatch};
+use sprout::mismatch::{Health, LOW_PROBABILITY, Mismatch};
 
 /// A row's rollout speed.
 #[derive(Clone, Debug, Serialize)]

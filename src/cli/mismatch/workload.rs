@@ -8,10 +8,11 @@
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
+use sprout::prompts::{LineParams, PromptInput};
 use sprout::tokenizer::Tokenizer;
 use sprout::tokenizer::chat_template::{ChatTemplate, Message};
 
-use crate::cli::prompts_file::{self, LineParams, PromptInput};
+use crate::cli::prompts_file;
 
 /// Instructions of several kinds (lists, explanation, arithmetic, code, prose), so the
 /// completions cover the token types a rollout meets.

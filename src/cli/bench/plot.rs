@@ -5,7 +5,7 @@
 //!
 //! The format follows the file's extension; anything but `.svg` or `.png` is an error
 //! before the bench runs ([`PlotFormat::of`]). Text is drawn with the font of
-//! [`super::chart_font`]. This module knows nothing of the bench's
+//! [`crate::cli::chart_font`]. This module knows nothing of the bench's
 //! modes: it draws labelled bars.
 
 use std::path::Path;
@@ -18,7 +18,7 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use sprout::engine::StepTimings;
 
-use super::chart_font;
+use crate::cli::chart_font;
 
 const SIZE: (u32, u32) = (1200, 520);
 

@@ -1,6 +1,7 @@
 //! The mismatch metrics: how far a rollout engine's log-probabilities are from a trainer's
 //! on the same sampled tokens. Pure arithmetic on two lists of log-probs per sample; no
-//! GPU, no I/O.
+//! GPU, no I/O. A leaf: it imports nothing of sprout. `sprout mismatch` reports them and
+//! `sprout score` writes the TIS weights ([`tis_weight`]).
 //!
 //! Definitions (per token t of a sample, both log-probs of the token that was sampled):
 //! - `r = logp_rollout - logp_train` (natural log). Positive: the rollout engine was more

@@ -1,6 +1,6 @@
 //! `sprout bench`: one rollout workload in several batching modes, side by side.
 //!
-//! Every mode generates the same samples' worth of tokens (see `bench_workload`) on the
+//! Every mode generates the same samples' worth of tokens (see `workload`) on the
 //! same engine and KV budget; only how the work is batched differs:
 //! - `sequential`: one sample at a time (one sequence per step, each sample its own
 //!   request computing its own prompt), the way a plain generate loop runs.
@@ -21,7 +21,12 @@
 //! a burst of other work on a shared machine lands on every mode alike; each mode reports
 //! its median round (see `median_round`), and every round's tokens/s.
 //!
-//! With `--plot FILE.svg|png` the results are also drawn as a chart (`bench_plot`).
+//! With `--plot FILE.svg|png` the results are also drawn as a chart (`plot`).
+//!
+//! Files: `workload` (the prompts and the samples' lengths), `plot` (the chart).
+
+mod plot;
+mod workload;
 
 use std::collections::HashMap;
 use std::io::IsTerminal;
@@ -40,12 +45,12 @@ use sprout::model::decoder::Decoder;
 use sprout::sched::{FinishReason, Request, RequestId, SamplingParams, SpecStats};
 use sprout::spec::SpecMode;
 
-use crate::cli::bench_plot::{self, ModeBar, PlotFormat};
-use crate::cli::bench_workload::{Lengths, SampleSpec, Workload};
 use crate::cli::bootstrap::{self, Kernels};
 use crate::cli::cli_args::{EngineArgs, LoadArgs, ModelArg};
 use crate::cli::json_out;
 use crate::cli::warnings;
+use plot::{ModeBar, PlotFormat};
+use workload::{Lengths, SampleSpec, Workload};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -245,7 +250,7 @@ pub fn run(backend: BackendChoice, args: BenchArgs) -> Result<()> {
                 }
                 ids
             }
-            None => tokenizer.encode(crate::cli::bench_workload::text())?,
+            None => tokenizer.encode(workload::text())?,
         },
         // No vocabulary (dummy weights): as many random ids as the prompts need.
         None => {
@@ -253,7 +258,7 @@ pub fn run(backend: BackendChoice, args: BenchArgs) -> Result<()> {
             let len = Workload::text_len(args.prompts, args.prompt_tokens);
             let mut avoid = c.eos_token_ids.clone();
             avoid.extend(c.bos_token_id);
-            crate::cli::bench_workload::random_text_ids(len, c.vocab_size, &avoid, args.seed)?
+            workload::random_text_ids(len, c.vocab_size, &avoid, args.seed)?
         }
     };
     let workload = Workload::new(
@@ -404,7 +409,7 @@ pub fn run(backend: BackendChoice, args: BenchArgs) -> Result<()> {
                 time: r.time,
             })
             .collect();
-        bench_plot::draw(path, &title, &bars)?;
+        plot::draw(path, &title, &bars)?;
         eprintln!("chart: {}", path.display());
     }
     if args.json {
