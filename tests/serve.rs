@@ -535,6 +535,47 @@ fn chat_whole_and_streamed_equal_the_completion_of_the_rendered_prompt() {
     assert_error(&reply, 400, Some("max_tokens"), "maximum context length");
 }
 
+/// A server's chat template is a program from a flag: a bomb ends each chat request in a
+/// 400 naming the bound it hit, at once, and the server goes on serving; a template file
+/// past the size sprout compiles is refused at start, without being read whole.
+#[test]
+fn a_chat_template_bomb_is_a_400_naming_its_bound_and_a_huge_one_is_refused() {
+    let dir = std::env::temp_dir().join(format!("sprout-bombs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bomb = dir.join("bomb.jinja");
+    std::fs::write(&bomb, "{{ ((1,) * 100000000) | length }}").unwrap();
+    let server = Server::start(&["--chat-template", bomb.to_str().unwrap()]);
+    let request = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2});
+    let started = Instant::now();
+    let reply = post_to(server.port, "/v1/chat/completions", &request);
+    eprintln!(
+        "a bomb template's request answered in {:?}",
+        started.elapsed()
+    );
+    assert_error(&reply, 400, Some("messages"), "fuel");
+    let fine = post(server.port, &json!({"prompt": "Hello", "max_tokens": 2}));
+    assert_eq!(fine.status, 200, "{}", fine.body);
+    drop(server);
+
+    let huge = dir.join("huge.jinja");
+    std::fs::write(&huge, "x".repeat(1 << 20)).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_sprout"))
+        .args([
+            "serve",
+            "--model",
+            tiny_llama().to_str().unwrap(),
+            "--port",
+            "0",
+        ])
+        .args(["--chat-template", huge.to_str().unwrap()])
+        .output()
+        .unwrap();
+    std::fs::remove_dir_all(&dir).ok();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("262144 bytes"), "{stderr}");
+}
+
 /// Bodies made of the fields both APIs read, each set to a value picked from a list of
 /// awkward ones (wrong types, edges, huge numbers), sent to both routes: every reply is a
 /// success or a refusal in OpenAI's error body, and the server stays up with nothing held.

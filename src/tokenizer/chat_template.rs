@@ -4,12 +4,14 @@
 //! Every front end (the CLI's prompts files, the server's chat route, the web page's chat
 //! mode) makes its template with [`ChatTemplate::for_model`] and its prompt with
 //! [`ChatTemplate::prompt_ids`], so one set of messages becomes the same token ids
-//! everywhere.
+//! everywhere. A template is a program from a file or a server's flags: it renders within
+//! sprout's bounds (`template_limits`) or ends in an error naming the bound it hit.
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::SproutError;
 use crate::tokenizer::Tokenizer;
+use crate::tokenizer::template_limits::{self, CappedOutput};
 
 /// The token ids a template prints as `bos_token` and `eos_token`: a model's
 /// beginning-of-sequence id and its first end-of-sequence id. `None` prints empty text.
@@ -36,15 +38,16 @@ pub struct ChatTemplate {
 impl ChatTemplate {
     /// Compiles `source`; `bos_token` and `eos_token` are the texts templates may print.
     pub fn new(source: &str, bos_token: &str, eos_token: &str) -> Result<Self, SproutError> {
+        template_limits::check_source(source).map_err(SproutError::Model)?;
         let mut env = minijinja::Environment::new();
         minijinja_contrib::add_to_environment(&mut env);
-        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", |msg: String| -> Result<String, _> {
             Err(minijinja::Error::new(
                 minijinja::ErrorKind::InvalidOperation,
                 msg,
             ))
         });
+        template_limits::bound(&mut env);
         env.add_template_owned("chat", source.to_string())
             .map_err(|e| SproutError::Model(format!("the model's chat template: {e}")))?;
         Ok(ChatTemplate {
@@ -84,14 +87,22 @@ impl ChatTemplate {
     /// The prompt for `messages`, ending with the assistant's turn opened.
     pub fn render(&self, messages: &[Message]) -> Result<String, SproutError> {
         let template = self.env.get_template("chat").expect("added in new");
-        template
-            .render(minijinja::context! {
-                messages => minijinja::value::Serde(messages),
-                add_generation_prompt => true,
-                bos_token => self.bos_token.as_str(),
-                eos_token => self.eos_token.as_str(),
-            })
-            .map_err(|e| SproutError::Model(format!("rendering the chat template: {e}")))
+        let context = minijinja::context! {
+            messages => minijinja::value::Serde(messages),
+            add_generation_prompt => true,
+            bos_token => self.bos_token.as_str(),
+            eos_token => self.eos_token.as_str(),
+        };
+        let mut out = CappedOutput::default();
+        if let Err(e) = template.render_captured_to(context, &mut out) {
+            let why = template_limits::describe(&e, out.overflowed);
+            return Err(SproutError::Model(format!(
+                "rendering the chat template: {why}"
+            )));
+        }
+        String::from_utf8(out.bytes).map_err(|_| {
+            SproutError::Model("rendering the chat template: its output is not UTF-8".into())
+        })
     }
 }
 

@@ -15,6 +15,7 @@
 
 pub mod chat_template;
 pub mod gguf_vocab;
+pub mod template_limits;
 pub mod vocabulary;
 
 use std::path::Path;

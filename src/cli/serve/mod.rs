@@ -38,9 +38,10 @@ use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, anyhow, bail};
 use clap::Args;
 use sprout::gpu::BackendChoice;
+use sprout::tokenizer::template_limits;
 
 use crate::cli::cli_args::{EngineArgs, ModelArg};
 use messages::Command;
@@ -93,10 +94,12 @@ pub fn run(backend: BackendChoice, args: ServeArgs) -> Result<()> {
         bail!("--max-model-len must be at least 1");
     }
     let chat_template = match &args.chat_template {
-        Some(path) => Some(
-            std::fs::read_to_string(path)
-                .with_context(|| format!("reading the chat template {}", path.display()))?,
-        ),
+        Some(path) => {
+            let read = std::fs::File::open(path)
+                .map_err(|e| e.to_string())
+                .and_then(template_limits::read_source);
+            Some(read.map_err(|e| anyhow!("reading the chat template {}: {e}", path.display()))?)
+        }
         None => None,
     };
     let quantize = args.model.quantize.0;
