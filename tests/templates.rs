@@ -9,6 +9,7 @@
 #[path = "header_mutations/counting_alloc.rs"]
 mod counting_alloc;
 
+use std::alloc::{GlobalAlloc, Layout};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
@@ -17,11 +18,39 @@ use sprout::formats::gguf::GgufValue;
 use sprout::formats::gguf::writer::GgufWriter;
 use sprout::tokenizer::chat_template::{ChatTemplate, Message};
 
-#[global_allocator]
-static ALLOC: counting_alloc::Counting = counting_alloc::Counting;
-
 /// The most a bomb may have live at once.
 const MEMORY_CAP: usize = 100 << 20;
+/// Past this the allocator refuses (the process aborts), so a bound that fails cannot take
+/// the machine's memory before the test can say so.
+const HARD_CAP: usize = 1 << 30;
+
+/// The counting allocator, refusing what would pass [`HARD_CAP`].
+struct Capped;
+
+// SAFETY: forwards to `Counting` (which forwards to the system allocator) or refuses with
+// null, as `GlobalAlloc` allows.
+unsafe impl GlobalAlloc for Capped {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if counting_alloc::live() + layout.size() > HARD_CAP {
+            return std::ptr::null_mut();
+        }
+        unsafe { counting_alloc::Counting.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { counting_alloc::Counting.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if counting_alloc::live() + new_size.saturating_sub(layout.size()) > HARD_CAP {
+            return std::ptr::null_mut();
+        }
+        unsafe { counting_alloc::Counting.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: Capped = Capped;
 
 fn fixtures(dir: &str) -> Vec<(String, String)> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -58,3 +58,9 @@ pub fn mark() -> usize {
 pub fn peak_since(base: usize) -> usize {
     PEAK.load(Ordering::Relaxed).saturating_sub(base)
 }
+
+/// The bytes live now.
+#[allow(dead_code)] // used by some of the test crates that include this file
+pub fn live() -> usize {
+    LIVE.load(Ordering::Relaxed)
+}
