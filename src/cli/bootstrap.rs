@@ -7,13 +7,14 @@
 
 use std::sync::Arc;
 
-use anyhow::{Result, anyhow};
+use anyhow::{Context, Result, anyhow};
 use sprout::engine::{Engine, EngineConfig};
 use sprout::gpu::{BackendChoice, Gpu};
 use sprout::model::decoder::Decoder;
 use sprout::model::open::ModelInfo;
 use sprout::tokenizer::Tokenizer;
 use sprout::tokenizer::chat_template::ChatTemplate;
+use sprout::trajectory::Provenance;
 
 use crate::cli::cli_args::LoadedModel;
 use crate::cli::progress;
@@ -93,6 +94,29 @@ impl Opened {
                 "{} has no tokenizer (dummy weights): give token ids",
                 self.info.name
             )
+        })
+    }
+
+    /// What a record says made it: this build, the model file (hashed), its weights
+    /// version and stored formats, its tokenizer, and the adapter.
+    pub fn provenance(&self, weights_version: u64) -> Result<Provenance> {
+        let model_path = std::path::PathBuf::from(&self.info.path);
+        let (sprout_version, git_commit) = Provenance::build();
+        let adapter = &self.gpu.adapter;
+        Ok(Provenance {
+            sprout_version,
+            git_commit,
+            model_file: self.info.name.clone(),
+            model_sha256: sprout::model::open::model_sha256(&model_path)
+                .with_context(|| format!("hashing {}", model_path.display()))?,
+            weights_version,
+            tokenizer_sha256: self.tokenizer()?.sha256()?,
+            weight_format: self.decoder.weight_format(),
+            backend: adapter.backend.clone(),
+            adapter: adapter.name.clone(),
+            driver: format!("{} {}", adapter.driver, adapter.driver_info)
+                .trim()
+                .to_string(),
         })
     }
 

@@ -24,6 +24,8 @@ pub mod json_out;
 pub mod mismatch;
 pub mod progress;
 pub mod prompts_file;
+pub mod record_sink;
+pub mod resume;
 pub mod rollout_cmd;
 pub mod runtime_dir;
 pub mod score_cmd;

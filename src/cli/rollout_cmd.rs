@@ -1,16 +1,19 @@
 //! `sprout rollout`: G samples for each of a list of prompts, as JSONL, with a summary.
 //!
-//! Samples are written in (prompt, sample) order: a prompt's lines go out as soon as it
-//! and every prompt before it have finished, so an interrupted run keeps what it finished
-//! and two runs of the same rollout write byte-identical files.
+//! Samples are written in (prompt, sample) order: a prompt's lines go out, in one write,
+//! as soon as it and every prompt before it have finished, so an interrupted run keeps
+//! every prompt it finished and two runs of the same rollout write byte-identical files. A
+//! write that fails cuts `--out` back to its last whole prompt and ends the run with an
+//! error (`record_sink`). `--resume` keeps the whole prompts an earlier run of the same
+//! command line wrote, checks that they are what this run would write (`resume`), and runs
+//! the rest with the same seeds, so the file ends as an uninterrupted run's would.
 
-use std::collections::BTreeMap;
-use std::fs::File;
-use std::io::{IsTerminal, Write};
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Result, anyhow, bail};
 use clap::Args;
 
 use crate::cli::bootstrap::{self, Kernels};
@@ -18,6 +21,8 @@ use crate::cli::cli_args::{EngineArgs, ModelArg, SamplingArgs};
 use crate::cli::draft_corpus;
 use crate::cli::json_out;
 use crate::cli::prompts_file;
+use crate::cli::record_sink::RecordSink;
+use crate::cli::resume::{self, WrittenRollout};
 use crate::cli::warnings::{self, FlagWarnings};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
@@ -27,7 +32,7 @@ use sprout::sched::{FinishedSample, Request, SamplingParams};
 use sprout::spec::SpecMode;
 use sprout::tokenizer::Tokenizer;
 use sprout::tokenizer::chat_template::ChatTemplate;
-use sprout::trajectory::{Provenance, SampleRecord};
+use sprout::trajectory::{Provenance, SampleRecord, SamplingRecord};
 
 #[derive(Args)]
 pub struct RolloutArgs {
@@ -52,6 +57,11 @@ pub struct RolloutArgs {
     /// Write one JSON line per sample here (default: stdout, or inside the --json summary).
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Continue the --out file of an earlier run of this same command line that was
+    /// stopped: keep its whole prompts (cutting a torn last line), skip them, and run the
+    /// rest with the same seeds; a file written another way is refused.
+    #[arg(long, requires = "out")]
+    resume: bool,
     /// Print a JSON summary to stdout (with the samples in it when there is no --out).
     #[arg(long)]
     json: bool,
@@ -65,7 +75,7 @@ pub struct RolloutArgs {
 
 /// Writes samples in (prompt, sample) order as prompts complete.
 struct OrderedWriter<'a> {
-    out: Box<dyn Write + 'a>,
+    out: RecordSink,
     tokenizer: &'a Tokenizer,
     provenance: &'a Provenance,
     /// Every queued prompt by index: its sampling parameters and sample count.
@@ -88,6 +98,7 @@ impl OrderedWriter<'_> {
             let (params, _) = self.expected.remove(&index).expect("checked");
             let mut samples = self.pending.remove(&index).expect("checked");
             samples.sort_by_key(|s| s.sample_index);
+            let mut group = String::new();
             for s in &samples {
                 let text = match &s.stopped_by {
                     Some(m) => m.text.clone(),
@@ -98,10 +109,15 @@ impl OrderedWriter<'_> {
                 let line = SampleRecord::new(s, text, token_text, &params, self.provenance);
                 match &mut self.kept {
                     Some(kept) => kept.push(json_out::to_value(&line)?),
-                    None => writeln!(self.out, "{}", json_out::to_line(&line)?)?,
+                    None => {
+                        group.push_str(&json_out::to_line(&line)?);
+                        group.push('\n');
+                    }
                 }
             }
-            self.out.flush()?;
+            if self.kept.is_none() {
+                self.out.write_group(&group)?;
+            }
         }
         Ok(())
     }
@@ -125,15 +141,15 @@ pub fn run(backend: BackendChoice, args: RolloutArgs) -> Result<()> {
     if lines.is_empty() {
         bail!("the prompts file holds no prompts");
     }
-    let out: Box<dyn Write> = match &args.out {
-        Some(path) => Box::new(std::io::BufWriter::new(
-            File::create(path).with_context(|| format!("creating {}", path.display()))?,
-        )),
-        None => Box::new(std::io::stdout()),
+    // An earlier run's file is read (and a file that is not one refused) before the model
+    // loads; it is cut only once this run's requests are known to match it.
+    let written = match &args.out {
+        Some(path) if args.resume && path.exists() => Some(resume::read_rollout(path)?),
+        _ => None,
     };
 
     let opened = bootstrap::open(backend, args.model.open()?, Kernels::Tuned)?;
-    let (decoder, tokenizer, gpu) = (&opened.decoder, opened.tokenizer()?, &opened.gpu);
+    let (decoder, tokenizer) = (&opened.decoder, opened.tokenizer()?);
     let mut engine = opened.engine(&config)?;
     if let Some(path) = &args.draft_corpus {
         if config.speculative == SpecMode::Off {
@@ -144,40 +160,59 @@ pub fn run(backend: BackendChoice, args: RolloutArgs) -> Result<()> {
             engine.add_draft_corpus(prompt, completion);
         }
     }
-    let model_path = std::path::PathBuf::from(&opened.info.path);
-    let (sprout_version, git_commit) = Provenance::build();
-    let provenance = Provenance {
-        sprout_version,
-        git_commit,
-        model_file: opened.info.name.clone(),
-        model_sha256: sprout::model::open::model_sha256(&model_path)
-            .with_context(|| format!("hashing {}", model_path.display()))?,
-        weights_version: config.weights_version,
-        tokenizer_sha256: tokenizer.sha256()?,
-        weight_format: decoder.weight_format(),
-        backend: gpu.adapter.backend.clone(),
-        adapter: gpu.adapter.name.clone(),
-        driver: format!("{} {}", gpu.adapter.driver, gpu.adapter.driver_info)
-            .trim()
-            .to_string(),
-    };
+    let provenance = opened.provenance(config.weights_version)?;
     let template = opened.chat_template(tokenizer, None)?;
     args.engine.warn_adjusted(engine.adjusted());
     let file = args.prompts.as_deref().unwrap_or(Path::new("--prompt"));
     // Each prompt keeps its index among the file's non-blank lines (part of its draw
     // keys), whether or not other lines fail.
+    let mut built = Vec::new();
+    for (index, line) in lines.into_iter().enumerate() {
+        let index = index as u32;
+        built.push(line.and_then(|line| {
+            let request = build_request(index, &line, &args, decoder, tokenizer, &template);
+            let request = request.map_err(|e| LineError {
+                line: line.line,
+                error: format!("{e:#}"),
+            })?;
+            Ok((line, request))
+        }));
+    }
+    let requests = built.iter().filter_map(|b| b.as_ref().ok().map(|(_, r)| r));
+    let (done, out) = match (&args.out, written) {
+        (Some(path), Some(written)) => {
+            let keep = resumable(path, &written, requests, &provenance)?;
+            let skipped = written.groups.len() - usize::from(keep.unfinished > 0);
+            eprintln!(
+                "resuming {}: {} prompts ({} records) already written are skipped; cut {} \
+                 bytes of a torn last line and {} records of an unfinished prompt",
+                path.display(),
+                keep.done.len(),
+                written.groups[..skipped]
+                    .iter()
+                    .map(|g| g.samples)
+                    .sum::<usize>(),
+                written.torn_bytes,
+                keep.unfinished
+            );
+            (keep.done, RecordSink::resume(path, keep.bytes)?)
+        }
+        (Some(path), None) => (BTreeSet::new(), RecordSink::create(path)?),
+        (None, _) => (BTreeSet::new(), RecordSink::Stdout),
+    };
     let mut expected = BTreeMap::new();
     let mut errors: Vec<LineError> = Vec::new();
     let mut flag_warnings = FlagWarnings::default();
-    for (index, line) in lines.into_iter().enumerate() {
-        let index = index as u32;
-        let queued = line.and_then(|line| {
+    for queued in built {
+        let queued = queued.and_then(|(line, request)| {
             let fail = |e: anyhow::Error| LineError {
                 line: line.line,
                 error: format!("{e:#}"),
             };
-            let request =
-                build_request(index, &line, &args, decoder, tokenizer, &template).map_err(fail)?;
+            let index = request.index;
+            if done.contains(&index) {
+                return Ok(None);
+            }
             let adjusted = engine.request_adjustments(&request);
             let (params, n) = (request.params.clone(), request.n);
             engine.add_request(request).map_err(|e| fail(e.into()))?;
@@ -194,12 +229,13 @@ pub fn run(backend: BackendChoice, args: RolloutArgs) -> Result<()> {
                     flag_warnings.note(a, place);
                 }
             }
-            Ok((params, n))
+            Ok(Some((index, (params, n))))
         });
         match queued {
-            Ok(entry) => {
+            Ok(Some((index, entry))) => {
                 expected.insert(index, entry);
             }
+            Ok(None) => {}
             Err(e) => {
                 eprintln!("warning: {} line {}: {}", file.display(), e.line, e.error);
                 errors.push(e);
@@ -207,7 +243,7 @@ pub fn run(backend: BackendChoice, args: RolloutArgs) -> Result<()> {
         }
     }
     flag_warnings.print();
-    if expected.is_empty() {
+    if expected.is_empty() && done.is_empty() {
         bail!("no prompt could be used ({} lines failed)", errors.len());
     }
 
@@ -265,6 +301,9 @@ pub fn run(backend: BackendChoice, args: RolloutArgs) -> Result<()> {
         if !errors.is_empty() {
             summary["errors"] = json_out::to_value(&errors)?;
         }
+        if args.resume {
+            summary["skipped_prompts"] = done.len().into();
+        }
         if let Some(kept) = writer.kept.take() {
             summary["sample_lines"] = serde_json::Value::Array(kept);
         }
@@ -287,6 +326,87 @@ pub fn run(backend: BackendChoice, args: RolloutArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// What `--resume` keeps of an earlier run's file.
+struct Kept {
+    /// The prompts it wrote whole: this run skips them.
+    done: BTreeSet<u32>,
+    /// The bytes they take; the rest is cut.
+    bytes: u64,
+    /// Records of an unfinished last prompt, cut to be run again.
+    unfinished: usize,
+}
+
+/// Checks that every prompt `written` holds is one this run would write the same way, in
+/// this run's order (`requests`: this run's, by prompt), with the same prompt, seed,
+/// sampling and provenance, and says what to keep.
+fn resumable<'a>(
+    path: &Path,
+    written: &WrittenRollout,
+    mut requests: impl Iterator<Item = &'a Request>,
+    provenance: &Provenance,
+) -> Result<Kept> {
+    let file = path.display();
+    let mut kept = Kept {
+        done: BTreeSet::new(),
+        bytes: 0,
+        unfinished: 0,
+    };
+    for (i, group) in written.groups.iter().enumerate() {
+        let index = group.prompt_index;
+        let Some(request) = requests.next() else {
+            bail!("{file} holds prompt {index}, past this run's prompts");
+        };
+        if index != request.index {
+            bail!(
+                "{file} holds prompt {index} where this run's next prompt is {}: it was written \
+                 from another prompts file",
+                request.index
+            );
+        }
+        let record = &group.first;
+        let refuse = |what: String| {
+            anyhow!(
+                "{file} was written by another command line ({what}): --resume continues only the same one"
+            )
+        };
+        if let Some(d) = resume::first_difference(&record.provenance, provenance) {
+            return Err(refuse(d));
+        }
+        if record.prompt_token_ids != request.prompt {
+            return Err(refuse(format!("prompt {index}'s token ids differ")));
+        }
+        if record.seed != request.params.seed {
+            let seeds = format!(
+                "the file's {}, this run's {}",
+                record.seed, request.params.seed
+            );
+            return Err(refuse(format!("prompt {index}'s seed: {seeds}")));
+        }
+        let sampling = SamplingRecord::from(&request.params);
+        if let Some(d) = resume::first_difference(&record.sampling, &sampling) {
+            return Err(refuse(format!("prompt {index}'s sampling {d}")));
+        }
+        if group.samples > request.n {
+            let n = format!("{} samples, this run asks for {}", group.samples, request.n);
+            return Err(refuse(format!("prompt {index} has {n}")));
+        }
+        if group.samples == request.n {
+            kept.done.insert(index);
+            kept.bytes = group.end;
+        } else if i + 1 == written.groups.len() {
+            kept.unfinished = group.samples;
+        } else {
+            bail!(
+                "{file}: prompt {index} has {} of its {} samples, yet prompts after it were \
+                 written: the file was edited",
+                group.samples,
+                request.n
+            );
+        }
+    }
+    Ok(kept)
 }
 
 /// The request a prompt line asks for: its text, ids or messages as token ids, and the
