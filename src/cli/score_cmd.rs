@@ -21,10 +21,16 @@
 //! vocabulary, ...) is an error reported with its line number; it is still copied to the
 //! output, without scores, so nothing is lost, and the command exits 1 after writing
 //! everything. A score that is not a finite number is never written (JSON has no NaN).
+//!
+//! Records go out in the input's order as soon as they and every line before them are
+//! scored, one write per step (`record_sink`), each scored record naming what scored it
+//! (`scored_by`: the provenance of this run's model and adapter). `--resume` keeps the
+//! whole lines an earlier run of the same command line wrote, checking each against the
+//! input line in its place and its `scored_by`, and scores the rest.
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -38,7 +44,9 @@ use sprout::tokenizer::vocabulary;
 
 use crate::cli::bootstrap::{self, Kernels};
 use crate::cli::cli_args::{EngineArgs, LoadedModel, ModelArg};
-use crate::cli::{json_out, progress};
+use crate::cli::record_sink::RecordSink;
+use crate::cli::{json_out, progress, resume};
+use sprout::trajectory::Provenance;
 
 #[derive(Args)]
 pub struct ScoreArgs {
@@ -50,6 +58,10 @@ pub struct ScoreArgs {
     /// Where to write the records with `scored_logprobs` added.
     #[arg(long)]
     out: PathBuf,
+    /// Continue the --out file of an earlier run of this same command line that was
+    /// stopped: keep its whole lines (cutting a torn last one) and score the rest.
+    #[arg(long)]
+    resume: bool,
     /// Print a JSON summary to stdout.
     #[arg(long)]
     json: bool,
@@ -199,10 +211,6 @@ pub fn run(backend: BackendChoice, args: ScoreArgs) -> Result<()> {
     if lines.is_empty() {
         bail!("{} holds no records", args.input.display());
     }
-    let mut out = std::io::BufWriter::new(
-        File::create(&args.out).with_context(|| format!("creating {}", args.out.display()))?,
-    );
-
     if !(args.tis_cap.is_finite() && args.tis_cap > 1.0) {
         bail!("--tis-cap must be a number above 1, not {}", args.tis_cap);
     }
@@ -211,6 +219,7 @@ pub fn run(backend: BackendChoice, args: ScoreArgs) -> Result<()> {
         Some(path) => open_trainer(path, &args.model)?,
     };
     let opened = bootstrap::open(backend, model, Kernels::Tuned)?;
+    let scored_by = json_out::to_value(&opened.provenance(config.weights_version)?)?;
     let mut engine = opened.engine(&config)?;
     args.engine.warn_adjusted(engine.adjusted());
     let vocab = opened.decoder.config.vocab_size;
@@ -225,11 +234,30 @@ pub fn run(backend: BackendChoice, args: ScoreArgs) -> Result<()> {
             }
         }
     }
+    let mode = match args.trainer_model {
+        None => Mode::Scored,
+        Some(_) => Mode::Trainer(args.tis_cap),
+    };
+    // With --resume, the lines an earlier run of this command line wrote whole are kept.
+    let (mut out, done) = match args.resume && args.out.exists() {
+        true => {
+            let kept = resumable(&args.out, &lines, mode, &scored_by)?;
+            eprintln!(
+                "resuming {}: {} records already written are skipped; cut {} bytes of a torn \
+                 last line",
+                args.out.display(),
+                kept.lines,
+                kept.torn_bytes
+            );
+            (RecordSink::resume(&args.out, kept.bytes)?, kept.lines)
+        }
+        false => (RecordSink::create(&args.out)?, 0),
+    };
 
     // Lines with the same prompt form one request; completions with no tokens need no
     // computation (their score is the empty list).
     let mut groups: BTreeMap<Vec<u32>, Vec<usize>> = BTreeMap::new();
-    for (i, input) in lines.iter().enumerate() {
+    for (i, input) in lines.iter().enumerate().skip(done) {
         match &input.parsed {
             Ok(line) if !line.completion.is_empty() => {
                 groups.entry(line.prompt.clone()).or_default().push(i);
@@ -287,6 +315,15 @@ pub fn run(backend: BackendChoice, args: ScoreArgs) -> Result<()> {
         "score {bar:30} {pos}/{len} completions  {msg}",
         total as u64,
     );
+    // Records go out in the input's order as soon as they and every line before them are
+    // ready, in one write per step.
+    let mut writer = InOrder {
+        next: done,
+        failed: lines[..done].iter().filter(|l| l.parsed.is_err()).count(),
+        scored_by,
+        mode,
+        input: &args.input,
+    };
     let start = Instant::now();
     while engine.has_work() {
         let step = pollster::block_on(engine.step())?;
@@ -295,53 +332,16 @@ pub fn run(backend: BackendChoice, args: ScoreArgs) -> Result<()> {
             scores[line] = Some(sample.logprobs);
             bar.inc(1);
         }
+        writer.write_ready(&mut lines, &mut scores, &mut out, false)?;
         bar.set_message(format!("{} tokens scored", engine.stats().scored_tokens));
     }
+    writer.write_ready(&mut lines, &mut scores, &mut out, true)?;
     let wall_s = start.elapsed().as_secs_f64();
     bar.finish_and_clear();
 
-    let mut failed = 0;
-    for (input, score) in lines.iter_mut().zip(scores) {
-        match (&mut input.parsed, score) {
-            (Ok(line), Some(score)) => {
-                match args.trainer_model {
-                    None => {
-                        line.record
-                            .insert("scored_logprobs".into(), json_out::to_value(&score)?);
-                    }
-                    Some(_) => {
-                        let rollout = rollout_logprobs(line).map_err(anyhow::Error::msg)?;
-                        let weights: Vec<f64> = rollout
-                            .iter()
-                            .zip(&score)
-                            .map(|(&r, &t)| mismatch::tis_weight(r, t, args.tis_cap))
-                            .collect();
-                        line.record
-                            .insert("trainer_logprobs".into(), json_out::to_value(&score)?);
-                        line.record
-                            .insert("tis_weight".into(), json_out::to_value(&weights)?);
-                    }
-                }
-                writeln!(out, "{}", json_out::to_line(&line.record)?)?;
-            }
-            (parsed, _) => {
-                failed += 1;
-                let why = match parsed {
-                    Err(why) => why.as_str(),
-                    Ok(_) => "the engine returned no scores",
-                };
-                eprintln!(
-                    "error: {} line {}: {why}",
-                    args.input.display(),
-                    input.number
-                );
-                writeln!(out, "{}", input.text)?;
-            }
-        }
-    }
-    out.flush()?;
+    let failed = writer.failed;
     let s = engine.stats();
-    let summary = json!({
+    let mut summary = json!({
         "records": lines.len(),
         "scored_records": lines.len() - failed,
         "failed_records": failed,
@@ -353,6 +353,9 @@ pub fn run(backend: BackendChoice, args: ScoreArgs) -> Result<()> {
         "preemptions": s.preemptions,
         "wall_s": json_out::finite("wall_s", wall_s)?,
     });
+    if args.resume {
+        summary["skipped_records"] = done.into();
+    }
     if args.json {
         println!("{}", json_out::to_line(&summary)?);
     } else {
@@ -371,4 +374,173 @@ pub fn run(backend: BackendChoice, args: ScoreArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// What the scores are: the model's own (`scored_logprobs`), or a trainer's with its
+/// truncated importance weights against the rollout (`trainer_logprobs`, `tis_weight`).
+#[derive(Clone, Copy)]
+enum Mode {
+    Scored,
+    /// With the cap C of `tis_weight`.
+    Trainer(f64),
+}
+
+impl Mode {
+    /// The keys this mode adds to a record (and `scored_by`).
+    fn keys(self) -> &'static [&'static str] {
+        match self {
+            Mode::Scored => &["scored_logprobs", "scored_by"],
+            Mode::Trainer(_) => &["trainer_logprobs", "tis_weight", "scored_by"],
+        }
+    }
+}
+
+/// Writes records in the input's order as they become ready.
+struct InOrder<'a> {
+    /// The first line not written yet.
+    next: usize,
+    /// Lines written without scores so far.
+    failed: usize,
+    /// What made the scores: each scored record says it.
+    scored_by: Value,
+    mode: Mode,
+    input: &'a std::path::Path,
+}
+
+impl InOrder<'_> {
+    /// Writes every line from `next` on whose scores are in (or that cannot be scored);
+    /// at the `end`, every line left, a missing score being a failure.
+    fn write_ready(
+        &mut self,
+        lines: &mut [Input],
+        scores: &mut [Option<Vec<f32>>],
+        out: &mut RecordSink,
+        end: bool,
+    ) -> Result<()> {
+        let mut group = String::new();
+        while self.next < lines.len() {
+            let (input, score) = (&mut lines[self.next], scores[self.next].take());
+            if score.is_none() && input.parsed.is_ok() && !end {
+                break;
+            }
+            match (&mut input.parsed, score) {
+                (Ok(line), Some(score)) => {
+                    self.add_scores(line, score)?;
+                    group.push_str(&json_out::to_line(&line.record)?);
+                }
+                (parsed, _) => {
+                    self.failed += 1;
+                    let why = match parsed {
+                        Err(why) => why.as_str(),
+                        Ok(_) => "the engine returned no scores",
+                    };
+                    eprintln!(
+                        "error: {} line {}: {why}",
+                        self.input.display(),
+                        input.number
+                    );
+                    group.push_str(&input.text);
+                }
+            }
+            group.push('\n');
+            self.next += 1;
+        }
+        if !group.is_empty() {
+            out.write_group(&group)?;
+        }
+        Ok(())
+    }
+
+    fn add_scores(&self, line: &mut Line, score: Vec<f32>) -> Result<()> {
+        match self.mode {
+            Mode::Scored => {
+                line.record
+                    .insert("scored_logprobs".into(), json_out::to_value(&score)?);
+            }
+            Mode::Trainer(cap) => {
+                let rollout = rollout_logprobs(line).map_err(anyhow::Error::msg)?;
+                let weights: Vec<f64> = rollout
+                    .iter()
+                    .zip(&score)
+                    .map(|(&r, &t)| mismatch::tis_weight(r, t, cap))
+                    .collect();
+                line.record
+                    .insert("trainer_logprobs".into(), json_out::to_value(&score)?);
+                line.record
+                    .insert("tis_weight".into(), json_out::to_value(&weights)?);
+            }
+        }
+        line.record
+            .insert("scored_by".into(), self.scored_by.clone());
+        Ok(())
+    }
+}
+
+/// What `--resume` keeps of an earlier run's `--out`.
+struct Kept {
+    /// Its whole lines, the first of the input's lines: this run skips them.
+    lines: usize,
+    bytes: u64,
+    torn_bytes: u64,
+}
+
+/// Checks that each whole line of `path` is the record this run would write for the input
+/// line in its place: the input's record with this mode's scores, made by this command
+/// line (`scored_by`), or, for a line that could not be scored, the input line itself.
+fn resumable(
+    path: &std::path::Path,
+    lines: &[Input],
+    mode: Mode,
+    scored_by: &Value,
+) -> Result<Kept> {
+    let file = path.display();
+    let mut kept = Kept {
+        lines: 0,
+        bytes: 0,
+        torn_bytes: 0,
+    };
+    kept.torn_bytes = resume::whole_lines(path, |number, text, end| {
+        let Some(input) = lines.get(number - 1) else {
+            bail!(
+                "{file} has more lines than the input's {} records",
+                lines.len()
+            );
+        };
+        let unscored = text == input.text;
+        let scored = || -> Result<bool> {
+            let Ok(line) = &input.parsed else {
+                return Ok(false);
+            };
+            let Ok(Value::Object(mut record)) = serde_json::from_str::<Value>(text) else {
+                return Ok(false);
+            };
+            let made_by = record.remove("scored_by").unwrap_or(Value::Null);
+            if made_by != *scored_by {
+                let difference = serde_json::from_value::<Provenance>(made_by)
+                    .ok()
+                    .zip(serde_json::from_value::<Provenance>(scored_by.clone()).ok())
+                    .and_then(|(a, b)| resume::first_difference(&a, &b))
+                    .unwrap_or_else(|| "scored_by".into());
+                bail!(
+                    "{file} line {number} was scored by another command line ({difference}): \
+                     --resume continues only the same one"
+                );
+            }
+            let keys = &mode.keys()[..mode.keys().len() - 1];
+            let has_scores = keys.iter().all(|k| record.remove(*k).is_some());
+            Ok(has_scores && record == line.record)
+        };
+        if !unscored && !scored()? {
+            bail!(
+                "{file} line {number} is not what this command line writes for {} line {}: \
+                 --resume continues only the same input and scoring",
+                input.number,
+                input.number
+            );
+        }
+        kept.lines = number;
+        kept.bytes = end;
+        Ok(())
+    })?;
+    Ok(kept)
 }
