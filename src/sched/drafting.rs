@@ -13,7 +13,7 @@ use crate::spec::{
     AutoPolicy, DraftCorpus, MAX_DRAFT, SpecMode, SuffixIndex, suffix_index::StreamId,
 };
 
-use super::plan::DRAWN;
+use super::drawn::DRAWN;
 use super::request::{RequestId, SamplingParams};
 use super::sequence::{Role, Sequence};
 

@@ -20,6 +20,7 @@ mod block_manager;
 mod block_map;
 mod config;
 mod drafting;
+mod drawn;
 mod plan;
 mod request;
 mod rows;
@@ -32,7 +33,8 @@ pub use adjusted::{Adjusted, request_adjustments};
 pub use block_map::{BlockUse, SeqBlocks, block_map};
 pub use config::{SchedError, SchedulerConfig, SchedulerStats};
 pub use drafting::SpecStats;
-pub use plan::{BlockCopy, Chunk, DRAWN, Draw, DrawResult, StepPlan, Target};
+pub use drawn::{DRAWN, DrawResult};
+pub use plan::{BlockCopy, Chunk, Draw, StepPlan, Target};
 pub use request::{
     FinishReason, FinishedSample, MAX_TOP_LOGPROBS, Request, RequestId, SamplingParams, StopMatch,
     TopLogprob,

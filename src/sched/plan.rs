@@ -1,14 +1,9 @@
-//! A [`StepPlan`]: what one step computes, as plain data for the GPU runner.
+//! A [`StepPlan`]: what one step computes, as plain data for the GPU runner. What comes
+//! back for its draws is in [`super::drawn`].
 
 use crate::kv::BlockId;
 
-/// Marks a token id as not yet known to the CPU: `DRAWN | d` is the token of draw `d` of
-/// the step planned before this one, which the GPU reads from that step's drawn tokens.
-/// The engine plans a step while the GPU still runs the one before
-/// ([`crate::sched::Scheduler::advance`]); vocabularies stay below 2^31.
-pub const DRAWN: u32 = 1 << 31;
-
-use super::request::{RequestId, TopLogprob};
+use super::request::RequestId;
 use super::sequence::SeqId;
 
 /// Copy block `src` to block `dst` (every layer, K and V) before the step writes anything:
@@ -80,18 +75,6 @@ pub struct Target {
     pub token: u32,
     /// Which sample the score belongs to (a root's first targets fork its samples).
     pub sample_index: u32,
-}
-
-/// What the runner returns for each [`Draw`], in order.
-#[derive(Clone, Debug, PartialEq)]
-pub struct DrawResult {
-    pub token: u32,
-    /// Under the model's own distribution (temperature 1).
-    pub logprob: f32,
-    /// Under the distribution the token was drawn from.
-    pub sampling_logprob: f32,
-    /// The draw's `top_logprobs` most likely tokens, most likely first.
-    pub top: Vec<TopLogprob>,
 }
 
 /// Everything one step does, in order: `copies`, then the forward pass of every chunk's

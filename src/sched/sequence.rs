@@ -7,7 +7,7 @@
 //! *sample* sequences that share every one of its blocks (the partial last block is copied
 //! on write). A preempted sequence keeps its tokens and recomputes its KV later.
 
-use super::plan::{DRAWN, DrawResult};
+use super::drawn::{DRAWN, DrawResult};
 use super::request::{FinishReason, FinishedSample, RequestId, SamplingParams, TopLogprob};
 
 /// The scheduler's name for a sequence.

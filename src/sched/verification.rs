@@ -11,7 +11,8 @@
 //! every row that counts was computed over tokens the sample did draw. Speculation changes
 //! how many steps a sample takes, never what it draws.
 
-use super::plan::{Chunk, Draw, DrawResult};
+use super::drawn::DrawResult;
+use super::plan::{Chunk, Draw};
 
 /// What verifying one drafted chunk decided.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -21,7 +21,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::sched::plan::{Chunk, DRAWN, DrawResult, StepPlan};
+use crate::sched::drawn::{DRAWN, DrawResult};
+use crate::sched::plan::{Chunk, StepPlan};
 use crate::sched::request::{FinishReason, FinishedSample};
 use crate::sched::sequence::{Role, SeqId};
 use crate::sched::{SchedError, verification};
