@@ -5,7 +5,15 @@ Writes (under tests/fixtures/ unless --out says otherwise):
   tiny-llama/       LlamaForCausalLM, GQA 4/2, untied lm_head, float32 weights, rope_theta 1e4
   tiny-llama-tied/  LlamaForCausalLM, GQA 6/2, tied embeddings, bfloat16 weights, rope_theta 5e5
   tiny-qwen2/       Qwen2ForCausalLM, q/k/v biases, MQA 4/1, untied, float16 weights
-      each: config.json, model.safetensors, tokenizer.json, reference.json
+  tiny-qwen3/       Qwen3ForCausalLM, q/k RMSNorms, head_dim 32 (q has 128 rows, hidden 64),
+                    GQA 4/2, tied embeddings, bfloat16 weights, rope_theta 1e6
+  tiny-llama3/      LlamaForCausalLM with Llama 3.1 rope scaling (factor 8, low/high frequency
+                    factors 1/4, original context 32: with head_dim 16 and rope_theta 1e4 its
+                    eight pairs fall in all three bands), float32 weights; its inputs (119 ids)
+                    and greedy prompt (48) run past the original context
+      each: config.json, model.safetensors, tokenizer.json, reference.json, and
+      config.transformers5.json: the same config as transformers 5 writes it (rope_theta and
+      rope_scaling folded into rope_parameters)
   smollm2.json      greedy continuations of SmolLM2-135M-Instruct (Q4_1 GGUF, dequantized by
                     transformers) for four prompts, with log-probs, top-5 and logit gaps.
 tests/fixtures/tokenizer_smollm2.json is not made here.
@@ -85,6 +93,8 @@ from transformers import (  # noqa: E402
     LlamaForCausalLM,
     Qwen2Config,
     Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -191,6 +201,10 @@ def train_tokenizer(vocab_size, specials, specials_at_end, bos_template=None):
 # Tiny models
 
 TINY_TEXT = "<|im_start|>user\nThe grey cat counted 27 apples.<|im_end|>"
+# Long enough to run past tiny-llama3's original context of 32 positions.
+LONG_TEXT = ("<|im_start|>user\nThe old lighthouse keeper climbed the spiral stairs every evening "
+             "at dusk. He wound the clock, trimmed the wick, and polished the great lens until it "
+             "shone like a second moon.<|im_end|>")
 
 TINY_SPECS = [
     dict(
@@ -238,6 +252,43 @@ TINY_SPECS = [
                     intermediate_size=128, num_hidden_layers=2, rope_theta=1000000.0,
                     rms_norm_eps=1e-6, tie_word_embeddings=False, max_position_embeddings=256,
                     use_sliding_window=False, sliding_window=None, max_window_layers=2),
+    ),
+    dict(
+        name="tiny-qwen3",
+        seed=4,
+        arch="qwen3",
+        storage_dtype=torch.bfloat16,
+        vocab_size=352,
+        specials=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        specials_at_end=True,
+        bos_template=None,
+        bos="<|endoftext|>",
+        eos="<|im_end|>",
+        config=dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                    intermediate_size=128, num_hidden_layers=2, rope_theta=1000000.0,
+                    rms_norm_eps=1e-6, tie_word_embeddings=True, max_position_embeddings=256,
+                    attention_bias=False, use_sliding_window=False, sliding_window=None,
+                    max_window_layers=2),
+    ),
+    dict(
+        name="tiny-llama3",
+        seed=5,
+        arch="llama",
+        storage_dtype=torch.float32,
+        vocab_size=320,
+        specials=["<|begin_of_text|>", "<|im_start|>", "<|im_end|>"],
+        specials_at_end=False,
+        bos_template="<|begin_of_text|>",
+        bos="<|begin_of_text|>",
+        eos="<|im_end|>",
+        text=LONG_TEXT,
+        n_prompt=48,
+        max_input=128,
+        config=dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                    intermediate_size=128, num_hidden_layers=2, rope_theta=10000.0,
+                    rms_norm_eps=1e-5, tie_word_embeddings=False, max_position_embeddings=256,
+                    rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
+                                      high_freq_factor=4.0, original_max_position_embeddings=32)),
     ),
 ]
 
@@ -292,6 +343,53 @@ def teacher_forced(model, prompt_ids, new_ids):
     return steps, logp, lp, gaps
 
 
+def check_matters(name, d, input_ids, logits, what, change):
+    """Fails unless `change` (applied to a fresh copy of the model) moves the logits: the
+    feature is exercised by the fixture, not a no-op a reader could ignore."""
+    other = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, attn_implementation="eager").eval()
+    with torch.no_grad():
+        change(other)
+    diff = float((logits_of(other, input_ids) - logits).abs().max())
+    assert diff > 0.5, f"{name}: {what} change logits by only {diff}"
+    print(f"  {name}: without its {what} the logits move by up to {diff:.2f}")
+
+
+def unit_qk_norms(model):
+    for layer in model.model.layers:
+        layer.self_attn.q_norm.weight.fill_(1.0)
+        layer.self_attn.k_norm.weight.fill_(1.0)
+
+
+def unscaled_inv_freq(model):
+    c = model.config
+    dim = c.head_dim
+    return 1.0 / (c.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+
+
+def check_rope_bands(config):
+    """Every band of Llama 3.1's rope scaling holds at least one pair of the fixture's head."""
+    import math
+    s, dim = config["rope_scaling"], config["head_dim"]
+    orig = s["original_max_position_embeddings"]
+    low, high = orig / s["low_freq_factor"], orig / s["high_freq_factor"]
+    wavelens = [2 * math.pi * config["rope_theta"] ** (2 * i / dim) for i in range(dim // 2)]
+    bands = [sum(w < high for w in wavelens), sum(high <= w <= low for w in wavelens),
+             sum(w > low for w in wavelens)]
+    assert all(bands), f"rope bands (kept, smoothed, divided) hold {bands} pairs"
+
+
+def transformers5_config(path):
+    """config.json as transformers 5 writes it: rope_theta and rope_scaling become
+    rope_parameters (rope_type "default" without scaling)."""
+    c = json.loads(path.read_text(encoding="utf-8"))
+    scaling = c.pop("rope_scaling", None) or {"rope_type": "default"}
+    scaling = dict(scaling)
+    scaling.setdefault("rope_type", scaling.pop("type", "default"))
+    c["rope_parameters"] = {**scaling, "rope_theta": c.pop("rope_theta")}
+    c["transformers_version"] = "5.0.0"
+    return c
+
+
 def make_tiny(spec, out_dir):
     name = spec["name"]
     d = out_dir / name
@@ -299,6 +397,8 @@ def make_tiny(spec, out_dir):
         shutil.rmtree(d)
     d.mkdir(parents=True)
     V = spec["vocab_size"]
+    text = spec.get("text", TINY_TEXT)
+    n_prompt = spec.get("n_prompt", N_PROMPT)
 
     tok = train_tokenizer(V, spec["specials"], spec["specials_at_end"], spec["bos_template"])
     bos_id, eos_id = tok.token_to_id(spec["bos"]), tok.token_to_id(spec["eos"])
@@ -312,6 +412,8 @@ def make_tiny(spec, out_dir):
         if spec["arch"] == "llama":
             cfg = LlamaConfig(**common, **spec["config"], attention_bias=False, mlp_bias=False)
             m = LlamaForCausalLM(cfg)
+        elif spec["arch"] == "qwen3":
+            m = Qwen3ForCausalLM(Qwen3Config(**common, **spec["config"]))
         else:
             m = Qwen2ForCausalLM(Qwen2Config(**common, **spec["config"]))
         m = m.float().eval()
@@ -324,9 +426,9 @@ def make_tiny(spec, out_dir):
     for seed in range(spec["seed"] * 1000, spec["seed"] * 1000 + 100):
         model = build(seed)
         model.config._attn_implementation = "eager"
-        probe = [bos_id] + tok.encode(TINY_TEXT, add_special_tokens=False).ids
-        new_ids = greedy_full_recompute(model, probe[:N_PROMPT], N_GREEDY_TINY)
-        if float(teacher_forced(model, probe[:N_PROMPT], new_ids)[3].min()) >= MIN_GAP:
+        probe = [bos_id] + tok.encode(text, add_special_tokens=False).ids
+        new_ids = greedy_full_recompute(model, probe[:n_prompt], N_GREEDY_TINY)
+        if float(teacher_forced(model, probe[:n_prompt], new_ids)[3].min()) >= MIN_GAP:
             break
     else:
         raise SystemExit(f"{name}: no seed gives a min logit gap >= {MIN_GAP}")
@@ -346,14 +448,14 @@ def make_tiny(spec, out_dir):
         assert torch.equal(v, stored_sd[k]), f"{name}: reloaded {k} differs"
 
     # Inputs: BOS, the tokenized text, then four fixed ids (the last vocab row among them).
-    text_ids = tok.encode(TINY_TEXT, add_special_tokens=False).ids
-    text_ids_special = tok.encode(TINY_TEXT, add_special_tokens=True).ids
+    text_ids = tok.encode(text, add_special_tokens=False).ids
+    text_ids_special = tok.encode(text, add_special_tokens=True).ids
     input_ids = [bos_id] + text_ids + [V - 1, V - 5, 255, V // 2]
-    assert 16 < len(input_ids) <= 32, (name, len(input_ids))
-    assert tok.decode(text_ids, skip_special_tokens=False) == TINY_TEXT
+    assert 16 < len(input_ids) <= spec.get("max_input", 32), (name, len(input_ids))
+    assert tok.decode(text_ids, skip_special_tokens=False) == text
 
     logits = logits_of(ref, input_ids)
-    prompt_ids = input_ids[:N_PROMPT]
+    prompt_ids = input_ids[:n_prompt]
     new_ids = greedy_full_recompute(ref, prompt_ids, N_GREEDY_TINY)
     _, _, lp, gaps = teacher_forced(ref, prompt_ids, new_ids)
 
@@ -368,11 +470,18 @@ def make_tiny(spec, out_dir):
                     proj.bias.zero_()
         diff = float((logits_of(nobias, input_ids) - logits).abs().max())
         assert diff > 0.5, f"{name}: biases change logits by only {diff}"
+    if spec["arch"] == "qwen3":
+        check_matters(name, d, input_ids, logits, "q/k norms", unit_qk_norms)
+    if "rope_scaling" in spec["config"]:
+        check_rope_bands(spec["config"])
+        check_matters(name, d, input_ids, logits, "rope scaling",
+                      lambda m: setattr(m.model.rotary_emb, "inv_freq", unscaled_inv_freq(m)))
+    write_json(d / "config.transformers5.json", transformers5_config(d / "config.json"))
 
     reference = {
         **versions(),
         "seed": seed,
-        "text": TINY_TEXT,
+        "text": text,
         "text_ids": text_ids,
         "text_ids_with_special": text_ids_special,
         "special_ids": special_ids,
@@ -540,6 +649,7 @@ def main():
     ap.add_argument("--gguf", help=f"path of {GGUF_NAME} (default: $SPROUT_GGUF, cache, wheel)")
     ap.add_argument("--out", default=str(REPO / "tests" / "fixtures"), help="output folder")
     ap.add_argument("--only", choices=["tiny", "smollm2"], help="make only these fixtures")
+    ap.add_argument("--tiny", action="append", help="with --only tiny: just this model (repeatable)")
     args = ap.parse_args()
 
     check_versions()
@@ -551,7 +661,8 @@ def main():
 
     if args.only in (None, "tiny"):
         for spec in TINY_SPECS:
-            make_tiny(spec, out_dir)
+            if not args.tiny or spec["name"] in args.tiny:
+                make_tiny(spec, out_dir)
     if args.only in (None, "smollm2"):
         gguf_path = find_gguf(args.gguf)
         if gguf_path is None or not gguf_path.exists():
