@@ -2,8 +2,15 @@
 //! on every adapter:
 //! - the tiny random Llama, tied Llama (bf16) and Qwen2 (f16, q/k/v bias) models' logits at
 //!   every position within 1e-4 of transformers', and their greedy tokens identical;
+//! - the tiny random Qwen3 (q/k norms, head_dim past hidden, tied, bf16) and Llama 3.1
+//!   (rope scaling in all three bands, inputs past the original context) the same way, and
+//!   each read from its transformers 5 config form (`rope_parameters`) bit for bit as from
+//!   the hub's (`rope_theta`, `rope_scaling`);
 //! - SmolLM2-135M-Instruct Q4_1 read from its GGUF: prompt ids equal, 32 greedy tokens
-//!   identical, teacher-forced log-probs within 1e-3.
+//!   identical, teacher-forced log-probs within 1e-3;
+//! - the K-quant GGUFs (scripts/make_gguf_fixtures.py: Qwen3 and Llama 3.1 in Q4_K_M's
+//!   Q4_K/Q6_K mix, Qwen2 with Q5_0 rows): prompt ids from the file's vocabulary equal,
+//!   greedy tokens equal up to the first near-tie, log-probs within 1e-3.
 //!
 //! Every test fails, never skips or passes, when no adapter is found.
 
@@ -65,6 +72,110 @@ fn tiny_llama_tied_bf16_matches_transformers() {
 #[test]
 fn tiny_qwen2_f16_with_bias_matches_transformers() {
     check_tiny("tiny-qwen2");
+}
+
+#[test]
+fn tiny_qwen3_bf16_with_qk_norms_matches_transformers() {
+    check_tiny("tiny-qwen3");
+}
+
+#[test]
+fn tiny_llama3_with_rope_scaling_matches_transformers() {
+    check_tiny("tiny-llama3");
+}
+
+/// The transformers 5 form of a config (`rope_parameters`) is the same model as the hub's:
+/// the logits are the same bits.
+#[test]
+fn both_config_forms_give_the_same_logits() {
+    for name in ["tiny-qwen3", "tiny-llama3"] {
+        let dir = fixtures().join(name);
+        let v5 = std::env::temp_dir().join(format!("sprout-{name}-v5-{}", std::process::id()));
+        std::fs::create_dir_all(&v5).unwrap();
+        for file in ["model.safetensors", "tokenizer.json"] {
+            std::fs::copy(dir.join(file), v5.join(file)).unwrap();
+        }
+        std::fs::copy(
+            dir.join("config.transformers5.json"),
+            v5.join("config.json"),
+        )
+        .unwrap();
+        let ids = u32s(&json(&dir.join("reference.json"))["input_ids"]);
+        for gpu in gpus() {
+            let run = |dir: &std::path::Path| {
+                let mut source = SafetensorsDir::open(dir).unwrap();
+                pollster::block_on(logits(&load(&gpu, &mut source), &ids)).unwrap()
+            };
+            let (hub, five) = (run(&dir), run(&v5));
+            assert!(
+                hub.iter()
+                    .zip(&five)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{name} on {}: the transformers 5 config gives other logits",
+                gpu.adapter.label()
+            );
+        }
+        std::fs::remove_dir_all(&v5).unwrap();
+    }
+}
+
+/// A step whose reference top1-top2 logit gap is below this may flip within the log-prob
+/// tolerance: tokens are compared up to the first such step.
+const NEAR_TIE: f32 = 2e-3;
+
+fn check_gguf(name: &str) {
+    let fixture = json(&fixtures().join(format!("{name}.json")));
+    let path = fixtures().join(format!("{name}.gguf"));
+    let want = u32s(&fixture["greedy"]["token_ids"]);
+    let want_lp = f32s(&fixture["greedy"]["logprobs"]);
+    let gaps = f32s(&fixture["greedy"]["top2_gaps"]);
+    let compared = gaps
+        .iter()
+        .position(|&g| g < NEAR_TIE)
+        .map_or(want.len(), |i| i + 1);
+    for gpu in gpus() {
+        let label = format!("{name} on {}", gpu.adapter.label());
+        let mut model = GgufModel::open(&path).unwrap();
+        let tokenizer = model.tokenizer().unwrap();
+        let decoder = load(&gpu, &mut model);
+        let ids = tokenizer.encode(fixture["text"].as_str().unwrap()).unwrap();
+        assert_eq!(ids, u32s(&fixture["prompt_ids"]), "{label}: prompt ids");
+        let g = greedy_tokens(&decoder, &ids, want.len());
+        assert_eq!(
+            g.token_ids[..compared],
+            want[..compared],
+            "{label}: greedy tokens"
+        );
+        let lp = max_abs_diff(&g.logprobs[..compared], &want_lp[..compared]);
+        let full: Vec<u32> = ids.iter().chain(&want).copied().collect();
+        let scored = pollster::block_on(score(&decoder, &full)).unwrap();
+        let forced = max_abs_diff(&scored[ids.len() - 1..], &want_lp);
+        println!(
+            "{label} ({}): greedy {compared}/{} compared, logprobs max |diff| {lp:.2e} \
+             (generated), {forced:.2e} (teacher-forced)",
+            decoder.weight_format(),
+            want.len()
+        );
+        assert!(
+            lp <= 1e-3 && forced <= 1e-3,
+            "{label}: logprobs differ by {lp} / {forced}"
+        );
+    }
+}
+
+#[test]
+fn qwen3_q4_k_m_gguf_matches_transformers() {
+    check_gguf("tiny-qwen3-q4_k_m");
+}
+
+#[test]
+fn llama3_q4_k_m_gguf_with_rope_freqs_matches_transformers() {
+    check_gguf("tiny-llama3-q4_k_m");
+}
+
+#[test]
+fn qwen2_gguf_with_q5_0_rows_matches_transformers() {
+    check_gguf("tiny-qwen2-q5_0");
 }
 
 #[test]
