@@ -13,7 +13,9 @@ Writes (under tests/fixtures/ unless --out says otherwise), each NAME.gguf + NAM
                       matrix whose rows are 160 values is Q5_0 (as Q4_K_M files of
                       Qwen2.5-0.5B, hidden 896, fall back), down (rows of 256) Q4_K / Q6_K
   NAME.json: the prompt text and ids, 16 greedy tokens, their teacher-forced log-probs and
-  every step's top1-top2 logit gap (tests compare tokens up to the first near-tie).
+  every step's top1-top2 logit gap (tests compare tokens up to the first near-tie), and a
+  chat (system, user, an assistant turn with a think block, user) as transformers renders
+  it with the file's chat template (the family's own: tests/fixtures/chat_templates/).
 
 The reference is transformers loading the GGUF file (`gguf_file=`; it dequantizes through
 the `gguf` package). transformers' GGUF reader does not read two things these files say, so
@@ -274,6 +276,23 @@ def check_same_model(name, model, ref, ids):
     assert diff < 1e-3, f"{name}: the float model with the file's weights differs by {diff}"
 
 
+CHAT = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "Name a colour."},
+    {"role": "assistant", "content": "<think>\nThe sky.\n</think>\n\nBlue."},
+    {"role": "user", "content": "Another?"},
+]
+
+
+def render_chat(spec, tok):
+    """The chat as transformers renders it with the family's template (jinja2)."""
+    from transformers import PreTrainedTokenizerFast
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|endoftext|>",
+                                   eos_token="<|im_end|>")
+    fast.chat_template = (TEMPLATES / spec["template"]).read_text(encoding="utf-8")
+    return fast.apply_chat_template(CHAT, tokenize=False, add_generation_prompt=True)
+
+
 def make(spec, out_dir):
     name = spec["name"]
     tok = mf.train_tokenizer(spec["vocab_size"], SPECIALS, True, None)
@@ -307,6 +326,7 @@ def make(spec, out_dir):
             "logprobs": mf.f32_list(lp),
             "top2_gaps": mf.f32_list(gaps),
         },
+        "chat": {"messages": CHAT, "rendered": render_chat(spec, tok)},
     }
     mf.write_json(out_dir / f"{name}.json", fixture)
     size = path.stat().st_size

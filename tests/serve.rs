@@ -14,8 +14,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+#[path = "common/http.rs"]
+mod http;
 #[path = "common/server.rs"]
 mod server;
+use http::{Reply, http, parse_reply, request_bytes};
 use server::Server;
 
 fn tiny_llama() -> PathBuf {
@@ -56,97 +59,6 @@ impl Server {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
-}
-
-/// One HTTP response.
-struct Reply {
-    status: u16,
-    headers: String,
-    body: String,
-}
-
-impl Reply {
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
-    }
-
-    fn header(&self, name: &str) -> Option<String> {
-        self.headers.lines().find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
-        })
-    }
-}
-
-/// The bytes of an HTTP/1.1 request that closes its connection after the response.
-fn request_bytes(port: u16, method: &str, path: &str, headers: &[&str], body: &[u8]) -> Vec<u8> {
-    let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for h in headers {
-        head.push_str(h);
-        head.push_str("\r\n");
-    }
-    head.push_str("\r\n");
-    let mut bytes = head.into_bytes();
-    bytes.extend_from_slice(body);
-    bytes
-}
-
-/// Decodes a chunked body.
-fn dechunk(mut raw: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    loop {
-        let Some(end) = raw.windows(2).position(|w| w == b"\r\n") else {
-            return out;
-        };
-        let size_text = std::str::from_utf8(&raw[..end]).unwrap();
-        let size = usize::from_str_radix(size_text.split(';').next().unwrap().trim(), 16).unwrap();
-        if size == 0 {
-            return out;
-        }
-        out.extend_from_slice(&raw[end + 2..end + 2 + size]);
-        raw = &raw[end + 2 + size + 2..];
-    }
-}
-
-fn parse_reply(raw: &[u8]) -> Reply {
-    let split = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .expect("a complete response head");
-    let headers = String::from_utf8(raw[..split].to_vec()).unwrap();
-    let status = headers.split(' ').nth(1).unwrap().parse().unwrap();
-    let body = &raw[split + 4..];
-    let chunked = headers.lines().any(|l| {
-        l.to_ascii_lowercase()
-            .starts_with("transfer-encoding: chunked")
-    });
-    let body = if chunked {
-        dechunk(body)
-    } else {
-        body.to_vec()
-    };
-    Reply {
-        status,
-        headers,
-        body: String::from_utf8(body).unwrap(),
-    }
-}
-
-fn http(port: u16, method: &str, path: &str, headers: &[&str], body: &[u8]) -> Reply {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(300)))
-        .unwrap();
-    stream
-        .write_all(&request_bytes(port, method, path, headers, body))
-        .unwrap();
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).unwrap();
-    parse_reply(&raw)
 }
 
 fn post(port: u16, body: &Value) -> Reply {
