@@ -9,9 +9,13 @@
 // stay responsive while it runs, the engine being in a Web Worker, and every KV block must
 // be free after), and checks what the page says in a browser without WebGPU.
 //
+// Then it loads a second, small file in a K-quant mix (KQUANT_URL, KQUANT_PATH: the tiny
+// Qwen3 in Q4_K_M's Q4_K and Q6_K, tests/fixtures) and runs the "k-quant" case on it.
+//
 // Environment: SPROUT_BIN (the native binary), BASE_URL (where the page is served),
 // MODEL_URL (the model, relative to BASE_URL), MODEL_PATH (the same file on disk),
-// OUT_DIR (results and the screenshot).
+// KQUANT_URL and KQUANT_PATH (the second model, the same way), OUT_DIR (results and the
+// screenshot).
 
 import { execFileSync } from "node:child_process";
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
@@ -22,8 +26,9 @@ const env = (name) => {
   if (!v) throw new Error(`web/test.mjs: ${name} is not set (run web/test.sh)`);
   return v;
 };
-const [bin, baseUrl, modelUrl, modelPath, outDir] =
-  ["SPROUT_BIN", "BASE_URL", "MODEL_URL", "MODEL_PATH", "OUT_DIR"].map(env);
+const [bin, baseUrl, modelUrl, modelPath, kquantUrl, kquantPath, outDir] =
+  ["SPROUT_BIN", "BASE_URL", "MODEL_URL", "MODEL_PATH", "KQUANT_URL", "KQUANT_PATH", "OUT_DIR"]
+    .map(env);
 mkdirSync(outDir, { recursive: true });
 
 // Long enough (over two 16-token KV blocks) that the group shares whole blocks.
@@ -39,11 +44,30 @@ const cases = [
   { name: "gpu-kernels", n: 2, max_tokens: 6, temperature: 0.8, top_p: 0.95, seed: 3, kernels: "gpu" },
   // The prompt as a user message through SmolLM2-Instruct's own chat template.
   { name: "chat", chat: "Write a haiku about the sea.", n: 2, max_tokens: 24, temperature: 0.7, top_p: 0.95, seed: 5 },
+  // The second model: Q4_K and Q6_K decoded in the browser's kernels, its own (Qwen3) template.
+  { name: "k-quant", model: "kquant", chat: "Name a colour.", n: 2, max_tokens: 8, temperature: 0.8, top_p: 0.95, seed: 2 },
 ];
 const CASE_TIMEOUT_MS = 10 * 60 * 1000;
 // WEB_TEST_CASES=chat,stop runs only the cases named (for a quick rerun); all by default.
 const only = process.env.WEB_TEST_CASES ? process.env.WEB_TEST_CASES.split(",") : null;
 const wanted = (name) => !only || only.includes(name);
+
+// Loads the model at `url` (relative to BASE_URL) through the page's URL field.
+// A model already loaded keeps the state "loaded" until the click starts the new load, so
+// this waits for the new one by name (or an error).
+async function loadModel(page, url) {
+  const name = url.split("/").pop();
+  await page.fill("#model-url", url);
+  await page.click("#load-url");
+  await page.waitForFunction((name) => {
+    const d = window.sproutDemo;
+    return d.state === "error" || (d.state === "loaded" && d.model && d.model.name === name);
+  }, name, { timeout: CASE_TIMEOUT_MS });
+  if ((await page.evaluate(() => window.sproutDemo.state)) !== "loaded") {
+    throw new Error(`loading ${url} failed: ${await page.textContent("#model-status")}`);
+  }
+  console.log(`model: ${await page.textContent("#model-status")}`);
+}
 
 function native(c) {
   const out = `${outDir}/native-${c.name}.jsonl`;
@@ -54,7 +78,7 @@ function native(c) {
     input = ["--prompts", file];
   }
   const summary = execFileSync(bin, [
-    "rollout", "--model", modelPath, ...input, "-n", String(c.n),
+    "rollout", "--model", c.model === "kquant" ? kquantPath : modelPath, ...input, "-n", String(c.n),
     "--max-tokens", String(c.max_tokens), "--temperature", String(c.temperature),
     "--top-p", String(c.top_p), "--seed", String(c.seed), "--out", out, "--json",
   ], { encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] });
@@ -191,18 +215,15 @@ try {
     throw new Error(`the page found no WebGPU adapter: ${await page.textContent("#no-webgpu")}`);
   }
   console.log(`browser adapter: ${await page.textContent("#adapter")}`);
-  await page.fill("#model-url", modelUrl);
-  await page.click("#load-url");
-  await page.waitForFunction(() => ["loaded", "error"].includes(window.sproutDemo.state), null, {
-    timeout: CASE_TIMEOUT_MS,
-  });
-  if ((await page.evaluate(() => window.sproutDemo.state)) !== "loaded") {
-    throw new Error(`loading ${modelUrl} failed: ${await page.textContent("#model-status")}`);
-  }
-  console.log(`model: ${await page.textContent("#model-status")}`);
+  await loadModel(page, modelUrl);
 
   const report = [];
+  let loaded = "default";
   for (const c of cases.filter((c) => wanted(c.name))) {
+    if ((c.model || "default") !== loaded) {
+      loaded = c.model || "default";
+      await loadModel(page, loaded === "kquant" ? kquantUrl : modelUrl);
+    }
     const nat = native(c);
     const web = await inBrowser(page, c);
     writeFileSync(`${outDir}/browser-${c.name}.json`, JSON.stringify(web, null, 1));
@@ -223,7 +244,10 @@ try {
         `(prompt ${web.prompt_token_ids.length} tokens)`);
     }
   }
-  if (wanted("stop")) report.push(await stopCase(page));
+  if (wanted("stop")) {
+    if (loaded !== "default") await loadModel(page, modelUrl);
+    report.push(await stopCase(page));
+  }
   writeFileSync(`${outDir}/report.json`, JSON.stringify(report, null, 1));
 
   // A file that is not a model: the page names the problem and keeps the loaded model.

@@ -6,7 +6,8 @@
 # must equal the native engine's for the same settings (web/test.mjs). Then it stops a
 # long rollout, which must free every KV block while the page stays responsive. Leaves
 # the results and a screenshot in target/web-test. WEB_TEST_CASES=chat,stop runs only the
-# cases named (greedy, sampled, gpu-kernels, chat, stop), for a quick rerun.
+# cases named (greedy, sampled, gpu-kernels, chat, k-quant, stop), for a quick rerun. The
+# k-quant case loads a second, tiny file (tests/fixtures/tiny-qwen3-q4_k_m.gguf).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,8 +24,10 @@ cargo test --release -q -p sprout-web
 web/build.sh
 cargo build --release -q
 model=$(target/release/sprout model-path)
+kquant="$PWD/tests/fixtures/tiny-qwen3-q4_k_m.gguf"
 mkdir -p web/dist/models
 ln -sf "$model" "web/dist/models/$(basename "$model")"
+ln -sf "$kquant" "web/dist/models/$(basename "$kquant")"
 
 out=target/web-test
 rm -rf "$out"
@@ -42,5 +45,7 @@ SPROUT_BIN=target/release/sprout \
 BASE_URL="http://127.0.0.1:$port/" \
 MODEL_URL="models/$(basename "$model")" \
 MODEL_PATH="$model" \
+KQUANT_URL="models/$(basename "$kquant")" \
+KQUANT_PATH="$kquant" \
 OUT_DIR="$out" \
   node web/test.mjs
