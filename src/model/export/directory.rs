@@ -148,6 +148,9 @@ fn write_files(
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<Vec<(String, u64)>, SproutError> {
     let mut files = Vec::new();
+    let config = model.source.config().clone();
+    // Before any tensor: a config.json that cannot be written fails the export at once.
+    let config_file = config_json(&config, options.format)?;
     let path = dir.join("model.safetensors");
     let file = File::create(&path).map_err(|e| io_at(&path, e))?;
     let writer = BufWriter::with_capacity(1 << 20, file);
@@ -158,18 +161,13 @@ fn write_files(
     file.sync_all().map_err(|e| io_at(&path, e))?;
     files.push(("model.safetensors".to_string(), file.metadata()?.len()));
 
-    let config = model.source.config().clone();
     let pretty = |v: serde_json::Value| -> Result<Vec<u8>, SproutError> {
         let mut text = serde_json::to_string_pretty(&v)
             .map_err(|e| SproutError::Model(format!("cannot write JSON: {e}")))?;
         text.push('\n');
         Ok(text.into_bytes())
     };
-    files.push(write_file(
-        dir,
-        "config.json",
-        &pretty(config_json(&config, options.format))?,
-    )?);
+    files.push(write_file(dir, "config.json", &pretty(config_file)?)?);
     for name in COPIED_FILES {
         if let Some(from) = source_dir.map(|d| d.join(name)).filter(|p| p.is_file()) {
             let bytes = std::fs::read(&from).map_err(|e| io_at(&from, e))?;
