@@ -78,14 +78,19 @@ impl<R: Read + Seek> GgufModel<R> {
     /// needs.
     pub fn from_file(mut file: GgufFile<R>) -> Result<Self, SproutError> {
         let mut config = config_from_gguf(&file)?;
-        if file.tensor(ROPE_FREQS).is_some() {
-            let t = file.read_tensor(ROPE_FREQS)?;
-            if t.rows != 1 {
+        if let Some(info) = file.tensor(ROPE_FREQS) {
+            // Its shape is checked before anything is read: a file's claims size no
+            // allocation.
+            let (rows, cols) = info.shape()?;
+            let pairs = config.head_dim / 2;
+            if (rows, cols) != (1, pairs) {
                 return Err(SproutError::Model(format!(
-                    "{ROPE_FREQS} is {} x {}, not a vector",
-                    t.rows, t.cols
+                    "{ROPE_FREQS} is {rows} x {cols}, but a head of {} has {pairs} pairs \
+                     (one divisor each)",
+                    config.head_dim
                 )));
             }
+            let t = file.read_tensor(ROPE_FREQS)?;
             let divisors = RopeScaling::from_divisors(t.to_f32()?, config.head_dim)?;
             config.rope_scaling = Some(divisors);
         }
@@ -482,7 +487,7 @@ mod tests {
             GgufWriter::tiny_llama3().tensor("rope_freqs.weight", &[3], GgmlType(0), vec![0; 12]);
         let err = open_err(&short);
         assert!(
-            err.contains("rope_freqs.weight holds 3 values") && err.contains("16 pairs"),
+            err.contains("rope_freqs.weight is 1 x 3") && err.contains("16 pairs"),
             "{err}"
         );
         let zero =

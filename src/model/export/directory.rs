@@ -226,6 +226,7 @@ mod tests {
     use crate::formats::TensorData;
     use crate::model::config::ModelConfig;
     use crate::model::open::open;
+    use crate::model::rope_scaling::RopeScaling;
     use crate::model::source::WeightSource;
 
     fn tiny_llama() -> PathBuf {
@@ -292,6 +293,52 @@ mod tests {
             e.to_string().contains("layers.1.down could not be read"),
             "{e}"
         );
+        assert!(
+            names(&parent).is_empty(),
+            "left behind: {:?}",
+            names(&parent)
+        );
+        std::fs::remove_dir_all(parent).unwrap();
+    }
+
+    /// A source whose config says its RoPE scaling only as a GGUF's divisors would.
+    struct Divisors(Box<dyn WeightSource>, ModelConfig);
+
+    impl WeightSource for Divisors {
+        fn config(&self) -> &ModelConfig {
+            &self.1
+        }
+        fn read(&mut self, name: &str) -> Result<TensorData, SproutError> {
+            self.0.read(name)
+        }
+        fn has(&self, name: &str) -> bool {
+            self.0.has(name)
+        }
+        fn format(&self, name: &str) -> Result<WeightFormat, SproutError> {
+            self.0.format(name)
+        }
+        fn unused_tensor(&self, used: &[String]) -> Option<String> {
+            self.0.unused_tensor(used)
+        }
+    }
+
+    #[test]
+    fn rope_divisors_without_their_parameters_refuse_before_any_tensor() {
+        let parent = scratch("divisors");
+        let mut model = open(Some(&tiny_llama())).unwrap();
+        let mut config = model.source.config().clone();
+        let pairs = config.head_dim / 2;
+        config.rope_scaling =
+            Some(RopeScaling::from_divisors(vec![2.0; pairs], config.head_dim).unwrap());
+        model.source = Box::new(Divisors(model.source, config));
+        let mut ticks = 0;
+        let out = parent.join("out");
+        let e = export(&mut model, &out, options(false), &mut |_, _| ticks += 1).unwrap_err();
+        assert!(
+            e.to_string().contains("rope_freqs.weight") && e.to_string().contains("llama3"),
+            "{e}"
+        );
+        assert_eq!(ticks, 0, "no tensor was written");
         assert!(
             names(&parent).is_empty(),
             "left behind: {:?}",
