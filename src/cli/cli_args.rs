@@ -52,8 +52,9 @@ pub enum LoadFormat {
     /// model).
     Auto,
     /// Draw random weights for the config that --model names: smollm2-135m (the default),
-    /// smollm2-360m, qwen2-0.5b, tiny-llama, tiny-qwen2, or a Hugging Face config.json (or
-    /// its directory). Nothing else is read or fetched, and there is no tokenizer.
+    /// smollm2-360m, qwen2-0.5b, qwen3-0.6b, tiny-llama, tiny-qwen2, tiny-qwen3, or a
+    /// Hugging Face config.json (or its directory). Nothing else is read or fetched, and
+    /// there is no tokenizer.
     Dummy,
 }
 

@@ -8,6 +8,7 @@
 use serde::Serialize;
 
 use crate::gpu::kernels::rope::RopeLayout;
+use crate::model::rope_scaling::RopeScaling;
 use crate::tokenizer::chat_template::TemplateTokens;
 
 /// Decoder-only transformer families sprout runs.
@@ -18,6 +19,8 @@ pub enum Architecture {
     Llama,
     /// Qwen2: Llama's shape plus biases on the q, k and v projections.
     Qwen2,
+    /// Qwen3: Llama's shape plus an RMSNorm over each q and k head (`model::qwen3`).
+    Qwen3,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -32,6 +35,9 @@ pub struct ModelConfig {
     pub head_dim: usize,
     pub rms_norm_eps: f32,
     pub rope_theta: f64,
+    /// How the per-pair frequencies are scaled (Llama 3.x), if at all
+    /// ([`ModelConfig::rope_frequencies`]).
+    pub rope_scaling: Option<RopeScaling>,
     /// How q and k pair their dimensions for RoPE *as stored in this file*: GGUF's Llama
     /// weights are permuted for interleaved pairs, Hugging Face's use the half-split.
     #[serde(skip)]
@@ -56,6 +62,12 @@ impl ModelConfig {
 
     pub fn has_qkv_bias(&self) -> bool {
         self.architecture == Architecture::Qwen2
+    }
+
+    /// Each q and k head is RMS-normalised (weights `q_norm`, `k_norm` of `head_dim`)
+    /// before RoPE.
+    pub fn has_qk_norm(&self) -> bool {
+        self.architecture == Architecture::Qwen3
     }
 
     /// What a chat template prints as `bos_token` and `eos_token`: the beginning-of-sequence

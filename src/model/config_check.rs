@@ -25,6 +25,12 @@ impl ModelConfig {
         if let Some((field, _)) = sizes.iter().find(|(_, v)| *v == 0) {
             return Err(SproutError::Model(format!("{field} is 0")));
         }
+        if !(self.rope_theta.is_finite() && self.rope_theta > 0.0) {
+            return Err(SproutError::Model(format!(
+                "rope_theta {} is not a positive number",
+                self.rope_theta
+            )));
+        }
         let overflow = |what: String| SproutError::Model(format!("{what} overflows"));
         let q = self.n_heads.checked_mul(self.head_dim).ok_or_else(|| {
             overflow(format!(

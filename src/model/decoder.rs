@@ -1,5 +1,5 @@
 //! The decoder forward pass on the GPU: a Llama-family transformer (Llama, SmolLM,
-//! Mistral, Qwen2) recorded into one compute pass per step.
+//! Mistral, Qwen2, Qwen3) recorded into one compute pass per step.
 //!
 //! The batch is varlen: prefill chunks and single-token decodes of many sequences share
 //! one pass, each row at its own position, its K and V in the paged pool
@@ -9,7 +9,9 @@
 //!
 //! Five dispatches per layer (six where attention is split across workgroups):
 //! 1. RMSNorm, the q|k|v projection (+ bias for Qwen2), RoPE on q and k, and the new k and
-//!    v rows written to their pool slots: one fused matmul;
+//!    v rows written to their pool slots: one fused matmul (Qwen3: the matmul stores the
+//!    projection and `head_norm_rope` norms each q and k head, rotates and writes them;
+//!    `model::qwen3`);
 //! 2. causal GQA paged attention (and, when split, the fold of its pages);
 //! 3. the output projection with the residual add;
 //! 4. RMSNorm, the gate and up projections and SiLU-gate: one fused matmul;
@@ -20,7 +22,8 @@
 //!
 //! Weights stay in their stored formats, laid out at load for the fused kernels
 //! (`model::fused_weights`): q, k and v stacked, with q and k rows in RoPE's adjacent-pair
-//! order; gate and up interleaved. Norm and bias vectors are f32.
+//! order; gate and up interleaved. Norm and bias vectors are f32. RoPE's table holds the
+//! model's frequencies, scaled as its config says (`model::rope_scaling`).
 
 use std::sync::{Arc, RwLock};
 
@@ -36,6 +39,7 @@ use crate::gpu::tuning::{KernelChoices, MatmulKey, MatmulSite};
 use crate::gpu::{Gpu, Recorder, Tensor};
 use crate::model::config::ModelConfig;
 use crate::model::decoder_weights::{Checks, DecoderWeights};
+use crate::model::qwen3;
 use crate::model::source::WeightSource;
 
 /// Where a layer's vectors start in its `vectors` buffer.
@@ -45,22 +49,20 @@ struct VectorOffsets {
     /// `None` without biases.
     qkv_bias: Option<usize>,
     mlp_norm: usize,
+    /// The q norm's weights, then the k norm's; `None` without them.
+    qk_norm: Option<usize>,
 }
 
 impl VectorOffsets {
     fn of(c: &ModelConfig) -> VectorOffsets {
         let bias_len = c.q_dim() + 2 * c.kv_dim();
-        match c.has_qkv_bias() {
-            true => VectorOffsets {
-                attn_norm: 0,
-                qkv_bias: Some(c.hidden_size),
-                mlp_norm: c.hidden_size + bias_len,
-            },
-            false => VectorOffsets {
-                attn_norm: 0,
-                qkv_bias: None,
-                mlp_norm: c.hidden_size,
-            },
+        let qkv_bias = c.has_qkv_bias().then_some(c.hidden_size);
+        let mlp_norm = c.hidden_size + qkv_bias.map_or(0, |_| bias_len);
+        VectorOffsets {
+            attn_norm: 0,
+            qkv_bias,
+            mlp_norm,
+            qk_norm: c.has_qk_norm().then_some(mlp_norm + c.hidden_size),
         }
     }
 }
@@ -117,6 +119,9 @@ pub struct ForwardBuffers {
     /// The residual stream `[max_t, hidden]`.
     h: Tensor,
     q: Tensor,
+    /// `[max_t, q_dim + 2 kv_dim]`: the stored q|k|v projection, for models whose q and k
+    /// heads are normalised before RoPE (`None` for the others).
+    qkv: Option<Tensor>,
     attn: Tensor,
     act: Tensor,
     /// Split attention rows' states: `MAX_SLOTS_PER_ROW` per row for `max_r` rows.
@@ -133,6 +138,9 @@ impl ForwardBuffers {
             max_r,
             h: gpu.zeros(max_t * c.hidden_size),
             q: gpu.zeros(max_t * c.q_dim()),
+            qkv: c
+                .has_qk_norm()
+                .then(|| gpu.zeros(max_t * (c.q_dim() + 2 * c.kv_dim()))),
             attn: gpu.zeros(max_t * c.q_dim()),
             act: gpu.zeros(max_t * c.intermediate_size),
             scratch: gpu.zeros(Self::max_slots(max_r) * decoder.scratch_per_slot()),
@@ -159,12 +167,8 @@ impl Decoder {
         let config = source.config().clone();
         check_supported(&config)?;
         // Before any weight: a context too long for the adapter fails at once.
-        let rope = RopeTable::new(
-            &gpu,
-            config.head_dim,
-            config.rope_theta,
-            config.max_positions,
-        )?;
+        let rope =
+            RopeTable::with_frequencies(&gpu, &config.rope_frequencies(), config.max_positions)?;
         let weights = DecoderWeights::load(&gpu, source, &config, Checks::Shapes, progress)?;
         let choices = RwLock::new(KernelChoices::defaults(gpu.cpu_shaped_defaults()));
         Ok(Decoder {
@@ -300,18 +304,22 @@ impl Decoder {
                 k_pool,
                 v_pool,
             };
-            self.matmul(
-                rec,
-                MatmulSite::Qkv,
-                Matmul {
-                    x: &a.h,
-                    m: t,
-                    weight: &layer.qkv,
-                    norm: norm(offsets.attn_norm),
-                    gather: None,
-                    output: Output::Qkv(qkv),
-                },
-            );
+            let projection = |output| Matmul {
+                x: &a.h,
+                m: t,
+                weight: &layer.qkv,
+                norm: norm(offsets.attn_norm),
+                gather: None,
+                output,
+            };
+            match (&a.qkv, offsets.qk_norm) {
+                (Some(stored), Some(norms)) => {
+                    self.matmul(rec, MatmulSite::Qkv, projection(Output::Store(stored)));
+                    let vectors = (&layer.vectors, norms, eps);
+                    qwen3::encode_head_norms(gpu, rec, (stored, t), &qkv, vectors);
+                }
+                _ => self.matmul(rec, MatmulSite::Qkv, projection(Output::Qkv(qkv))),
+            }
             let buffers = AttentionBuffers {
                 q: &a.q,
                 k_pool,

@@ -3,7 +3,8 @@
 //!
 //! Layout (`model::fused_weights`): q, k and v stacked, with q and k rows in RoPE's
 //! adjacent-pair order (half-split models' rows permuted at load); gate and up
-//! interleaved; norm and bias vectors f32, one buffer per layer.
+//! interleaved; norm and bias vectors f32, one buffer per layer (Qwen3's q and k norms
+//! permuted within the head as the q and k rows are).
 //!
 //! Loading reads one tensor at a time from a [`WeightSource`] (never the whole model on
 //! the CPU), checks its shape against the config, and uploads it. An update is checked
@@ -20,10 +21,12 @@ use crate::model::fused_weights::{
     half_split_to_adjacent, interleave_rows, permute_head_rows, permute_head_values, stack_rows,
 };
 use crate::model::names::TensorName;
+use crate::model::qwen3;
 use crate::model::source::WeightSource;
 
 pub(crate) struct Layer {
-    /// f32: the attention norm's weights, the q|k|v biases (Qwen2), the MLP norm's weights.
+    /// f32: the attention norm's weights, the q|k|v biases (Qwen2), the MLP norm's
+    /// weights, the q and k norms' weights (Qwen3).
     pub(crate) vectors: Tensor,
     /// q, k and v stacked by rows, q and k in RoPE's adjacent-pair order.
     pub(crate) qkv: GpuWeight,
@@ -107,6 +110,13 @@ impl DecoderWeights {
                 vectors.extend(l.vector(&name("v_bias"), kv_dim)?);
             }
             vectors.extend(l.vector(&name("mlp_norm"), hidden)?);
+            if config.has_qk_norm() {
+                let (q_norm, k_norm) = (
+                    l.vector(&name("q_norm"), hd)?,
+                    l.vector(&name("k_norm"), hd)?,
+                );
+                vectors.extend(qwen3::norm_vectors(q_norm, k_norm, hd, order.as_deref()));
+            }
             let mut q = l.read(&name("q"), q_dim, hidden)?;
             let mut k = l.read(&name("k"), kv_dim, hidden)?;
             if let Some(order) = &order {
@@ -256,11 +266,25 @@ fn check_same_model(serving: &ModelConfig, new: &ModelConfig) -> Result<(), Spro
             },
         )));
     }
-    if serving.has_qkv_bias() != new.has_qkv_bias() || serving.rope_layout != new.rope_layout {
+    if serving.has_qkv_bias() != new.has_qkv_bias()
+        || serving.has_qk_norm() != new.has_qk_norm()
+        || serving.rope_layout != new.rope_layout
+    {
         return Err(SproutError::Model(
-            "the new weights are for another architecture (q/k/v biases or RoPE layout differ)"
+            "the new weights are for another architecture (q/k/v biases, q/k norms or RoPE \
+             layout differ)"
                 .into(),
         ));
+    }
+    // The serving model's RoPE table stays; the new weights must mean the same rotations
+    // (a GGUF's f32 divisors and the llama3 formula in f64 agree to about 1e-7).
+    let (have, got) = (serving.rope_frequencies(), new.rope_frequencies());
+    if let Some(i) = (0..have.len()).find(|&i| (have[i] - got[i]).abs() > 1e-6 * have[i]) {
+        return Err(SproutError::Model(format!(
+            "the new weights' RoPE frequency {i} is {}, the serving model's {} (rope_theta or \
+             rope scaling differ)",
+            got[i], have[i]
+        )));
     }
     Ok(())
 }

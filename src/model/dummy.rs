@@ -28,12 +28,14 @@ use crate::model::source::WeightSource;
 use crate::rng::SplitMix64;
 
 /// The names [`builtin_config`] knows.
-pub const BUILTIN_CONFIGS: [&str; 5] = [
+pub const BUILTIN_CONFIGS: [&str; 7] = [
     "smollm2-135m",
     "smollm2-360m",
     "qwen2-0.5b",
+    "qwen3-0.6b",
     "tiny-llama",
     "tiny-qwen2",
+    "tiny-qwen3",
 ];
 
 /// The most layers dummy weights are drawn for: several times the deepest published
@@ -49,7 +51,9 @@ pub const DEFAULT_DUMMY_MODEL: &str = "smollm2-135m";
 /// The config of a built-in model by name (see [`BUILTIN_CONFIGS`]):
 /// - `smollm2-135m`, `smollm2-360m`: SmolLM2-135M/360M-Instruct (Llama, tied embeddings).
 /// - `qwen2-0.5b`: Qwen2-0.5B (q, k and v biases, tied embeddings).
-/// - `tiny-llama`, `tiny-qwen2`: 2 layers, hidden 64, vocabulary 512 (fast anywhere).
+/// - `qwen3-0.6b`: Qwen3-0.6B (q and k head norms, heads of 128 wider than hidden, tied).
+/// - `tiny-llama`, `tiny-qwen2`, `tiny-qwen3`: 2 layers, hidden 64, vocabulary 512 (fast
+///   anywhere; tiny-qwen3's 4 heads of 32 make q twice as wide as hidden).
 pub fn builtin_config(name: &str) -> Result<ModelConfig, SproutError> {
     let llama = |hidden, inter, layers, heads, kv_heads, vocab, positions| ModelConfig {
         architecture: Architecture::Llama,
@@ -62,6 +66,7 @@ pub fn builtin_config(name: &str) -> Result<ModelConfig, SproutError> {
         head_dim: hidden / heads,
         rms_norm_eps: 1e-5,
         rope_theta: 100000.0,
+        rope_scaling: None,
         rope_layout: RopeLayout::HalfSplit,
         max_positions: positions,
         tied_embeddings: true,
@@ -76,11 +81,23 @@ pub fn builtin_config(name: &str) -> Result<ModelConfig, SproutError> {
         eos_token_ids: vec![eos],
         ..llama(hidden, inter, layers, heads, kv_heads, vocab, positions)
     };
+    let qwen3 = |hidden, inter, layers, heads, kv_heads, head_dim, vocab, positions| ModelConfig {
+        architecture: Architecture::Qwen3,
+        head_dim,
+        bos_token_id: Some(151643.min(vocab as u32 - 1)),
+        eos_token_ids: vec![151645.min(vocab as u32 - 1)],
+        ..qwen2(hidden, inter, layers, heads, kv_heads, vocab, positions, 0)
+    };
     Ok(match name {
         "smollm2-135m" => llama(576, 1536, 30, 9, 3, 49152, 8192),
         "smollm2-360m" => llama(960, 2560, 32, 15, 5, 49152, 8192),
         "qwen2-0.5b" => qwen2(896, 4864, 24, 14, 2, 151936, 131072, 151643),
+        "qwen3-0.6b" => qwen3(1024, 3072, 28, 16, 8, 128, 151936, 40960),
         "tiny-llama" => llama(64, 160, 2, 4, 2, 512, 512),
+        "tiny-qwen3" => ModelConfig {
+            tied_embeddings: false,
+            ..qwen3(64, 128, 2, 4, 2, 32, 512, 512)
+        },
         "tiny-qwen2" => ModelConfig {
             tied_embeddings: false,
             ..qwen2(64, 128, 2, 4, 1, 512, 512, 511)
@@ -251,14 +268,15 @@ mod tests {
 
     #[test]
     fn every_tensor_has_its_shape_and_format() {
-        for model in ["tiny-llama", "tiny-qwen2"] {
+        for model in ["tiny-llama", "tiny-qwen2", "tiny-qwen3"] {
             let config = builtin_config(model).unwrap();
             for format in WeightFormat::ALL {
                 let mut w = DummyWeights::new(config.clone(), format, 7).unwrap();
                 let all = TensorName::all(&config);
                 assert_eq!(
                     all.len(),
-                    2 + config.n_layers * if config.has_qkv_bias() { 12 } else { 9 }
+                    2 + config.n_layers * (9 + 3 * usize::from(config.has_qkv_bias()))
+                        + config.n_layers * 2 * usize::from(config.has_qk_norm())
                         + usize::from(!config.tied_embeddings)
                 );
                 for name in all {
@@ -286,7 +304,13 @@ mod tests {
                     let mean = values.iter().sum::<f32>() / values.len() as f32;
                     match name {
                         TensorName::FinalNorm
-                        | TensorName::Layer(_, LayerTensor::AttnNorm | LayerTensor::MlpNorm) => {
+                        | TensorName::Layer(
+                            _,
+                            LayerTensor::AttnNorm
+                            | LayerTensor::MlpNorm
+                            | LayerTensor::QNorm
+                            | LayerTensor::KNorm,
+                        ) => {
                             assert!((mean - 1.0).abs() < 0.02, "{key}: {mean}")
                         }
                         _ => assert!(mean.abs() < 0.02, "{key}: {mean}"),
@@ -418,9 +442,23 @@ mod tests {
             (896, 4864, 24, 14, 2, 64, 151936)
         );
         assert!(q.has_qkv_bias() && q.tied_embeddings);
+        let q3 = builtin_config("qwen3-0.6b").unwrap();
+        assert_eq!(
+            (
+                q3.hidden_size,
+                q3.q_dim(),
+                q3.n_kv_heads,
+                q3.head_dim,
+                q3.n_layers
+            ),
+            (1024, 2048, 8, 128, 28)
+        );
+        assert!(q3.has_qk_norm() && !q3.has_qkv_bias() && q3.tied_embeddings);
         for name in BUILTIN_CONFIGS {
             let c = builtin_config(name).unwrap();
-            assert_eq!(c.hidden_size, c.n_heads * c.head_dim, "{name}");
+            if !c.has_qk_norm() {
+                assert_eq!(c.hidden_size, c.n_heads * c.head_dim, "{name}");
+            }
             assert!(
                 c.eos_token_ids.iter().all(|&e| (e as usize) < c.vocab_size),
                 "{name}"

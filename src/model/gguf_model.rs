@@ -1,7 +1,7 @@
 //! A GGUF file as a [`WeightSource`]: llama.cpp's tensor names mapped to sprout's canonical
 //! names, and a [`ModelConfig`] built from the file's metadata.
 //!
-//! Config keys (`{arch}` is `general.architecture`, `llama` or `qwen2`):
+//! Config keys (`{arch}` is `general.architecture`, `llama`, `qwen2` or `qwen3`):
 //! `{arch}.embedding_length`, `.block_count`, `.feed_forward_length`,
 //! `.attention.head_count`, `.attention.head_count_kv` (default: head_count),
 //! `.attention.layer_norm_rms_epsilon`, `.context_length`, `.rope.freq_base` (default
@@ -9,7 +9,10 @@
 //! `.rope.dimension_count`, which must equal head_dim (partial rotary is not supported).
 //! The vocabulary size is the token embedding's row count. Embeddings are tied when the file
 //! has no `output.weight`. RoPE pairs are interleaved for `llama` (llama.cpp's converter
-//! permutes q and k) and half-split for `qwen2`.
+//! permutes q and k) and half-split for `qwen2` and `qwen3`. A `rope_freqs.weight` tensor
+//! (Llama 3.x's rope scaling as llama.cpp's converter ships it: one f32 divisor per pair)
+//! is used as the file gives it (`model::rope_scaling`); `rope.scaling.type` other than
+//! `none`, and `rope.scale_linear` other than 1, are refused.
 //!
 //! End-of-sample ids: `tokenizer.ggml.eos_token_id`, `.eot_token_id` and `.eom_token_id`,
 //! then the id of each end-of-turn token in [`END_OF_TURN_TOKENS`] that the vocabulary holds
@@ -31,6 +34,7 @@ use crate::formats::{TensorData, WeightFormat};
 use crate::gpu::kernels::rope::RopeLayout;
 use crate::model::config::{Architecture, ModelConfig};
 use crate::model::names::{self, LayerTensor, TensorName};
+use crate::model::rope_scaling::RopeScaling;
 use crate::model::source::WeightSource;
 use crate::tokenizer::Tokenizer;
 use crate::tokenizer::gguf_vocab::{TOKEN_TYPE_CONTROL, TOKEN_TYPE_USER_DEFINED};
@@ -45,6 +49,9 @@ pub const END_OF_TURN_TOKENS: [&str; 7] = [
     "<|end|>",
     "<end_of_turn>",
 ];
+
+/// The tensor of per-pair RoPE frequency divisors (Llama 3.x).
+pub const ROPE_FREQS: &str = "rope_freqs.weight";
 
 /// A model read from one GGUF file.
 pub struct GgufModel<R = File> {
@@ -67,9 +74,26 @@ impl<R: Read + Seek> GgufModel<R> {
         Self::from_file(GgufFile::from_reader(reader)?)
     }
 
-    /// Builds the config and checks every tensor it needs.
-    pub fn from_file(file: GgufFile<R>) -> Result<Self, SproutError> {
-        let config = config_from_gguf(&file)?;
+    /// Builds the config (reading the RoPE divisors, if any) and checks every tensor it
+    /// needs.
+    pub fn from_file(mut file: GgufFile<R>) -> Result<Self, SproutError> {
+        let mut config = config_from_gguf(&file)?;
+        if let Some(info) = file.tensor(ROPE_FREQS) {
+            // Its shape is checked before anything is read: a file's claims size no
+            // allocation.
+            let (rows, cols) = info.shape()?;
+            let pairs = config.head_dim / 2;
+            if (rows, cols) != (1, pairs) {
+                return Err(SproutError::Model(format!(
+                    "{ROPE_FREQS} is {rows} x {cols}, but a head of {} has {pairs} pairs \
+                     (one divisor each)",
+                    config.head_dim
+                )));
+            }
+            let t = file.read_tensor(ROPE_FREQS)?;
+            let divisors = RopeScaling::from_divisors(t.to_f32()?, config.head_dim)?;
+            config.rope_scaling = Some(divisors);
+        }
         for name in TensorName::all(&config) {
             let stored = gguf_name(name);
             let info = file.tensor(&stored).ok_or_else(|| {
@@ -126,10 +150,12 @@ impl<R: Read + Seek> WeightSource for GgufModel<R> {
     }
 
     fn unused_tensor(&self, used: &[String]) -> Option<String> {
-        let used: std::collections::HashSet<String> = used
+        let mut used: std::collections::HashSet<String> = used
             .iter()
             .filter_map(|n| TensorName::parse(n).map(gguf_name))
             .collect();
+        // Read with the config, not as a weight.
+        used.insert(ROPE_FREQS.to_string());
         let stored = self.file.tensors().iter().map(|t| &t.name);
         stored.filter(|n| !used.contains(*n)).min().cloned()
     }
@@ -161,6 +187,8 @@ pub fn gguf_name(name: TensorName) -> String {
                 LayerTensor::QBias => "attn_q.bias",
                 LayerTensor::KBias => "attn_k.bias",
                 LayerTensor::VBias => "attn_v.bias",
+                LayerTensor::QNorm => "attn_q_norm.weight",
+                LayerTensor::KNorm => "attn_k_norm.weight",
                 LayerTensor::O => "attn_output.weight",
                 LayerTensor::MlpNorm => "ffn_norm.weight",
                 LayerTensor::Gate => "ffn_gate.weight",
@@ -181,9 +209,11 @@ pub fn config_from_gguf<R>(file: &GgufFile<R>) -> Result<ModelConfig, SproutErro
     let (architecture, rope_layout) = match arch {
         "llama" => (Architecture::Llama, RopeLayout::Interleaved),
         "qwen2" => (Architecture::Qwen2, RopeLayout::HalfSplit),
+        "qwen3" => (Architecture::Qwen3, RopeLayout::HalfSplit),
         other => {
             return Err(SproutError::Model(format!(
-                "GGUF architecture `{other}` is not supported by sprout (supported: llama, qwen2)"
+                "GGUF architecture `{other}` is not supported by sprout (supported: llama, \
+                 qwen2, qwen3)"
             )));
         }
     };
@@ -241,15 +271,17 @@ pub fn config_from_gguf<R>(file: &GgufFile<R>) -> Result<ModelConfig, SproutErro
         && scaling != "none"
     {
         return Err(SproutError::Model(format!(
-            "rope scaling `{scaling}` is not supported yet"
+            "`{}` is `{scaling}`: rope scaling `{scaling}` is not supported",
+            key("rope.scaling.type")
         )));
     }
-    if file.tensor("rope_freqs.weight").is_some() {
-        return Err(SproutError::Model(
-            "the file has rope_freqs.weight (Llama 3.1-style rope scaling), which sprout does \
-             not support yet"
-                .into(),
-        ));
+    if let Some(scale) = meta.f64(&key("rope.scale_linear"))?
+        && scale != 1.0
+    {
+        return Err(SproutError::Model(format!(
+            "`{}` is {scale}: linear rope scaling is not supported",
+            key("rope.scale_linear")
+        )));
     }
     let embed = file.tensor("token_embd.weight").ok_or_else(|| {
         SproutError::Model("the GGUF file has no tensor token_embd.weight".into())
@@ -317,6 +349,7 @@ pub fn config_from_gguf<R>(file: &GgufFile<R>) -> Result<ModelConfig, SproutErro
                 ))
             })? as f32,
         rope_theta: meta.f64(&key("rope.freq_base"))?.unwrap_or(10000.0),
+        rope_scaling: None,
         rope_layout,
         max_positions: usize_of("context_length")?,
         tied_embeddings: file.tensor("output.weight").is_none(),
@@ -385,6 +418,85 @@ mod tests {
     }
 
     #[test]
+    fn qwen3_has_head_norms_and_wide_q() {
+        let mut m = open(&GgufWriter::tiny_model("qwen3")).unwrap();
+        let c = m.config().clone();
+        assert_eq!(c.architecture, Architecture::Qwen3);
+        assert_eq!(c.rope_layout, RopeLayout::HalfSplit);
+        assert_eq!((c.hidden_size, c.head_dim, c.q_dim()), (64, 64, 128));
+        assert!(m.has("layers.1.q_norm") && m.has("layers.0.k_norm"));
+        assert!(!m.has("layers.0.q_bias"));
+        assert_eq!(m.read("layers.0.o").unwrap().cols, 128);
+        assert_eq!(m.read("layers.1.k_norm").unwrap().cols, 64);
+        let err =
+            open_err(&GgufWriter::tiny_model("qwen3").without_tensor("blk.0.attn_q_norm.weight"));
+        assert!(
+            err.contains("blk.0.attn_q_norm.weight") && err.contains("layers.0.q_norm"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn rope_freqs_divide_the_frequencies_as_llama3_would() {
+        let m = open(&GgufWriter::tiny_llama3()).unwrap();
+        let c = m.config().clone();
+        assert!(matches!(
+            c.rope_scaling,
+            Some(RopeScaling::GgufRopeFreqs { .. })
+        ));
+        // The divisors the writer made are the llama3 formula's, rounded to f32.
+        let formula = ModelConfig {
+            rope_scaling: Some(RopeScaling::Llama3 {
+                factor: 8.0,
+                low_freq_factor: 1.0,
+                high_freq_factor: 4.0,
+                original_max_position_embeddings: 64.0,
+            }),
+            ..c.clone()
+        };
+        let (got, want) = (c.rope_frequencies(), formula.rope_frequencies());
+        let unscaled = ModelConfig {
+            rope_scaling: None,
+            ..c.clone()
+        }
+        .rope_frequencies();
+        let mut bands = [0; 3];
+        for i in 0..got.len() {
+            assert!((got[i] - want[i]).abs() <= 1e-7 * want[i], "pair {i}");
+            let ratio = unscaled[i] / got[i];
+            bands[if ratio == 1.0 {
+                0
+            } else if ratio == 8.0 {
+                1
+            } else {
+                2
+            }] += 1;
+        }
+        assert!(bands.iter().all(|&n| n > 0), "{bands:?}");
+        // Read with the config: not a tensor an update would have no place for.
+        assert_eq!(
+            m.unused_tensor(
+                &TensorName::all(&c)
+                    .iter()
+                    .map(|n| n.to_string())
+                    .collect::<Vec<_>>()
+            ),
+            None
+        );
+        let short =
+            GgufWriter::tiny_llama3().tensor("rope_freqs.weight", &[3], GgmlType(0), vec![0; 12]);
+        let err = open_err(&short);
+        assert!(
+            err.contains("rope_freqs.weight is 1 x 3") && err.contains("16 pairs"),
+            "{err}"
+        );
+        let zero =
+            GgufWriter::tiny_llama3().tensor("rope_freqs.weight", &[16], GgmlType(0), vec![0; 64]);
+        let err = open_err(&zero);
+        assert!(err.contains("rope_freqs.weight value 0 is 0"), "{err}");
+    }
+
+    #[test]
     fn no_output_weight_means_tied() {
         let m = open(&GgufWriter::tiny_model("llama").without_tensor("output.weight")).unwrap();
         assert!(m.config().tied_embeddings);
@@ -412,6 +524,17 @@ mod tests {
         let err =
             open_err(&tiny("llama").metadata("llama.rope.dimension_count", GgufValue::U32(16)));
         assert!(err.contains("partial rotary"), "{err}");
+        let yarn = GgufValue::String("yarn".into());
+        let err = open_err(&tiny("llama").metadata("llama.rope.scaling.type", yarn));
+        assert!(
+            err.contains("llama.rope.scaling.type") && err.contains("`yarn`"),
+            "{err}"
+        );
+        let err = open_err(&tiny("llama").metadata("llama.rope.scale_linear", GgufValue::F32(2.0)));
+        assert!(
+            err.contains("llama.rope.scale_linear") && err.contains("is 2"),
+            "{err}"
+        );
         let q6k = tiny("llama").tensor(
             "blk.1.ffn_down.weight",
             &[256, 64],

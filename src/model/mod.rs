@@ -19,5 +19,7 @@ pub mod names;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod open;
 pub mod quantize_on_load;
+pub mod qwen3;
+pub mod rope_scaling;
 pub mod safetensors_dir;
 pub mod source;

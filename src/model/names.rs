@@ -21,6 +21,9 @@ pub enum LayerTensor {
     QBias,
     KBias,
     VBias,
+    /// Qwen3's RMSNorm weights over each q head and each k head (`head_dim` values).
+    QNorm,
+    KNorm,
     O,
     MlpNorm,
     Gate,
@@ -29,7 +32,7 @@ pub enum LayerTensor {
 }
 
 impl LayerTensor {
-    pub const ALL: [LayerTensor; 12] = [
+    pub const ALL: [LayerTensor; 14] = [
         LayerTensor::AttnNorm,
         LayerTensor::Q,
         LayerTensor::K,
@@ -37,6 +40,8 @@ impl LayerTensor {
         LayerTensor::QBias,
         LayerTensor::KBias,
         LayerTensor::VBias,
+        LayerTensor::QNorm,
+        LayerTensor::KNorm,
         LayerTensor::O,
         LayerTensor::MlpNorm,
         LayerTensor::Gate,
@@ -54,6 +59,8 @@ impl LayerTensor {
             LayerTensor::QBias => "q_bias",
             LayerTensor::KBias => "k_bias",
             LayerTensor::VBias => "v_bias",
+            LayerTensor::QNorm => "q_norm",
+            LayerTensor::KNorm => "k_norm",
             LayerTensor::O => "o",
             LayerTensor::MlpNorm => "mlp_norm",
             LayerTensor::Gate => "gate",
@@ -67,6 +74,10 @@ impl LayerTensor {
             self,
             LayerTensor::QBias | LayerTensor::KBias | LayerTensor::VBias
         )
+    }
+
+    pub fn is_qk_norm(self) -> bool {
+        matches!(self, LayerTensor::QNorm | LayerTensor::KNorm)
     }
 }
 
@@ -111,6 +122,7 @@ impl TensorName {
                 LayerTensor::K | LayerTensor::V => (kv, hidden),
                 LayerTensor::QBias => (1, q),
                 LayerTensor::KBias | LayerTensor::VBias => (1, kv),
+                LayerTensor::QNorm | LayerTensor::KNorm => (1, config.head_dim),
                 LayerTensor::O => (hidden, q),
                 LayerTensor::Gate | LayerTensor::Up => (config.intermediate_size, hidden),
                 LayerTensor::Down => (hidden, config.intermediate_size),
@@ -119,13 +131,16 @@ impl TensorName {
     }
 
     /// Whether a model with `config` has this tensor at all (`lm_head` only when untied,
-    /// q/k/v biases only for Qwen2, layers only below `n_layers`).
+    /// q/k/v biases only for Qwen2, q/k norms only for Qwen3, layers only below
+    /// `n_layers`).
     pub fn exists_in(self, config: &ModelConfig) -> bool {
         match self {
             TensorName::Embed | TensorName::FinalNorm => true,
             TensorName::LmHead => !config.tied_embeddings,
             TensorName::Layer(i, t) => {
-                i < config.n_layers && (!t.is_bias() || config.has_qkv_bias())
+                i < config.n_layers
+                    && (!t.is_bias() || config.has_qkv_bias())
+                    && (!t.is_qk_norm() || config.has_qk_norm())
             }
         }
     }
@@ -137,7 +152,9 @@ impl TensorName {
             TensorName::Embed | TensorName::LmHead => false,
             TensorName::FinalNorm => true,
             TensorName::Layer(_, t) => {
-                matches!(t, LayerTensor::AttnNorm | LayerTensor::MlpNorm) || t.is_bias()
+                matches!(t, LayerTensor::AttnNorm | LayerTensor::MlpNorm)
+                    || t.is_bias()
+                    || t.is_qk_norm()
             }
         }
     }
@@ -265,6 +282,7 @@ mod tests {
             head_dim: 4,
             rms_norm_eps: 1e-5,
             rope_theta: 10000.0,
+            rope_scaling: None,
             rope_layout: RopeLayout::HalfSplit,
             max_positions: 64,
             tied_embeddings: tied,
@@ -281,6 +299,7 @@ mod tests {
             "lm_head",
             "layers.0.q",
             "layers.17.v_bias",
+            "layers.3.q_norm",
         ] {
             assert_eq!(TensorName::parse(name).unwrap().to_string(), name);
         }
@@ -312,6 +331,21 @@ mod tests {
             (8, 12)
         );
         assert_eq!(TensorName::one_of_each(&qwen).len(), 1 + 12 + 2);
+        // Qwen3: no biases, a norm over each q and k head; q may be wider than hidden.
+        let qwen3 = ModelConfig {
+            head_dim: 8,
+            ..tiny_config(Architecture::Qwen3, true)
+        };
+        let all = TensorName::all(&qwen3);
+        assert_eq!(all.len(), 1 + 2 * 11 + 1);
+        let shape = |n: &str| TensorName::parse(n).unwrap().shape(&qwen3);
+        assert_eq!(shape("layers.1.q_norm"), (1, 8));
+        assert_eq!(shape("layers.0.k_norm"), (1, 8));
+        assert_eq!(shape("layers.0.q"), (16, 8));
+        assert_eq!(shape("layers.0.o"), (8, 16));
+        assert!(TensorName::parse("layers.0.k_norm").unwrap().is_vector());
+        assert!(!all.contains(&TensorName::parse("layers.0.q_bias").unwrap()));
+        assert!(!TensorName::all(&qwen).contains(&TensorName::parse("layers.0.q_norm").unwrap()));
     }
 
     #[test]

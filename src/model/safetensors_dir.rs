@@ -273,6 +273,8 @@ pub fn hf_name(name: TensorName) -> String {
                 LayerTensor::QBias => "self_attn.q_proj.bias",
                 LayerTensor::KBias => "self_attn.k_proj.bias",
                 LayerTensor::VBias => "self_attn.v_proj.bias",
+                LayerTensor::QNorm => "self_attn.q_norm.weight",
+                LayerTensor::KNorm => "self_attn.k_norm.weight",
                 LayerTensor::O => "self_attn.o_proj.weight",
                 LayerTensor::MlpNorm => "post_attention_layernorm.weight",
                 LayerTensor::Gate => "mlp.gate_proj.weight",

@@ -11,6 +11,7 @@
 //! | `layers.{i}.q`            | n_heads*head_dim x hidden           |                           |
 //! | `layers.{i}.k`, `.v`      | n_kv_heads*head_dim x hidden        |                           |
 //! | `layers.{i}.q_bias` etc.  | q or kv dim                         | Qwen2 only                |
+//! | `layers.{i}.q_norm`, `.k_norm` | head_dim                       | Qwen3 only                |
 //! | `layers.{i}.o`            | hidden x n_heads*head_dim           |                           |
 //! | `layers.{i}.mlp_norm`     | hidden                              |                           |
 //! | `layers.{i}.gate`, `.up`  | intermediate x hidden               |                           |

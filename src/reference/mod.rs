@@ -4,6 +4,7 @@
 pub mod attention;
 pub mod elementwise;
 pub mod embedding;
+pub mod head_norm_rope;
 pub mod kv_write;
 pub mod mask;
 pub mod matmul;

@@ -6,7 +6,9 @@
 //! - the residual add: residual_add(h, matmul);
 //! - RMSNorm, q|k|v (+ bias), RoPE on q and k, the KV-cache write:
 //!   rmsnorm -> matmul x3 -> add_bias -> rope -> kv_write;
-//! - RMSNorm of gathered rows and the vocabulary projection: gather_rows -> rmsnorm -> matmul.
+//! - RMSNorm of gathered rows and the vocabulary projection: gather_rows -> rmsnorm -> matmul;
+//! - RMSNorm and the q|k|v projection stored as it is (models with q and k norms, which
+//!   `head_norm_rope` finishes): rmsnorm -> matmul.
 
 use sprout::formats::TensorData;
 use sprout::formats::WeightFormat;
@@ -37,6 +39,7 @@ enum Fusion {
     Residual,
     Qkv { bias: bool },
     Gathered,
+    NormStore,
 }
 
 /// The inputs of one fused case: `m` rows of `k` values (scaled by `x_scale`), a norm's
@@ -107,6 +110,7 @@ fn run(gpu: &Gpu, fusion: Fusion, i: &Inputs, shape: MatmulShape) -> (Vec<f32>, 
         Fusion::Residual => residual(gpu, i, shape),
         Fusion::Qkv { bias } => qkv(gpu, i, shape, bias),
         Fusion::Gathered => gathered(gpu, i, shape),
+        Fusion::NormStore => norm_store(gpu, i, shape),
     }
 }
 
@@ -316,6 +320,30 @@ fn gathered(gpu: &Gpu, i: &Inputs, shape: MatmulShape) -> (Vec<f32>, Vec<f32>) {
     )
 }
 
+fn norm_store(gpu: &Gpu, i: &Inputs, shape: MatmulShape) -> (Vec<f32>, Vec<f32>) {
+    let n = 80;
+    let p = i.weight(n, 10);
+    let (x, w, vectors) = (
+        gpu.upload(&i.x),
+        p.upload_weight(gpu, None).unwrap(),
+        gpu.upload(&i.vectors(&[])),
+    );
+    let y = gpu.upload(&vec![f32::NAN; i.m * n]);
+    let mut rec = gpu.recorder();
+    let op = Matmul {
+        x: &x,
+        m: i.m,
+        weight: &w,
+        norm: norm_args(&vectors),
+        gather: None,
+        output: Output::Store(&y),
+    };
+    matmul::encode(gpu, &mut rec, &op, shape);
+    rec.submit();
+    let want = reference::matmul::matmul(&i.normed(), &p.w, i.m, i.k, n);
+    (read_f32(gpu, &y), want)
+}
+
 /// (m, k): one row, a decode batch, more rows than a matrix-vector workgroup serves, a
 /// prefill chunk; k of one and several blocks.
 const ROWS: &[(usize, usize)] = &[(1, 64), (5, 96), (9, 32), (33, 64)];
@@ -348,6 +376,7 @@ pub fn cases() -> Vec<Case> {
         Fusion::Qkv { bias: false },
         Fusion::Qkv { bias: true },
         Fusion::Gathered,
+        Fusion::NormStore,
     ];
     let mut cases = Vec::new();
     for format in WeightFormat::ALL {

@@ -12,6 +12,7 @@ mod chi_square;
 mod common;
 mod embedding;
 mod fused;
+mod head_norm_rope;
 mod mask;
 mod matmul;
 mod sample;
@@ -27,6 +28,7 @@ fn main() {
     let cases: Vec<Case> = [
         matmul::cases(),
         fused::cases(),
+        head_norm_rope::cases(),
         attention::cases(),
         embedding::cases(),
         sample::cases(),

@@ -7,6 +7,8 @@
 //!   adapter may pick (its tuning candidates and the GPU-shaped default);
 //! - paged grouped-query attention with SmolLM2's heads, a prefill and a decode in one
 //!   dispatch, with every attention variant whose query loads fit;
+//! - Qwen3's per-head q and k norms with RoPE and the KV write (`head_norm_rope`), with
+//!   Qwen3-0.6B's heads, a prefill and a decode in one dispatch;
 //! - sampling: plain-temperature and greedy draws must be the reference's tokens exactly,
 //!   and their log-probs close to the reference's.
 //!
@@ -21,9 +23,12 @@ use sprout::gpu::kernels::RowInfo;
 use sprout::gpu::kernels::attention::{
     AttentionFixture, AttentionShape, AttentionVariant, SplitRows,
 };
+use sprout::gpu::kernels::head_norm_rope::{HeadNormRopeFixture, HeadShape, POOL_SENTINEL};
 use sprout::gpu::kernels::matmul::{MatmulFixture, MatmulInputs, MatmulShape};
+use sprout::gpu::kernels::rope::frequencies;
 use sprout::gpu::kernels::sample::{RowParams, SampleKey, SamplingFixture};
 use sprout::reference;
+use sprout::reference::head_norm_rope::Heads;
 
 /// Largest accepted |GPU − reference| for matmul and attention outputs (values of order
 /// one) and for sampling log-probs: f32 sums in another order differ by ~1e-6, an
@@ -53,7 +58,8 @@ impl KernelCheck {
 /// One kernel check: what it checks, as the report names it, and how.
 type Check = Box<dyn Fn(&Gpu) -> Result<KernelCheck>>;
 
-/// Every kernel check: matmul in each weight format, attention, sampling.
+/// Every kernel check: matmul in each weight format, attention, the per-head norms,
+/// sampling.
 pub fn checks() -> Vec<(String, Check)> {
     let mut checks: Vec<(String, Check)> = WeightFormat::ALL
         .into_iter()
@@ -63,6 +69,7 @@ pub fn checks() -> Vec<(String, Check)> {
         })
         .collect();
     checks.push(("attention".into(), Box::new(attention)));
+    checks.push(("head_norm_rope".into(), Box::new(head_norm_rope)));
     checks.push(("sampling".into(), Box::new(sampling)));
     checks
 }
@@ -185,6 +192,64 @@ fn attention(gpu: &Gpu) -> Result<KernelCheck> {
     }
     Ok(KernelCheck {
         name: "attention".into(),
+        tokens_equal: None,
+        max_abs_delta: worst,
+        error: None,
+    })
+}
+
+fn head_norm_rope(gpu: &Gpu) -> Result<KernelCheck> {
+    // Qwen3-0.6B's heads; rows at positions 0 to 4 (slots 0 to 4) and 300 (slot 21).
+    let heads = Heads {
+        n_heads: 16,
+        n_kv_heads: 8,
+        head_dim: 128,
+    };
+    let (kv_dim, width) = (8 * 128, (16 + 2 * 8) * 128);
+    let (pool_rows, table) = (32, 512);
+    let rows: Vec<RowInfo> = (0..5)
+        .map(|p| RowInfo::new(0, p, p))
+        .chain([RowInfo::new(0, 300, 21)])
+        .collect();
+    let x = values(rows.len() * width, 7, 4.0);
+    let (q_norm, k_norm) = (values(128, 8, 0.5), values(128, 9, 0.5));
+    let freqs = frequencies(128, 1e6);
+    let shape = HeadShape {
+        n_heads: 16,
+        n_kv_heads: 8,
+        head_dim: 128,
+    };
+    let eps = 1e-6;
+    let fixture = HeadNormRopeFixture::new(
+        gpu,
+        &shape,
+        &x,
+        (&q_norm, &k_norm, eps),
+        &rows,
+        (&freqs, table),
+        pool_rows,
+    )?;
+    let [q, k_pool, v_pool] = pollster::block_on(fixture.run(gpu))?;
+    let mut want_k = vec![POOL_SENTINEL; pool_rows * kv_dim];
+    let mut want_v = want_k.clone();
+    let positions: Vec<u32> = rows.iter().map(|r| r.position).collect();
+    let slots: Vec<u32> = rows.iter().map(|r| r.slot).collect();
+    let want_q = reference::head_norm_rope::head_norm_rope(
+        &x,
+        heads,
+        (&q_norm, &k_norm, eps),
+        &positions,
+        &slots,
+        (&freqs, table),
+        &mut want_k,
+        &mut want_v,
+    );
+    let worst = [(q, want_q), (k_pool, want_k), (v_pool, want_v)]
+        .iter()
+        .map(|(got, want)| max_abs_delta(got, want))
+        .fold(0.0, f64::max);
+    Ok(KernelCheck {
+        name: "head_norm_rope".into(),
         tokens_equal: None,
         max_abs_delta: worst,
         error: None,

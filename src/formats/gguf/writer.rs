@@ -53,13 +53,18 @@ impl GgufWriter {
         self
     }
 
-    /// A complete tiny model of `architecture` (`llama` or `qwen2`; anything else is written
-    /// as a llama-shaped model under that name): hidden 64, 2 layers, 2 heads of 32, 1 kv
-    /// head, feed-forward 96, an 8-token vocabulary, untied `output.weight`. It stores one
-    /// tensor in each format sprout reads (q/k/v/o Q8_0, gate/up Q4_0, down Q4_1, embedding
-    /// F16, output BF16, norms and biases F32) with small deterministic values.
+    /// A complete tiny model of `architecture` (`llama`, `qwen2` or `qwen3`; anything else
+    /// is written as a llama-shaped model under that name): hidden 64, 2 layers, 2 heads of
+    /// 32, 1 kv head, feed-forward 96, an 8-token vocabulary, untied `output.weight`. It
+    /// stores one tensor in each format sprout reads (q/k/v/o Q8_0, gate/up Q4_0, down
+    /// Q4_1, embedding F16, output BF16, norms and biases F32) with small deterministic
+    /// values. `qwen2` adds q, k and v biases; `qwen3` has heads of 64 (so q, 128 rows, is
+    /// wider than the hidden size, as in Qwen3-0.6B), given as `key_length` and
+    /// `value_length`, and a norm over each q and k head.
     pub fn tiny_model(architecture: &str) -> Self {
-        let (hidden, heads, kv_heads, head_dim, ffn, layers, vocab) = (64, 2, 1, 32, 96, 2, 8);
+        let qwen3 = architecture == "qwen3";
+        let head_dim = if qwen3 { 64 } else { 32 };
+        let (hidden, heads, kv_heads, ffn, layers, vocab) = (64, 2, 1, 96, 2, 8);
         let a = |k: &str| format!("{architecture}.{k}");
         let tokens = [
             "<|endoftext|>",
@@ -100,6 +105,14 @@ impl GgufWriter {
             .metadata("tokenizer.ggml.merges", GgufValue::Array(vec![]))
             .metadata("tokenizer.ggml.bos_token_id", GgufValue::U32(1))
             .metadata("tokenizer.ggml.eos_token_id", GgufValue::U32(2));
+        if qwen3 {
+            w = w
+                .metadata(&a("attention.key_length"), GgufValue::U32(head_dim as u32))
+                .metadata(
+                    &a("attention.value_length"),
+                    GgufValue::U32(head_dim as u32),
+                );
+        }
         let mut seed = 0u32;
         let mut t = |w: GgufWriter, name: &str, rows: usize, cols: usize, format: WeightFormat| {
             let values: Vec<f32> = (0..rows * cols)
@@ -129,6 +142,10 @@ impl GgufWriter {
                 w = t(w, &b("attn_k.bias"), 1, kv, F32);
                 w = t(w, &b("attn_v.bias"), 1, kv, F32);
             }
+            if qwen3 {
+                w = t(w, &b("attn_q_norm.weight"), 1, head_dim, F32);
+                w = t(w, &b("attn_k_norm.weight"), 1, head_dim, F32);
+            }
             w = t(w, &b("attn_output.weight"), hidden, q, Q8_0);
             w = t(w, &b("ffn_norm.weight"), 1, hidden, F32);
             w = t(w, &b("ffn_gate.weight"), ffn, hidden, Q4_0);
@@ -137,6 +154,38 @@ impl GgufWriter {
         }
         w = t(w, "output_norm.weight", 1, hidden, F32);
         t(w, "output.weight", vocab, hidden, Bf16)
+    }
+
+    /// [`GgufWriter::tiny_model`]`("llama")` with Llama 3.x rope scaling as llama.cpp's
+    /// converter ships it: `rope_freqs.weight`, one f32 divisor per pair of the 32-value
+    /// heads, from the llama3 parameters factor 8, low_freq_factor 1, high_freq_factor 4
+    /// and an original context of 64 positions (small, so that the tiny heads' 16 pairs
+    /// fall in all three bands: kept, divided by the factor, and blended). The metadata
+    /// says nothing more, as the converter's files do not.
+    pub fn tiny_llama3() -> Self {
+        let (head_dim, theta) = (32, 1e6f64);
+        let (factor, low, high, original) = (8.0f64, 1.0f64, 4.0f64, 64.0f64);
+        let divisors: Vec<f32> = (0..head_dim / 2)
+            .map(|i| {
+                let freq = theta.powf(-((2 * i) as f64) / head_dim as f64);
+                let wavelen = 2.0 * std::f64::consts::PI / freq;
+                if wavelen < original / high {
+                    1.0
+                } else if wavelen > original / low {
+                    factor as f32
+                } else {
+                    let smooth = (original / wavelen - low) / (high - low);
+                    (1.0 / ((1.0 - smooth) / factor + smooth)) as f32
+                }
+            })
+            .collect();
+        let bytes = quantize(WeightFormat::F32, &divisors, divisors.len()).expect("f32");
+        Self::tiny_model("llama").tensor(
+            "rope_freqs.weight",
+            &[divisors.len() as u64],
+            GgmlType::from_format(WeightFormat::F32),
+            bytes,
+        )
     }
 
     pub fn to_bytes(&self) -> Vec<u8> {

@@ -4,6 +4,7 @@
 
 pub mod attention;
 pub mod embedding;
+pub mod head_norm_rope;
 pub mod mask;
 pub mod matmul;
 pub mod rope;
@@ -33,6 +34,10 @@ pub fn all_modules() -> Vec<(String, String)> {
         ));
     }
     out.push(("mask_tokens".to_string(), mask::SOURCE.to_string()));
+    out.push((
+        "head_norm_rope".to_string(),
+        head_norm_rope::HeadNormRopeKernel.source(),
+    ));
     for (heads, head_dim) in [(1, 64), (3, 64), (8, 32)] {
         for q_loads in attention::QLoads::ALL {
             out.push((

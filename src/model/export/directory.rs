@@ -148,6 +148,9 @@ fn write_files(
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<Vec<(String, u64)>, SproutError> {
     let mut files = Vec::new();
+    let config = model.source.config().clone();
+    // Before any tensor: a config.json that cannot be written fails the export at once.
+    let config_file = config_json(&config, options.format)?;
     let path = dir.join("model.safetensors");
     let file = File::create(&path).map_err(|e| io_at(&path, e))?;
     let writer = BufWriter::with_capacity(1 << 20, file);
@@ -158,18 +161,13 @@ fn write_files(
     file.sync_all().map_err(|e| io_at(&path, e))?;
     files.push(("model.safetensors".to_string(), file.metadata()?.len()));
 
-    let config = model.source.config().clone();
     let pretty = |v: serde_json::Value| -> Result<Vec<u8>, SproutError> {
         let mut text = serde_json::to_string_pretty(&v)
             .map_err(|e| SproutError::Model(format!("cannot write JSON: {e}")))?;
         text.push('\n');
         Ok(text.into_bytes())
     };
-    files.push(write_file(
-        dir,
-        "config.json",
-        &pretty(config_json(&config, options.format))?,
-    )?);
+    files.push(write_file(dir, "config.json", &pretty(config_file)?)?);
     for name in COPIED_FILES {
         if let Some(from) = source_dir.map(|d| d.join(name)).filter(|p| p.is_file()) {
             let bytes = std::fs::read(&from).map_err(|e| io_at(&from, e))?;
@@ -228,6 +226,7 @@ mod tests {
     use crate::formats::TensorData;
     use crate::model::config::ModelConfig;
     use crate::model::open::open;
+    use crate::model::rope_scaling::RopeScaling;
     use crate::model::source::WeightSource;
 
     fn tiny_llama() -> PathBuf {
@@ -294,6 +293,52 @@ mod tests {
             e.to_string().contains("layers.1.down could not be read"),
             "{e}"
         );
+        assert!(
+            names(&parent).is_empty(),
+            "left behind: {:?}",
+            names(&parent)
+        );
+        std::fs::remove_dir_all(parent).unwrap();
+    }
+
+    /// A source whose config says its RoPE scaling only as a GGUF's divisors would.
+    struct Divisors(Box<dyn WeightSource>, ModelConfig);
+
+    impl WeightSource for Divisors {
+        fn config(&self) -> &ModelConfig {
+            &self.1
+        }
+        fn read(&mut self, name: &str) -> Result<TensorData, SproutError> {
+            self.0.read(name)
+        }
+        fn has(&self, name: &str) -> bool {
+            self.0.has(name)
+        }
+        fn format(&self, name: &str) -> Result<WeightFormat, SproutError> {
+            self.0.format(name)
+        }
+        fn unused_tensor(&self, used: &[String]) -> Option<String> {
+            self.0.unused_tensor(used)
+        }
+    }
+
+    #[test]
+    fn rope_divisors_without_their_parameters_refuse_before_any_tensor() {
+        let parent = scratch("divisors");
+        let mut model = open(Some(&tiny_llama())).unwrap();
+        let mut config = model.source.config().clone();
+        let pairs = config.head_dim / 2;
+        config.rope_scaling =
+            Some(RopeScaling::from_divisors(vec![2.0; pairs], config.head_dim).unwrap());
+        model.source = Box::new(Divisors(model.source, config));
+        let mut ticks = 0;
+        let out = parent.join("out");
+        let e = export(&mut model, &out, options(false), &mut |_, _| ticks += 1).unwrap_err();
+        assert!(
+            e.to_string().contains("rope_freqs.weight") && e.to_string().contains("llama3"),
+            "{e}"
+        );
+        assert_eq!(ticks, 0, "no tensor was written");
         assert!(
             names(&parent).is_empty(),
             "left behind: {:?}",

@@ -8,13 +8,16 @@
 //! for the RoPE layout, which is always half-split in a Hugging Face directory (the
 //! export's tensors put q and k rows in that order). The first eos id goes in
 //! `config.json` and the full list, in order, in `generation_config.json`, which sprout
-//! (and transformers' `generate`) read after it.
+//! (and transformers' `generate`) read after it. A model whose RoPE scaling config.json
+//! cannot state (a GGUF's `rope_freqs.weight` divisors, without their llama3 parameters)
+//! is refused, naming why, before anything is written.
 
 use serde_json::{Value, json};
 
 use crate::error::SproutError;
 use crate::formats::WeightFormat;
 use crate::model::config::{Architecture, ModelConfig};
+use crate::model::qwen3;
 use crate::tokenizer::Tokenizer;
 
 /// PyTorch's name of a float format, as `torch_dtype` says it.
@@ -41,12 +44,18 @@ fn ids(ids: &[u32]) -> Value {
     }
 }
 
-/// `config.json` for a model with `config` whose weights are stored in `format`.
-pub fn config_json(config: &ModelConfig, format: WeightFormat) -> Value {
+/// `config.json` for a model with `config` whose weights are stored in `format`; an
+/// error when config.json cannot say the model's RoPE scaling.
+pub fn config_json(config: &ModelConfig, format: WeightFormat) -> Result<Value, SproutError> {
     let c = config;
     let (class, model_type) = match c.architecture {
         Architecture::Llama => ("LlamaForCausalLM", "llama"),
         Architecture::Qwen2 => ("Qwen2ForCausalLM", "qwen2"),
+        Architecture::Qwen3 => ("Qwen3ForCausalLM", "qwen3"),
+    };
+    let rope_scaling = match &c.rope_scaling {
+        None => Value::Null,
+        Some(scaling) => scaling.to_hf_json()?,
     };
     let mut out = json!({
         "architectures": [class],
@@ -60,7 +69,7 @@ pub fn config_json(config: &ModelConfig, format: WeightFormat) -> Value {
         "hidden_act": "silu",
         "rms_norm_eps": shortest(c.rms_norm_eps),
         "rope_theta": c.rope_theta,
-        "rope_scaling": null,
+        "rope_scaling": rope_scaling,
         "max_position_embeddings": c.max_positions,
         "vocab_size": c.vocab_size,
         "tie_word_embeddings": c.tied_embeddings,
@@ -84,8 +93,13 @@ pub fn config_json(config: &ModelConfig, format: WeightFormat) -> Value {
             fields.insert("sliding_window".into(), Value::Null);
             fields.insert("max_window_layers".into(), json!(c.n_layers));
         }
+        Architecture::Qwen3 => {
+            for (key, value) in qwen3::hf_config_fields(c) {
+                fields.insert(key.into(), value);
+            }
+        }
     }
-    out
+    Ok(out)
 }
 
 /// `generation_config.json`: the bos id and every id that ends a sample.
@@ -134,6 +148,7 @@ mod tests {
     use crate::gpu::kernels::rope::RopeLayout;
     use crate::model::dummy::{BUILTIN_CONFIGS, builtin_config};
     use crate::model::hf_config::config_from_hf;
+    use crate::model::rope_scaling::RopeScaling;
 
     #[test]
     fn the_config_reads_back_as_it_was_made() {
@@ -144,7 +159,9 @@ mod tests {
             config.rope_layout = RopeLayout::Interleaved;
             for tied in [true, false] {
                 config.tied_embeddings = tied;
-                let file = config_json(&config, WeightFormat::Bf16).to_string();
+                let file = config_json(&config, WeightFormat::Bf16)
+                    .unwrap()
+                    .to_string();
                 let generation = generation_config_json(&config).to_string();
                 let json: Value = serde_json::from_str(&file).unwrap();
                 assert_eq!(json["rms_norm_eps"], json!(1e-5), "the shortest decimal");
@@ -161,6 +178,33 @@ mod tests {
     }
 
     #[test]
+    fn llama3_scaling_reads_back_and_gguf_divisors_are_refused() {
+        let mut config = builtin_config("tiny-llama").unwrap();
+        config.rope_scaling = Some(RopeScaling::Llama3 {
+            factor: 32.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_position_embeddings: 8192.0,
+        });
+        let file = config_json(&config, WeightFormat::F32).unwrap();
+        assert_eq!(file["rope_scaling"]["rope_type"], json!("llama3"));
+        assert_eq!(
+            file["rope_scaling"]["original_max_position_embeddings"],
+            json!(8192)
+        );
+        let back = config_from_hf(&file.to_string(), None, |_| true).unwrap();
+        assert_eq!(back.rope_scaling, config.rope_scaling);
+        config.rope_scaling = Some(RopeScaling::from_divisors(vec![1.0; 8], 16).unwrap());
+        let e = config_json(&config, WeightFormat::F32)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("rope_freqs.weight") && e.contains("do not determine"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn one_or_no_eos_id_is_a_number_or_null() {
         let mut config = builtin_config("tiny-llama").unwrap();
         config.eos_token_ids = vec![5];
@@ -168,7 +212,7 @@ mod tests {
         let g = generation_config_json(&config);
         assert_eq!(g, json!({"bos_token_id": null, "eos_token_id": 5}));
         config.eos_token_ids.clear();
-        let c = config_json(&config, WeightFormat::F32);
+        let c = config_json(&config, WeightFormat::F32).unwrap();
         assert_eq!(
             (&c["eos_token_id"], &c["torch_dtype"]),
             (&Value::Null, &json!("float32"))

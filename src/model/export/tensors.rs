@@ -67,13 +67,19 @@ pub fn check_export_format(format: WeightFormat) -> Result<(), SproutError> {
     }
 }
 
-/// Whether `name` is a q or k tensor, whose rows (or values) RoPE pairs.
+/// Whether `name` is a q or k tensor, whose rows (or values, biases and Qwen3's per-head
+/// norm weights) RoPE pairs.
 fn is_rope_paired(name: TensorName) -> bool {
     matches!(
         name,
         TensorName::Layer(
             _,
-            LayerTensor::Q | LayerTensor::K | LayerTensor::QBias | LayerTensor::KBias
+            LayerTensor::Q
+                | LayerTensor::K
+                | LayerTensor::QBias
+                | LayerTensor::KBias
+                | LayerTensor::QNorm
+                | LayerTensor::KNorm
         )
     )
 }
@@ -158,7 +164,7 @@ mod tests {
         };
         let mut source = gguf();
         let file = write_safetensors(&mut source, format, Vec::new(), &mut |_, _| {}).unwrap();
-        let config = config_json(source.config(), format).to_string();
+        let config = config_json(source.config(), format).unwrap().to_string();
         let generation = generation_config_json(source.config()).to_string();
         let shards = vec![("model.safetensors".to_string(), Cursor::new(file))];
         let export = SafetensorsDir::from_readers(&config, Some(&generation), shards).unwrap();
@@ -167,7 +173,7 @@ mod tests {
 
     #[test]
     fn the_decoder_gets_the_sources_rows_back_exactly() {
-        for architecture in ["llama", "qwen2"] {
+        for architecture in ["llama", "qwen2", "qwen3"] {
             let (mut gguf, mut export) = round_trip(architecture, WeightFormat::F32);
             let config = gguf.config().clone();
             assert_eq!(export.config().rope_layout, RopeLayout::HalfSplit);

@@ -482,6 +482,8 @@ fn modules_where(keep: impl Fn(&MatmulShape) -> bool) -> Vec<(String, String)> {
         (Prologue::Plain, Epilogue::Store),
         (Prologue::Plain, Epilogue::Residual),
         (Prologue::RmsNorm, Epilogue::SiluGate),
+        // The q|k|v projection of models with q and k norms (`head_norm_rope` follows).
+        (Prologue::RmsNorm, Epilogue::Store),
         (Prologue::RmsNorm, Epilogue::QkvRope { bias: false }),
         (Prologue::RmsNorm, Epilogue::QkvRope { bias: true }),
         (Prologue::RmsNormGathered, Epilogue::Store),
