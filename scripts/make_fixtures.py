@@ -13,7 +13,8 @@ Writes (under tests/fixtures/ unless --out says otherwise):
                     and greedy prompt (48) run past the original context
       each: config.json, model.safetensors, tokenizer.json, reference.json, and
       config.transformers5.json: the same config as transformers 5 writes it (rope_theta and
-      rope_scaling folded into rope_parameters)
+      rope_scaling folded into rope_parameters); the family's own chat template, in
+      chat_template.jinja (tiny-qwen3) or tokenizer_config.json (tiny-llama3)
   smollm2.json      greedy continuations of SmolLM2-135M-Instruct (Q4_1 GGUF, dequantized by
                     transformers) for four prompts, with log-probs, top-5 and logit gaps.
 tests/fixtures/tokenizer_smollm2.json is not made here.
@@ -256,6 +257,7 @@ TINY_SPECS = [
     dict(
         name="tiny-qwen3",
         seed=4,
+        chat_template=("qwen3.jinja", "chat_template.jinja"),
         arch="qwen3",
         storage_dtype=torch.bfloat16,
         vocab_size=352,
@@ -273,6 +275,7 @@ TINY_SPECS = [
     dict(
         name="tiny-llama3",
         seed=5,
+        chat_template=("llama3.jinja", "tokenizer_config.json"),
         arch="llama",
         storage_dtype=torch.float32,
         vocab_size=320,
@@ -390,6 +393,25 @@ def transformers5_config(path):
     return c
 
 
+# A chat the fixtures with a chat template record as transformers renders it.
+CHAT = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "Name a colour."},
+    {"role": "assistant", "content": "<think>\nThe sky.\n</think>\n\nBlue."},
+    {"role": "user", "content": "Another?"},
+]
+
+
+def write_chat_template(d, template, where, bos, eos):
+    """The family's own chat template, where transformers keeps it: `chat_template.jinja`
+    (4.43 and later) or `tokenizer_config.json`'s `chat_template` (before)."""
+    text = (REPO / "tests" / "fixtures" / "chat_templates" / template).read_text(encoding="utf-8")
+    if where == "chat_template.jinja":
+        (d / where).write_text(text, encoding="utf-8")
+    else:
+        write_json(d / where, {"bos_token": bos, "eos_token": eos, "chat_template": text})
+
+
 def make_tiny(spec, out_dir):
     name = spec["name"]
     d = out_dir / name
@@ -441,6 +463,8 @@ def make_tiny(spec, out_dir):
     stored.save_pretrained(d, safe_serialization=True)
     (d / "generation_config.json").unlink(missing_ok=True)
     tok.save(str(d / "tokenizer.json"), pretty=True)
+    if "chat_template" in spec:
+        write_chat_template(d, *spec["chat_template"], spec["bos"], spec["eos"])
 
     ref = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, attn_implementation="eager").eval()
     stored_sd = {k: v.float() for k, v in stored.state_dict().items()}
@@ -494,6 +518,10 @@ def make_tiny(spec, out_dir):
             "min_top2_gap": f32(gaps.min()),
         },
     }
+    if "chat_template" in spec:
+        fast = AutoTokenizer.from_pretrained(d)
+        reference["chat"] = {"messages": CHAT, "rendered": fast.apply_chat_template(
+            CHAT, tokenize=False, add_generation_prompt=True)}
     write_json(d / "reference.json", reference)
     gap = float(gaps.min())
     assert gap >= MIN_GAP, f"{name}: min gap {gap}"

@@ -134,10 +134,19 @@ impl SafetensorsDir<File> {
         crate::tokenizer::Tokenizer::from_file(dir.join("tokenizer.json"))
     }
 
-    /// The chat template from `tokenizer_config.json` (the one named `default` when it
-    /// holds several), if there is one.
+    /// The chat template: `chat_template.jinja` (where transformers 4.43 and later save
+    /// it, and which transformers prefers), else `tokenizer_config.json`'s (the one named
+    /// `default` when it holds several), if there is one.
     pub fn chat_template(&self) -> Result<Option<String>, SproutError> {
         let dir = self.dir.as_ref().expect("open() sets the directory");
+        let jinja = dir.join("chat_template.jinja");
+        if jinja.exists() {
+            let named = |e: String| SproutError::Model(format!("{}: {e}", jinja.display()));
+            let file = std::fs::File::open(&jinja).map_err(|e| named(e.to_string()))?;
+            return crate::tokenizer::template_limits::read_source(file)
+                .map(Some)
+                .map_err(named);
+        }
         let path = dir.join("tokenizer_config.json");
         if !path.exists() {
             return Ok(None);
