@@ -360,11 +360,18 @@ mod tests {
             ..serving.clone()
         };
         let e = check_same_model(&serving, &scaled).unwrap_err().to_string();
-        assert!(e.contains("RoPE frequency") && e.contains("rope scaling"), "{e}");
+        assert!(
+            e.contains("RoPE frequency") && e.contains("rope scaling"),
+            "{e}"
+        );
         // The same scaling as a GGUF's f32 divisors: the same rotations.
         let mut freqs = scaled.rope_frequencies();
         let base = serving.rope_frequencies();
-        let divisors = base.iter().zip(&mut freqs).map(|(b, f)| (b / *f) as f32).collect();
+        let divisors = base
+            .iter()
+            .zip(&mut freqs)
+            .map(|(b, f)| (b / *f) as f32)
+            .collect();
         let gguf = ModelConfig {
             rope_scaling: Some(RopeScaling::from_divisors(divisors, serving.head_dim).unwrap()),
             ..serving.clone()
