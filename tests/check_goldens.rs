@@ -71,8 +71,9 @@ fn every_adapter_passes_against_the_goldens_and_the_first_adapter() {
     };
     for (i, adapter) in adapters.iter().enumerate() {
         assert_eq!(count(adapter, "goldens"), 5, "{adapter}: one row per case");
-        // A matmul row per weight format of the registry, then attention and sampling.
-        let kernel_rows = WeightFormat::ALL.len() + 2;
+        // A matmul row per weight format of the registry, then attention, the per-head
+        // norms (head_norm_rope) and sampling.
+        let kernel_rows = WeightFormat::ALL.len() + 3;
         assert_eq!(count(adapter, "cpu reference"), kernel_rows, "{adapter}");
         for format in WeightFormat::ALL {
             let case = format!("kernel matmul {format}");
@@ -82,6 +83,11 @@ fn every_adapter_passes_against_the_goldens_and_the_first_adapter() {
                 "{adapter}: no {case} row"
             );
         }
+        assert!(
+            rows.iter()
+                .any(|r| r["adapter"] == *adapter && r["case"] == "kernel head_norm_rope"),
+            "{adapter}: no kernel head_norm_rope row"
+        );
         let across = if i == 0 { 0 } else { 5 };
         assert_eq!(count(adapter, adapters[0]), across, "{adapter}");
     }

@@ -50,6 +50,8 @@ fn dummy_weights_run_the_engine_with_finite_logprobs() {
         for (model, formats) in [
             ("tiny-llama", &WeightFormat::ALL[..]),
             ("tiny-qwen2", &[WeightFormat::F16, WeightFormat::Q4_1][..]),
+            // Per-head q and k norms after a stored q|k|v projection, q wider than hidden.
+            ("tiny-qwen3", &[WeightFormat::F16, WeightFormat::Q4_1][..]),
         ] {
             let config = builtin_config(model).unwrap();
             let vocab = config.vocab_size;

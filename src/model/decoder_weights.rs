@@ -338,3 +338,50 @@ impl Loader<'_> {
         self.read(name, 1, len)?.to_f32()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::dummy::builtin_config;
+    use crate::model::rope_scaling::RopeScaling;
+
+    #[test]
+    fn new_weights_must_mean_the_same_architecture_and_rotations() {
+        let serving = builtin_config("tiny-llama").unwrap();
+        assert!(check_same_model(&serving, &serving.clone()).is_ok());
+        let llama3 = RopeScaling::Llama3 {
+            factor: 8.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_position_embeddings: 64.0,
+        };
+        let scaled = ModelConfig {
+            rope_scaling: Some(llama3.clone()),
+            ..serving.clone()
+        };
+        let e = check_same_model(&serving, &scaled).unwrap_err().to_string();
+        assert!(
+            e.contains("RoPE frequency") && e.contains("rope scaling"),
+            "{e}"
+        );
+        // The same scaling as a GGUF's f32 divisors: the same rotations.
+        let mut freqs = scaled.rope_frequencies();
+        let base = serving.rope_frequencies();
+        let divisors = base
+            .iter()
+            .zip(&mut freqs)
+            .map(|(b, f)| (b / *f) as f32)
+            .collect();
+        let gguf = ModelConfig {
+            rope_scaling: Some(RopeScaling::from_divisors(divisors, serving.head_dim).unwrap()),
+            ..serving.clone()
+        };
+        assert!(check_same_model(&scaled, &gguf).is_ok());
+        let qwen3 = ModelConfig {
+            architecture: crate::model::config::Architecture::Qwen3,
+            ..serving.clone()
+        };
+        let e = check_same_model(&serving, &qwen3).unwrap_err().to_string();
+        assert!(e.contains("q/k norms"), "{e}");
+    }
+}

@@ -200,8 +200,10 @@ pub fn gguf_name(name: TensorName) -> String {
     }
 }
 
-/// The model's config from GGUF metadata (and the embedding's shape for the vocabulary).
-pub fn config_from_gguf<R>(file: &GgufFile<R>) -> Result<ModelConfig, SproutError> {
+/// The model's config from GGUF metadata (and the embedding's shape for the vocabulary),
+/// but for the RoPE divisors of `rope_freqs.weight`, which [`GgufModel::from_file`] reads
+/// (it holds the reader).
+fn config_from_gguf<R>(file: &GgufFile<R>) -> Result<ModelConfig, SproutError> {
     let meta = file.metadata();
     let arch = meta
         .str("general.architecture")?

@@ -1,12 +1,15 @@
 //! Rotary position embedding: the pair layouts and the cos/sin table the fused q|k|v
-//! projection's epilogue reads (shaders/matmul/epilogue_qkv_rope.wgsl).
+//! projection's epilogue (shaders/matmul/epilogue_qkv_rope.wgsl) and `head_norm_rope`
+//! read.
 //!
-//! Angles are `pos * freq[i]`, `freq[i] = theta^(-2i / head_dim)`. Their cos and sin are
-//! never computed on the GPU (WGSL's are accurate only near [-pi, pi]): a [`RopeTable`] is
-//! built once on the CPU in f64 and uploaded as f32. A position outside the table gives
-//! NaN (size the table to the longest context); a table the adapter cannot bind is an
-//! error, never a panic (the context length is read from a model file). No reductions:
-//! each value is independent of the batch.
+//! Angles are `pos * freq[i]`, `freq[i] = theta^(-2i / head_dim)` ([`RopeTable::new`]) or
+//! any per-pair frequencies a model's scaling gives ([`RopeTable::with_frequencies`], from
+//! `ModelConfig::rope_frequencies`). Their cos and sin are never computed on the GPU
+//! (WGSL's are accurate only near [-pi, pi]): a [`RopeTable`] is built once on the CPU in
+//! f64 and uploaded as f32. A position outside the table gives NaN (size the table to the
+//! longest context); a table the adapter cannot bind is an error, never a panic (the
+//! context length is read from a model file). No reductions: each value is independent
+//! of the batch.
 
 use crate::error::SproutError;
 use crate::gpu::{Gpu, Tensor};
