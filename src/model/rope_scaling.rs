@@ -94,35 +94,120 @@ impl RopeScaling {
         Ok(RopeScaling::GgufRopeFreqs { divisors })
     }
 
-    /// `config.json`'s `rope_scaling` for this scaling; an error where config.json has no
-    /// way to say it. A GGUF's divisors are the llama3 formula's results rounded to f32,
-    /// without the four parameters the formula takes; many parameter sets give the same
-    /// divisors (scaling all of `original_max_position_embeddings`, `low_freq_factor`
-    /// and `high_freq_factor` by one number changes none), so they are refused rather
-    /// than guessed.
-    pub fn to_hf_json(&self) -> Result<Value, SproutError> {
-        match self {
+    /// `config.json`'s `rope_scaling` for this scaling of a head of `head_dim` at
+    /// `theta` (`null`: none); an error where config.json cannot say it. A GGUF's divisors
+    /// are given as the llama3 parameters that make them ([`llama3_from_divisors`]).
+    pub fn to_hf_json(&self, head_dim: usize, theta: f64) -> Result<Value, SproutError> {
+        let (factor, low, high, original) = match self {
             RopeScaling::Llama3 {
                 factor,
                 low_freq_factor,
                 high_freq_factor,
                 original_max_position_embeddings,
-            } => Ok(json!({
-                "rope_type": "llama3",
-                "factor": factor,
-                "low_freq_factor": low_freq_factor,
-                "high_freq_factor": high_freq_factor,
-                "original_max_position_embeddings": whole(*original_max_position_embeddings),
-            })),
-            RopeScaling::GgufRopeFreqs { .. } => Err(SproutError::Model(
-                "cannot write rope_scaling to config.json: the GGUF gives its RoPE scaling only \
-                 as rope_freqs.weight (a divisor per pair), without the llama3 parameters \
-                 (factor, low_freq_factor, high_freq_factor, original_max_position_embeddings) \
-                 that config.json needs, and the divisors do not determine them"
-                    .into(),
-            )),
+            } => (
+                *factor,
+                *low_freq_factor,
+                *high_freq_factor,
+                *original_max_position_embeddings,
+            ),
+            RopeScaling::GgufRopeFreqs { divisors } => {
+                match llama3_from_divisors(divisors, head_dim, theta).map_err(|e| {
+                    SproutError::Model(format!(
+                        "cannot write rope_scaling to config.json: the GGUF gives its RoPE \
+                         scaling only as rope_freqs.weight (a divisor per pair), and {e}"
+                    ))
+                })? {
+                    None => return Ok(Value::Null),
+                    Some(scaling) => return scaling.to_hf_json(head_dim, theta),
+                }
+            }
+        };
+        Ok(json!({
+            "rope_type": "llama3",
+            "factor": factor,
+            "low_freq_factor": low,
+            "high_freq_factor": high,
+            "original_max_position_embeddings": whole(original),
+        }))
+    }
+}
+
+/// The llama3 parameters that give `divisors` (a GGUF's `rope_freqs.weight`, each pair's
+/// frequency divisor) for a head of `head_dim` at `theta`; `None` when every divisor is 1.
+///
+/// The largest divisor is `factor`. A pair between the two bands has the divisor
+/// `1 / ((1 - s) / factor + s)` with `s` linear in its frequency, `(original * freq / 2pi -
+/// low) / (high - low)`: two such pairs fix the band edges `low / original` and `high /
+/// original`, but not the three numbers apart (scaling all three by one number changes no
+/// divisor). The original context is taken as the whole number that makes
+/// `low_freq_factor` 1, Llama 3.x's own value, and the factors are rounded to six
+/// significant digits; the parameters must give back every divisor within 1e-5 of it (the
+/// file rounded them to f32), or the error names the first pair that differs. Fewer than
+/// two pairs between the bands leave the edges open: an error.
+pub fn llama3_from_divisors(
+    divisors: &[f32],
+    head_dim: usize,
+    theta: f64,
+) -> Result<Option<RopeScaling>, String> {
+    let base = frequencies(head_dim, theta);
+    let factor = divisors.iter().fold(1.0f64, |m, &d| m.max(d as f64));
+    if factor <= 1.0 + 1e-6 {
+        return Ok(None);
+    }
+    let factor = round_significant(factor);
+    let x = |i: usize| base[i] / (2.0 * std::f64::consts::PI);
+    let blended: Vec<(f64, f64)> = (0..divisors.len().min(base.len()))
+        .filter(|&i| {
+            let d = divisors[i] as f64;
+            d > 1.0 + 1e-5 && d < factor * (1.0 - 1e-5)
+        })
+        .map(|i| {
+            let inv = 1.0 / divisors[i] as f64;
+            (x(i), (inv - 1.0 / factor) / (1.0 - 1.0 / factor))
+        })
+        .collect();
+    let (Some(&(x1, s1)), Some(&(x2, s2))) = (blended.first(), blended.last()) else {
+        return Err("no pair lies between its bands to fix the llama3 parameters".into());
+    };
+    if blended.len() < 2 || x1 == x2 {
+        return Err(
+            "only one pair lies between its bands, too few to fix the llama3 parameters".into(),
+        );
+    }
+    let slope = (s2 - s1) / (x2 - x1);
+    let low_edge = x1 - s1 / slope;
+    let high_edge = low_edge + 1.0 / slope;
+    if !(slope > 0.0 && low_edge > 0.0 && high_edge > low_edge) {
+        return Err("its divisors do not follow the llama3 formula".into());
+    }
+    let original = (1.0 / low_edge).round().max(1.0);
+    let scaling = RopeScaling::Llama3 {
+        factor,
+        low_freq_factor: round_significant(original * low_edge),
+        high_freq_factor: round_significant(original * high_edge),
+        original_max_position_embeddings: original,
+    };
+    let mut scaled = base.clone();
+    scaling.apply(&mut scaled);
+    for (i, (&d, (b, s))) in divisors.iter().zip(base.iter().zip(&scaled)).enumerate() {
+        let got = b / s;
+        if (got - d as f64).abs() > 1e-5 * d as f64 {
+            return Err(format!(
+                "the llama3 parameters that fit it ({}) give pair {i} the divisor {got}, \
+                 not the file's {d}",
+                serde_json::to_string(&scaling).unwrap_or_default()
+            ));
         }
     }
+    Ok(Some(scaling))
+}
+
+/// `x` to six significant digits (a parameter recovered from f32 divisors carries their
+/// rounding in its last digits).
+fn round_significant(x: f64) -> f64 {
+    let digits = 6 - 1 - x.abs().log10().floor() as i32;
+    let scale = 10f64.powi(digits);
+    (x * scale).round() / scale
 }
 
 /// A number that is whole as an integer in JSON (transformers checks the original
@@ -307,6 +392,33 @@ mod tests {
         );
     }
 
+    /// Llama 3.1's divisors as a GGUF stores them (f32) give its own parameters back, and
+    /// so do another set's; divisors of one band only cannot.
+    #[test]
+    fn gguf_divisors_give_back_their_llama3_parameters() {
+        let other = RopeScaling::Llama3 {
+            factor: 32.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_position_embeddings: 64.0,
+        };
+        for (scaling, head_dim, theta) in [(llama31(), 128, 500000.0), (other, 64, 500000.0)] {
+            let base = frequencies(head_dim, theta);
+            let mut scaled = base.clone();
+            scaling.apply(&mut scaled);
+            let divisors: Vec<f32> = base
+                .iter()
+                .zip(&scaled)
+                .map(|(b, s)| (b / s) as f32)
+                .collect();
+            let back = llama3_from_divisors(&divisors, head_dim, theta).unwrap();
+            assert_eq!(back, Some(scaling));
+        }
+        assert_eq!(llama3_from_divisors(&[1.0; 4], 8, 1e4), Ok(None));
+        let e = llama3_from_divisors(&[1.0, 1.0, 8.0, 8.0], 8, 1e4).unwrap_err();
+        assert!(e.contains("no pair lies between"), "{e}");
+    }
+
     #[test]
     fn gguf_divisors_divide_each_pair() {
         let mut f = vec![1.0, 0.5, 0.25];
@@ -317,7 +429,7 @@ mod tests {
         assert!(e.to_string().contains("2 values") && e.to_string().contains("3 pairs"));
         let e = RopeScaling::from_divisors(vec![1.0, 0.0, 1.0], 6).unwrap_err();
         assert!(e.to_string().contains("value 1 is 0"), "{e}");
-        let e = s.to_hf_json().unwrap_err().to_string();
+        let e = s.to_hf_json(6, 10000.0).unwrap_err().to_string();
         assert!(
             e.contains("rope_freqs.weight") && e.contains("llama3"),
             "{e}"
@@ -357,7 +469,7 @@ mod tests {
             Ok((1e4, None))
         );
         // The export writes what the hub form reads back.
-        let back = llama31().to_hf_json().unwrap();
+        let back = llama31().to_hf_json(128, 500000.0).unwrap();
         assert_eq!(back, hub);
     }
 

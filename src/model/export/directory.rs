@@ -323,7 +323,7 @@ mod tests {
     }
 
     #[test]
-    fn rope_divisors_without_their_parameters_refuse_before_any_tensor() {
+    fn rope_divisors_no_llama3_parameters_give_refuse_before_any_tensor() {
         let parent = scratch("divisors");
         let mut model = open(Some(&tiny_llama())).unwrap();
         let mut config = model.source.config().clone();

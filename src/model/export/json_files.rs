@@ -8,9 +8,10 @@
 //! for the RoPE layout, which is always half-split in a Hugging Face directory (the
 //! export's tensors put q and k rows in that order). The first eos id goes in
 //! `config.json` and the full list, in order, in `generation_config.json`, which sprout
-//! (and transformers' `generate`) read after it. A model whose RoPE scaling config.json
-//! cannot state (a GGUF's `rope_freqs.weight` divisors, without their llama3 parameters)
-//! is refused, naming why, before anything is written.
+//! (and transformers' `generate`) read after it. A GGUF's `rope_freqs.weight` divisors are
+//! written as the llama3 parameters that give them back
+//! ([`crate::model::rope_scaling::llama3_from_divisors`]); divisors that no such
+//! parameters give are refused, naming why, before anything is written.
 
 use serde_json::{Value, json};
 
@@ -55,7 +56,7 @@ pub fn config_json(config: &ModelConfig, format: WeightFormat) -> Result<Value, 
     };
     let rope_scaling = match &c.rope_scaling {
         None => Value::Null,
-        Some(scaling) => scaling.to_hf_json()?,
+        Some(scaling) => scaling.to_hf_json(c.head_dim, c.rope_theta)?,
     };
     let mut out = json!({
         "architectures": [class],
@@ -178,7 +179,7 @@ mod tests {
     }
 
     #[test]
-    fn llama3_scaling_reads_back_and_gguf_divisors_are_refused() {
+    fn llama3_scaling_reads_back_and_gguf_divisors_become_its_parameters() {
         let mut config = builtin_config("tiny-llama").unwrap();
         config.rope_scaling = Some(RopeScaling::Llama3 {
             factor: 32.0,
@@ -194,12 +195,35 @@ mod tests {
         );
         let back = config_from_hf(&file.to_string(), None, |_| true).unwrap();
         assert_eq!(back.rope_scaling, config.rope_scaling);
-        config.rope_scaling = Some(RopeScaling::from_divisors(vec![1.0; 8], 16).unwrap());
+        // A scaling as a GGUF's divisors: the same rope_scaling (two of the head's eight
+        // pairs lie between its bands).
+        config.rope_theta = 10000.0;
+        config.rope_scaling = Some(RopeScaling::Llama3 {
+            factor: 32.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 8.0,
+            original_max_position_embeddings: 1000.0,
+        });
+        let llama3 = config.clone();
+        let base = crate::gpu::kernels::rope::frequencies(config.head_dim, config.rope_theta);
+        let divisors = base
+            .iter()
+            .zip(config.rope_frequencies())
+            .map(|(b, s)| (b / s) as f32)
+            .collect();
+        config.rope_scaling = Some(RopeScaling::from_divisors(divisors, 16).unwrap());
+        let from_divisors = config_json(&config, WeightFormat::F32).unwrap();
+        assert_eq!(
+            from_divisors["rope_scaling"],
+            config_json(&llama3, WeightFormat::F32).unwrap()["rope_scaling"]
+        );
+        // Divisors no llama3 parameters give are refused.
+        config.rope_scaling = Some(RopeScaling::from_divisors(vec![2.0; 8], 16).unwrap());
         let e = config_json(&config, WeightFormat::F32)
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("rope_freqs.weight") && e.contains("do not determine"),
+            e.contains("rope_freqs.weight") && e.contains("llama3"),
             "{e}"
         );
     }
