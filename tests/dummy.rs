@@ -1,13 +1,14 @@
 //! Dummy (random) weights end to end on every adapter: a decoder built from a tiny built-in
-//! config, in every storage format, runs the engine and gives finite log-probs, and the
-//! same seed gives the same samples. Every test fails, never skips, when no adapter is
-//! found.
+//! config (widened to 256 for the K-quants), in every storage format, runs the engine and
+//! gives finite log-probs, and the same seed gives the same samples. Every test fails, never
+//! skips, when no adapter is found.
 
 mod common;
 
 use common::gpus;
 use sprout::engine::{Engine, EngineConfig, KvSize};
 use sprout::formats::WeightFormat;
+use sprout::model::config::ModelConfig;
 use sprout::model::decoder::Decoder;
 use sprout::model::dummy::{DummyWeights, builtin_config};
 use sprout::sched::{FinishedSample, Request, SamplingParams};
@@ -56,7 +57,16 @@ fn dummy_weights_run_the_engine_with_finite_logprobs() {
             let config = builtin_config(model).unwrap();
             let vocab = config.vocab_size;
             for &format in formats {
-                let mut source = DummyWeights::new(config.clone(), format, 1).unwrap();
+                // tiny-llama's rows (64 values) are not whole K-quant super-blocks: those
+                // run it widened to 256 (4 heads of 64, an MLP of 256).
+                let block = format.block_len();
+                let config = ModelConfig {
+                    hidden_size: config.hidden_size.next_multiple_of(block),
+                    head_dim: config.hidden_size.next_multiple_of(block) / config.n_heads,
+                    intermediate_size: config.intermediate_size.next_multiple_of(block),
+                    ..config.clone()
+                };
+                let mut source = DummyWeights::new(config, format, 1).unwrap();
                 let decoder = Decoder::load(gpu.clone(), &mut source, &mut |_, _| {}).unwrap();
                 assert_eq!(decoder.weight_format(), format.name(), "{label}");
                 let out = run(&decoder);

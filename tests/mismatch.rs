@@ -338,7 +338,11 @@ fn score_adds_trainer_logprobs_and_tis_weights() {
 fn bad_arguments_are_refused_with_the_reason() {
     let model = fixture("tiny-llama");
     for (args, want) in [
-        (vec!["--formats", "q6_k"], "unknown weight format `q6_k`"),
+        (vec!["--formats", "q5_k"], "unknown weight format `q5_k`"),
+        (
+            vec!["--formats", "f16,q6_k"],
+            "--formats q6_k: a rollout format is f32 or",
+        ),
         (vec!["--formats", "q8_0,q8_0"], "names q8_0 twice"),
         (vec!["--tis-cap", "1"], "--tis-cap must be a number above 1"),
         (vec!["--plot", "out.pdf"], ".svg or .png"),

@@ -6,10 +6,12 @@
 
 pub mod gguf;
 mod hex;
+mod k_quants;
 pub mod safetensors_writer;
 mod tensor_data;
 mod weight_format;
 
 pub use hex::hex;
+pub use k_quants::QK_K;
 pub use tensor_data::{StoredTensor, TensorData};
 pub use weight_format::{FormatError, QK, WeightFormat, dequantize, dequantize_row, quantize};

@@ -1,26 +1,39 @@
 //! Weight formats and their exact byte layouts.
 //!
 //! A weight matrix is `rows x cols` (a linear layer stores `[out_features, in_features]`),
-//! each row contiguous. Quantized formats group each row into blocks of 32 values, laid out
-//! bit for bit as GGUF (ggml) defines them:
+//! each row contiguous. Quantized formats group each row into blocks of 32 values, or
+//! super-blocks of 256 (the K-quants, `k_quants.rs`), laid out bit for bit as GGUF (ggml)
+//! defines them:
 //!
-//! | format | bytes/block | block layout                                   | value                |
-//! |--------|-------------|------------------------------------------------|----------------------|
-//! | Q8_0   | 34          | f16 d, i8 q[32]                                | d * q[j]             |
-//! | Q4_0   | 18          | f16 d, u8 qs[16] (j<16 low nibble, j>=16 high)  | d * (nibble - 8)     |
-//! | Q4_1   | 20          | f16 d, f16 m, u8 qs[16] (nibbles as Q4_0)      | d * nibble + m       |
+//! | format | values | bytes | block layout                                                   | value                          |
+//! |--------|--------|-------|----------------------------------------------------------------|--------------------------------|
+//! | Q8_0   | 32     | 34    | f16 d, i8 q[32]                                                | d * q[j]                       |
+//! | Q4_0   | 32     | 18    | f16 d, u8 qs[16] (j<16 low nibble, j>=16 high)                 | d * (nibble - 8)               |
+//! | Q4_1   | 32     | 20    | f16 d, f16 m, u8 qs[16] (nibbles as Q4_0)                      | d * nibble + m                 |
+//! | Q5_0   | 32     | 22    | f16 d, u32 qh (bit j: value j's fifth bit), u8 qs[16] (as Q4_0) | d * ((nibble \| bit << 4) - 16) |
+//! | Q4_K   | 256    | 144   | f16 d, f16 dmin, u8 scales[12], u8 qs[128]                     | (d * sc) * q - dmin * m        |
+//! | Q6_K   | 256    | 210   | u8 ql[128], u8 qh[64], i8 scales[16], f16 d                    | (d * scale) * (q - 32)         |
 //!
-//! The GPU keeps these bytes as they are and dequantizes inside its kernels; this module
-//! is the CPU side of the same contract (sizes, dequantization for references, and
-//! quantization to make test weights the way ggml does).
+//! The GPU keeps these bytes (Q8_0, Q5_0 and Q6_K with a little padding, `gpu::weights`)
+//! and dequantizes inside its kernels; this module is the CPU side of the same contract
+//! (sizes, dequantization for references, and quantization to make test weights: the
+//! 32-value formats rounded the way ggml does, the K-quants by a simpler encoder). Each
+//! decoder's products are exact and it rounds at most once (Q4_1's and Q4_K's fma), so the
+//! GPU's decoders, written in the same order, equal these bit for bit;
+//! `tests/quant_goldens.rs` checks these against the `gguf` package's.
 
 use half::{bf16, f16};
 use serde::{Deserialize, Serialize};
 
-/// Values per quantization block in every GGUF block format used here.
+use super::k_quants::{self, Q4_K_BYTES, Q6_K_BYTES, QK_K};
+
+/// Values per quantization block of the 32-value formats, and the block every matmul folds
+/// (a K-quant super-block is 8 of them).
 pub const QK: usize = 32;
 
-/// How a weight tensor's elements are stored.
+/// How a weight tensor's elements are stored. Variants are spelled as GGUF names the types
+/// (`Q4_K`, not `Q4K`).
+#[allow(non_camel_case_types)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum WeightFormat {
@@ -30,16 +43,24 @@ pub enum WeightFormat {
     Q8_0,
     Q4_0,
     Q4_1,
+    Q5_0,
+    Q4_K,
+    Q6_K,
 }
 
 impl WeightFormat {
-    pub const ALL: [WeightFormat; 6] = [
+    /// The formats' registry: the kernel suite, `sprout check`, `sprout tune`, the
+    /// benchmarks, the GGUF reader and the CLI's format names all iterate it.
+    pub const ALL: [WeightFormat; 9] = [
         WeightFormat::F32,
         WeightFormat::F16,
         WeightFormat::Bf16,
         WeightFormat::Q8_0,
         WeightFormat::Q4_0,
         WeightFormat::Q4_1,
+        WeightFormat::Q5_0,
+        WeightFormat::Q4_K,
+        WeightFormat::Q6_K,
     ];
 
     pub fn name(self) -> &'static str {
@@ -50,14 +71,19 @@ impl WeightFormat {
             WeightFormat::Q8_0 => "q8_0",
             WeightFormat::Q4_0 => "q4_0",
             WeightFormat::Q4_1 => "q4_1",
+            WeightFormat::Q5_0 => "q5_0",
+            WeightFormat::Q4_K => "q4_k",
+            WeightFormat::Q6_K => "q6_k",
         }
     }
 
-    /// Elements per storage block (1 for plain floating-point formats).
+    /// Elements per storage block (1 for plain floating-point formats; 256 for the
+    /// K-quants' super-blocks, so their rows are whole multiples of 256).
     pub fn block_len(self) -> usize {
         match self {
             WeightFormat::F32 | WeightFormat::F16 | WeightFormat::Bf16 => 1,
-            WeightFormat::Q8_0 | WeightFormat::Q4_0 | WeightFormat::Q4_1 => QK,
+            WeightFormat::Q8_0 | WeightFormat::Q4_0 | WeightFormat::Q4_1 | WeightFormat::Q5_0 => QK,
+            WeightFormat::Q4_K | WeightFormat::Q6_K => QK_K,
         }
     }
 
@@ -69,6 +95,9 @@ impl WeightFormat {
             WeightFormat::Q8_0 => 2 + QK,
             WeightFormat::Q4_0 => 2 + QK / 2,
             WeightFormat::Q4_1 => 4 + QK / 2,
+            WeightFormat::Q5_0 => 6 + QK / 2,
+            WeightFormat::Q4_K => Q4_K_BYTES,
+            WeightFormat::Q6_K => Q6_K_BYTES,
         }
     }
 
@@ -203,6 +232,34 @@ pub fn dequantize_row(format: WeightFormat, bytes: &[u8], out: &mut [f32]) {
                 }
             }
         }
+        WeightFormat::Q5_0 => {
+            for (o, b) in out.chunks_exact_mut(QK).zip(bytes.chunks_exact(22)) {
+                let d = h(&b[0..2]);
+                let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
+                let fifth = |j: usize| (((qh >> j) & 1) << 4) as i32;
+                for j in 0..QK / 2 {
+                    let q = b[6 + j];
+                    o[j] = d * (((q & 0x0f) as i32 | fifth(j)) - 16) as f32;
+                    o[j + QK / 2] = d * (((q >> 4) as i32 | fifth(j + QK / 2)) - 16) as f32;
+                }
+            }
+        }
+        WeightFormat::Q4_K => {
+            for (o, b) in out
+                .chunks_exact_mut(QK_K)
+                .zip(bytes.chunks_exact(Q4_K_BYTES))
+            {
+                k_quants::dequantize_q4_k(b, o);
+            }
+        }
+        WeightFormat::Q6_K => {
+            for (o, b) in out
+                .chunks_exact_mut(QK_K)
+                .zip(bytes.chunks_exact(Q6_K_BYTES))
+            {
+                k_quants::dequantize_q6_k(b, o);
+            }
+        }
     }
 }
 
@@ -227,7 +284,9 @@ pub fn dequantize(
 }
 
 /// Encodes f32 values (`rows x cols`, row-major) in `format`, rounding as ggml's reference
-/// quantizers do. Used to make test weights and fixtures.
+/// quantizers do (the K-quants: a simpler encoder of valid blocks close to the values, not
+/// ggml's rounding; see `k_quants.rs`). Used to make test weights and fixtures, and the
+/// 32-value formats and 16-bit floats to quantize on load.
 pub fn quantize(format: WeightFormat, values: &[f32], cols: usize) -> Result<Vec<u8>, FormatError> {
     format.row_bytes(cols)?;
     let mut out = Vec::with_capacity(values.len() / format.block_len() * format.block_bytes());
@@ -273,6 +332,31 @@ pub fn quantize(format: WeightFormat, values: &[f32], cols: usize) -> Result<Vec
                 out.extend((0..QK / 2).map(|j| q(x[j]) | (q(x[j + QK / 2]) << 4)));
             }
         }
+        WeightFormat::Q5_0 => {
+            for x in values.chunks_exact(QK) {
+                // As Q4_0 with five bits: the value of largest magnitude, with its sign,
+                // maps to -16.
+                let max = x
+                    .iter()
+                    .fold(0.0f32, |a, &v| if v.abs() > a.abs() { v } else { a });
+                let d = max / -16.0;
+                let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+                let q: Vec<u8> = x
+                    .iter()
+                    .map(|v| ((v * id + 16.5) as i8).clamp(0, 31) as u8)
+                    .collect();
+                let qh = (0..QK).fold(0u32, |h, j| h | (u32::from(q[j] >> 4) << j));
+                out.extend(f16::from_f32(d).to_le_bytes());
+                out.extend(qh.to_le_bytes());
+                out.extend((0..QK / 2).map(|j| (q[j] & 0x0f) | ((q[j + QK / 2] & 0x0f) << 4)));
+            }
+        }
+        WeightFormat::Q4_K => values
+            .chunks_exact(QK_K)
+            .for_each(|x| k_quants::quantize_q4_k(x, &mut out)),
+        WeightFormat::Q6_K => values
+            .chunks_exact(QK_K)
+            .for_each(|x| k_quants::quantize_q6_k(x, &mut out)),
     }
     Ok(out)
 }
@@ -286,6 +370,10 @@ mod tests {
         assert_eq!(WeightFormat::Q8_0.row_bytes(64), Ok(68));
         assert_eq!(WeightFormat::Q4_0.row_bytes(64), Ok(36));
         assert_eq!(WeightFormat::Q4_1.row_bytes(64), Ok(40));
+        assert_eq!(WeightFormat::Q5_0.row_bytes(64), Ok(44));
+        assert_eq!(WeightFormat::Q4_K.row_bytes(512), Ok(288));
+        assert_eq!(WeightFormat::Q6_K.row_bytes(512), Ok(420));
+        assert!(WeightFormat::Q4_K.row_bytes(576).is_err());
         assert_eq!(WeightFormat::F16.row_bytes(7), Ok(14));
         assert!(WeightFormat::Q4_1.row_bytes(48).is_err());
     }
@@ -317,18 +405,28 @@ mod tests {
 
     #[test]
     fn quantization_round_trips_within_a_step() {
-        let values: Vec<f32> = (0..128)
+        let cols = 256;
+        let values: Vec<f32> = (0..2 * cols)
             .map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0)
             .collect();
         for format in WeightFormat::ALL {
-            let bytes = quantize(format, &values, 64).unwrap();
-            let back = dequantize(format, &bytes, 2, 64).unwrap();
-            // One step of each 32-value block's grid (floats: of each value's own).
-            for (block, got) in values.chunks(32).zip(back.chunks(32)) {
+            let bytes = quantize(format, &values, cols).unwrap();
+            let back = dequantize(format, &bytes, 2, cols).unwrap();
+            // One step of each block's grid (floats: of each value's own; K-quants: of the
+            // super-block's coarsest sub-block).
+            let span = format.block_len().max(QK);
+            for (block, got) in values.chunks(span).zip(back.chunks(span)) {
                 let amax = block.iter().fold(0.0f32, |m, v| m.max(v.abs()));
                 let (lo, hi) = block
                     .iter()
                     .fold((f32::MAX, f32::MIN), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+                let widest = block
+                    .chunks(QK)
+                    .map(|s| {
+                        s.iter().fold(0.0f32, |w, &v| w.max(v))
+                            - s.iter().fold(0.0f32, |w, &v| w.min(v))
+                    })
+                    .fold(0.0f32, f32::max);
                 for (a, b) in block.iter().zip(got) {
                     let step = match format {
                         WeightFormat::F32 => 0.0,
@@ -337,11 +435,19 @@ mod tests {
                         WeightFormat::Q8_0 => amax / 127.0,
                         WeightFormat::Q4_0 => amax / 8.0,
                         WeightFormat::Q4_1 => (hi - lo) / 15.0,
+                        WeightFormat::Q5_0 => amax / 16.0,
+                        WeightFormat::Q4_K => widest / 15.0,
+                        WeightFormat::Q6_K => amax / 32.0,
                     };
                     // A quantized block's scale (and Q4_1's minimum) are stored as f16:
-                    // allow for their rounding.
+                    // allow for their rounding. A K-quant's sub-block scales (and Q4_K's
+                    // minimums) are 6 or 8 bits of the super-block's f16 unit: rounding
+                    // them moves the end of a range by up to an eighth of a step (Q6_K:
+                    // 32 values of half of 1/127 of the largest scale; Q4_K: 15 of half of
+                    // 1/63) and a minimum by 1/126 of the largest.
                     let allowed = match format {
                         WeightFormat::F32 | WeightFormat::F16 | WeightFormat::Bf16 => step,
+                        WeightFormat::Q4_K | WeightFormat::Q6_K => 1.25 * step + amax / 64.0,
                         _ => step + amax / 1024.0,
                     };
                     assert!(
@@ -350,6 +456,24 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    #[test]
+    fn q5_0_takes_each_fifth_bit_from_qh() {
+        // d = 1, every nibble 15; qh sets the fifth bit of values 3 and 16 + 3 only.
+        let mut block = f16::from_f32(1.0).to_le_bytes().to_vec();
+        block.extend(((1u32 << 3) | (1 << 19)).to_le_bytes());
+        block.extend([0xff; 16]);
+        let mut out = [0.0f32; QK];
+        dequantize_row(WeightFormat::Q5_0, &block, &mut out);
+        for (j, v) in out.iter().enumerate() {
+            let want = if j == 3 || j == 19 {
+                31.0 - 16.0
+            } else {
+                15.0 - 16.0
+            };
+            assert_eq!(*v, want, "value {j}");
         }
     }
 }

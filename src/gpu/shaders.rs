@@ -2,8 +2,9 @@
 //!
 //! A kernel that reads weights is its own WGSL plus one weight-format decoder from
 //! `shaders/weight_formats/` (which defines `w_load4` and `w_load1` over the kernel's
-//! `w: array<u32>` binding, and `w_block` and `w_block4` for whole 32-value blocks; the
-//! float formats share theirs, `unblocked.wgsl`). `tests/shaders.rs` validates every kernel composed with every decoder.
+//! `w: array<u32>` binding, and `w_block` and `w_block4` for whole 32-value blocks, a
+//! K-quant's being one eighth of a super-block; the float formats share theirs,
+//! `unblocked.wgsl`). `tests/shaders.rs` validates every kernel composed with every decoder.
 
 use crate::formats::WeightFormat;
 
@@ -30,6 +31,9 @@ pub fn weight_decoder(format: WeightFormat) -> &'static str {
         WeightFormat::Q8_0 => include_str!("../../shaders/weight_formats/q8_0.wgsl"),
         WeightFormat::Q4_0 => include_str!("../../shaders/weight_formats/q4_0.wgsl"),
         WeightFormat::Q4_1 => include_str!("../../shaders/weight_formats/q4_1.wgsl"),
+        WeightFormat::Q5_0 => include_str!("../../shaders/weight_formats/q5_0.wgsl"),
+        WeightFormat::Q4_K => include_str!("../../shaders/weight_formats/q4_k.wgsl"),
+        WeightFormat::Q6_K => include_str!("../../shaders/weight_formats/q6_k.wgsl"),
     }
 }
 

@@ -1,11 +1,20 @@
 //! Weight matrices on the GPU, kept in their stored format.
 //!
 //! A `GpuWeight` holds the bytes of a `rows x cols` matrix as the model file stores them
-//! (f32, f16, bf16, Q8_0, Q4_0, Q4_1); kernels dequantize as they read. One exception:
-//! Q8_0's 34-byte blocks are padded to 36 (`Q8_0_GPU_BLOCK`: the f16 scale, two zero
-//! bytes, the 32 quants), so that every word a kernel reads is 4-byte aligned; unaligned
-//! words cost two loads and a branch on every read. A matrix larger than the adapter's
-//! storage-binding limit is split by rows into parts, each its own buffer.
+//! (every format of `WeightFormat::ALL`); kernels dequantize as they read. The exception:
+//! formats whose blocks are not a multiple of 4 bytes and hold fields that a kernel reads
+//! as words get two zero bytes in each block ([`block_padding`]), so that every word a
+//! kernel reads is 4-byte aligned (unaligned words cost two loads and a branch on every
+//! read):
+//! - Q8_0, 34 bytes to 36: the f16 scale, two zero bytes, the 32 quants;
+//! - Q5_0, 22 bytes to 24: the f16 scale, two zero bytes, the u32 of fifth bits, the 16
+//!   bytes of nibbles;
+//! - Q6_K, 210 bytes to 212: the 208 bytes of quants and scales, the f16 scale, two zero
+//!   bytes.
+//!
+//! (Q4_0's 18-byte blocks stay as they are: its decoder reads them with the unaligned
+//! helpers.) A matrix larger than the adapter's storage-binding limit is split by rows
+//! into parts, each its own buffer.
 //!
 //! Invariant: every part starts on a 4-byte boundary (parts hold an even number of rows
 //! when a row's size is not a multiple of 4), and each part's buffer is padded to 4 bytes.
@@ -17,8 +26,28 @@ use super::Gpu;
 use crate::error::SproutError;
 use crate::formats::WeightFormat;
 
-/// Bytes of a Q8_0 block on the GPU (34 in the file, padded after the scale).
-pub const Q8_0_GPU_BLOCK: usize = 36;
+/// Where a format's blocks get zero bytes on the GPU: (offset in the file's block, bytes
+/// inserted there), or `None` for a format uploaded as stored. The decoders in
+/// `shaders/weight_formats/` read this layout.
+pub fn block_padding(format: WeightFormat) -> Option<(usize, usize)> {
+    match format {
+        // After the f16 scale: what follows (quants, or Q5_0's fifth bits) starts aligned.
+        WeightFormat::Q8_0 | WeightFormat::Q5_0 => Some((2, 2)),
+        // After the trailing f16 scale: the block becomes 53 words.
+        WeightFormat::Q6_K => Some((210, 2)),
+        WeightFormat::F32
+        | WeightFormat::F16
+        | WeightFormat::Bf16
+        | WeightFormat::Q4_0
+        | WeightFormat::Q4_1
+        | WeightFormat::Q4_K => None,
+    }
+}
+
+/// Bytes of one of `format`'s blocks on the GPU.
+pub fn gpu_block_bytes(format: WeightFormat) -> usize {
+    format.block_bytes() + block_padding(format).map_or(0, |(_, pad)| pad)
+}
 
 /// One buffer of consecutive rows.
 pub struct WeightPart {
@@ -67,12 +96,13 @@ impl GpuWeight {
     ) -> Result<GpuWeight, SproutError> {
         let file_row_bytes = format.check_matrix(rows, cols, bytes.len())?;
         let aligned;
-        let (bytes, row_bytes) = match format {
-            WeightFormat::Q8_0 => {
-                aligned = pad_q8_0_blocks(bytes);
-                (&aligned[..], file_row_bytes / 34 * Q8_0_GPU_BLOCK)
+        let (bytes, row_bytes) = match block_padding(format) {
+            Some((at, pad)) => {
+                aligned = pad_blocks(bytes, format.block_bytes(), at, pad);
+                let blocks = file_row_bytes / format.block_bytes();
+                (&aligned[..], blocks * gpu_block_bytes(format))
             }
-            _ => (bytes, file_row_bytes),
+            None => (bytes, file_row_bytes),
         };
         let rows_per_part = rows_per_part(row_bytes, limit).ok_or_else(|| {
             SproutError::Shape(format!(
@@ -119,14 +149,13 @@ impl GpuWeight {
     }
 }
 
-/// Q8_0 blocks of 34 bytes (f16 scale, 32 quants) as 36: the scale, two zero bytes, the
-/// quants.
-fn pad_q8_0_blocks(bytes: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(bytes.len() / 34 * Q8_0_GPU_BLOCK);
-    for block in bytes.chunks_exact(34) {
-        out.extend_from_slice(&block[..2]);
-        out.extend_from_slice(&[0, 0]);
-        out.extend_from_slice(&block[2..]);
+/// Blocks of `block` bytes with `pad` zero bytes inserted at offset `at` of each.
+fn pad_blocks(bytes: &[u8], block: usize, at: usize, pad: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes.len() / block * (block + pad));
+    for b in bytes.chunks_exact(block) {
+        out.extend_from_slice(&b[..at]);
+        out.extend(std::iter::repeat_n(0, pad));
+        out.extend_from_slice(&b[at..]);
     }
     out
 }
@@ -145,17 +174,44 @@ fn gcd(a: usize, b: usize) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::{Q8_0_GPU_BLOCK, pad_q8_0_blocks, rows_per_part};
+    use super::{block_padding, gpu_block_bytes, pad_blocks, rows_per_part};
+    use crate::formats::WeightFormat;
+
+    /// Two blocks of `format` (bytes 0, 1, 2, ...), as uploaded.
+    fn padded(format: WeightFormat) -> Vec<u8> {
+        let n = format.block_bytes();
+        let block: Vec<u8> = (0..n as u8).collect();
+        let (at, pad) = block_padding(format).unwrap();
+        pad_blocks(&[block.clone(), block].concat(), n, at, pad)
+    }
 
     #[test]
-    fn q8_0_blocks_are_padded_after_the_scale() {
-        let block: Vec<u8> = (0..34).collect();
-        let two = [block.clone(), block].concat();
-        let padded = pad_q8_0_blocks(&two);
-        assert_eq!(padded.len(), 2 * Q8_0_GPU_BLOCK);
-        for b in padded.chunks_exact(Q8_0_GPU_BLOCK) {
-            assert_eq!(&b[..4], &[0, 1, 0, 0]);
-            assert_eq!(&b[4..], &(2..34).collect::<Vec<u8>>()[..]);
+    fn blocks_are_padded_after_their_scale() {
+        for format in [WeightFormat::Q8_0, WeightFormat::Q5_0] {
+            let n = format.block_bytes() as u8;
+            let padded = padded(format);
+            assert_eq!(padded.len(), 2 * gpu_block_bytes(format));
+            for b in padded.chunks_exact(gpu_block_bytes(format)) {
+                assert_eq!(&b[..4], &[0, 1, 0, 0], "{format}");
+                assert_eq!(&b[4..], &(2..n).collect::<Vec<u8>>()[..], "{format}");
+            }
+        }
+        let padded = padded(WeightFormat::Q6_K);
+        assert_eq!(gpu_block_bytes(WeightFormat::Q6_K), 212);
+        for b in padded.chunks_exact(212) {
+            assert_eq!(&b[..210], &(0..210).collect::<Vec<u8>>()[..]);
+            assert_eq!(&b[210..], &[0, 0]);
+        }
+    }
+
+    #[test]
+    fn every_format_on_the_gpu_has_blocks_of_whole_words() {
+        for format in WeightFormat::ALL {
+            // Q4_0's 18-byte blocks are read with the unaligned helpers; the float formats'
+            // "blocks" are single values.
+            if format.is_quantized() && format != WeightFormat::Q4_0 {
+                assert_eq!(gpu_block_bytes(format) % 4, 0, "{format}");
+            }
         }
     }
 

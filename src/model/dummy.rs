@@ -9,9 +9,11 @@
 //! on every machine and in any reading order. `read` makes one tensor at a time, a chunk
 //! of rows at a time: the whole model is never in memory.
 //!
-//! The quantized formats store rows in blocks of 32 values, so every matrix's `cols`
-//! (hidden size, q dim, intermediate size) must be a multiple of 32;
-//! [`DummyWeights::new`] names the first tensor that is not.
+//! The quantized formats store rows in blocks of 32 values (the K-quants in super-blocks of
+//! 256), so every matrix's `cols` (hidden size, q dim, intermediate size) must be a
+//! multiple of the block; [`DummyWeights::new`] names the first tensor that is not. (No
+//! built-in config's hidden size is a multiple of 256: the K-quants take a config that
+//! is, such as a `config.json`'s.)
 //!
 //! [`builtin_config`] gives the configs of a few published models by name (their real
 //! shapes; RoPE half-split, as a Hugging Face directory stores them) and two tiny ones for
@@ -266,11 +268,29 @@ mod tests {
     use super::*;
     use crate::model::names::LayerTensor;
 
+    /// `config`, widened where `format` cannot store its rows: hidden size, q dim and
+    /// intermediate size rounded up to whole blocks (the tiny configs' 64 values are not
+    /// whole K-quant super-blocks).
+    fn storable(config: &ModelConfig, format: WeightFormat) -> ModelConfig {
+        let block = format.block_len();
+        let hidden = config.hidden_size.next_multiple_of(block);
+        let head_dim = match config.q_dim().is_multiple_of(block) {
+            true => config.head_dim,
+            false => hidden / config.n_heads,
+        };
+        ModelConfig {
+            hidden_size: hidden,
+            head_dim,
+            intermediate_size: config.intermediate_size.next_multiple_of(block),
+            ..config.clone()
+        }
+    }
+
     #[test]
     fn every_tensor_has_its_shape_and_format() {
         for model in ["tiny-llama", "tiny-qwen2", "tiny-qwen3"] {
-            let config = builtin_config(model).unwrap();
             for format in WeightFormat::ALL {
+                let config = storable(&builtin_config(model).unwrap(), format);
                 let mut w = DummyWeights::new(config.clone(), format, 7).unwrap();
                 let all = TensorName::all(&config);
                 assert_eq!(
@@ -336,12 +356,12 @@ mod tests {
 
     #[test]
     fn the_same_seed_gives_the_same_bytes_in_any_order() {
-        let config = builtin_config("tiny-qwen2").unwrap();
-        let names: Vec<String> = TensorName::all(&config)
-            .iter()
-            .map(|n| n.to_string())
-            .collect();
         for format in WeightFormat::ALL {
+            let config = storable(&builtin_config("tiny-qwen2").unwrap(), format);
+            let names: Vec<String> = TensorName::all(&config)
+                .iter()
+                .map(|n| n.to_string())
+                .collect();
             let mut a = DummyWeights::new(config.clone(), format, 3).unwrap();
             let mut b = DummyWeights::new(config.clone(), format, 3).unwrap();
             let mut c = DummyWeights::new(config.clone(), format, 4).unwrap();
@@ -389,6 +409,21 @@ mod tests {
         }
         for format in [WeightFormat::F32, WeightFormat::F16, WeightFormat::Bf16] {
             DummyWeights::new(config.clone(), format, 0).unwrap();
+        }
+        // The K-quants' super-blocks: tiny-llama's hidden size of 64 is a quarter of one.
+        let config = builtin_config("tiny-llama").unwrap();
+        for format in [WeightFormat::Q4_K, WeightFormat::Q6_K] {
+            let err = DummyWeights::new(config.clone(), format, 0)
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(
+                err.contains("tensor embed is 512 x 64")
+                    && err.contains(format.name())
+                    && err.contains("256"),
+                "{err}"
+            );
+            DummyWeights::new(storable(&config, format), format, 0).unwrap();
         }
     }
 
@@ -464,7 +499,12 @@ mod tests {
                 "{name}"
             );
             for format in WeightFormat::ALL {
-                DummyWeights::new(c.clone(), format, 0).unwrap();
+                // Every format whose blocks fill the config's rows (the K-quants' 256 fill
+                // none of the published configs' hidden sizes: refused, naming a tensor).
+                match TensorName::check_storable(&c, format) {
+                    Ok(()) => drop(DummyWeights::new(c.clone(), format, 0).unwrap()),
+                    Err(_) => assert!(DummyWeights::new(c.clone(), format, 0).is_err()),
+                }
             }
         }
     }

@@ -537,13 +537,13 @@ mod tests {
             err.contains("llama.rope.scale_linear") && err.contains("is 2"),
             "{err}"
         );
-        let q6k = tiny("llama").tensor(
+        let q5k = tiny("llama").tensor(
             "blk.1.ffn_down.weight",
             &[256, 64],
-            GgmlType(14),
-            vec![0; 64 * 210],
+            GgmlType(13),
+            vec![0; 64 * 176],
         );
-        let err = open_err(&q6k);
-        assert!(err.contains("blk.1.ffn_down.weight has type Q6_K"), "{err}");
+        let err = open_err(&q5k);
+        assert!(err.contains("blk.1.ffn_down.weight has type Q5_K"), "{err}");
     }
 }

@@ -160,7 +160,7 @@ impl TensorName {
     }
 
     /// An error naming the first matrix of `config` whose rows `format` cannot store (a
-    /// quantized format stores each row in blocks of 32 values). Layer 0 stands for every
+    /// quantized format stores each row in blocks of 32 values, a K-quant in 256). Layer 0 stands for every
     /// layer; vectors are not checked (they stay in a float format).
     pub fn check_storable(config: &ModelConfig, format: WeightFormat) -> Result<(), SproutError> {
         for name in Self::one_of_each(config)

@@ -27,8 +27,9 @@ use crate::model::config::ModelConfig;
 use crate::model::names::TensorName;
 use crate::model::source::WeightSource;
 
-/// The formats weights can be converted to on load: the 16-bit floats and the block
-/// formats.
+/// The formats weights can be converted to on load: the 16-bit floats and the 32-value
+/// block formats that round as ggml does. Q5_0 and the K-quants are read from files, never
+/// made here (sprout's K-quant encoder is for test weights, not ggml's rounding).
 pub const QUANTIZE_FORMATS: [WeightFormat; 5] = [
     WeightFormat::F16,
     WeightFormat::Bf16,
@@ -178,12 +179,21 @@ mod tests {
             e.contains("tensor layers.0.q is already stored as q8_0") && e.contains("q4_1"),
             "{e}"
         );
-        let e = error(tiny("tiny-llama"), WeightFormat::F32);
-        assert!(
-            e.contains("f32 is not a format weights are converted to on load")
-                && e.contains("f16, bf16, q8_0, q4_0, q4_1"),
-            "{e}"
-        );
+        // f32, and the formats sprout reads but does not make (Q5_0 and the K-quants).
+        for format in [
+            WeightFormat::F32,
+            WeightFormat::Q5_0,
+            WeightFormat::Q4_K,
+            WeightFormat::Q6_K,
+        ] {
+            let e = error(tiny("tiny-llama"), format);
+            assert!(
+                e.contains(&format!(
+                    "{format} is not a format weights are converted to on load"
+                )) && e.contains("(use one of f16, bf16, q8_0, q4_0, q4_1)"),
+                "{e}"
+            );
+        }
         let mut config = builtin_config("tiny-llama").unwrap();
         config.intermediate_size = 40;
         let f32_weights = DummyWeights::new(config, WeightFormat::F32, 0).unwrap();

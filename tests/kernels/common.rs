@@ -4,7 +4,14 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use libtest_mimic::{Failed, Trial};
+use sprout::formats::WeightFormat;
 use sprout::gpu::{BackendChoice, Gpu, Tensor, list_adapters};
+
+/// `k` rounded up to whole blocks of `format`: a case's row length for every format, the
+/// same for the float and 32-value formats, and whole super-blocks of 256 for the K-quants.
+pub fn whole_blocks(format: WeightFormat, k: usize) -> usize {
+    k.next_multiple_of(format.block_len())
+}
 
 /// What a passing case measured: its worst NMSE against the reference, and the bound.
 pub struct Outcome {

@@ -8,7 +8,7 @@ use sprout::gpu::{Gpu, GpuWeight};
 use sprout::reference::embedding::embedding;
 use sprout::rng::SplitMix64;
 
-use crate::common::{Case, Outcome, check_bitwise, check_close, read_f32};
+use crate::common::{Case, Outcome, check_bitwise, check_close, read_f32, whole_blocks};
 
 /// Decoding a stored value is exact in f32 on both sides, so the only allowed difference is
 /// a GPU flushing f16 subnormals (|v| < 6e-5, about 1 value in 10^4 here) to zero: an NMSE
@@ -104,6 +104,7 @@ pub fn cases() -> Vec<Case> {
             shapes.extend_from_slice(ODD_DIM);
         }
         for (m, vocab, dim) in shapes {
+            let dim = whole_blocks(format, dim);
             cases.push(Case::new(
                 "embedding",
                 format!("{format}/m{m}_vocab{vocab}_dim{dim}"),
@@ -118,17 +119,19 @@ pub fn cases() -> Vec<Case> {
                 },
             ));
         }
+        // Row lengths of whole blocks of every format (K-quants: 256 values).
+        let (d64, d96) = (whole_blocks(format, 64), whole_blocks(format, 96));
         // Split into parts of ~8 rows: the same values as one buffer, bit for bit.
         cases.push(Case::new(
             "embedding",
-            format!("{format}/split/m40_vocab77_dim96"),
+            format!("{format}/split/m40_vocab77_dim{d96}"),
             move |gpu| {
-                let t = table(format, 77, 96, 5);
+                let t = table(format, 77, d96, 5);
                 let ids = ids(40, 77, 6);
                 let whole = run(gpu, format, &t, &ids, None);
-                let split = run(gpu, format, &t, &ids, Some(small_limit(format, 96)));
+                let split = run(gpu, format, &t, &ids, Some(small_limit(format, d96)));
                 check_bitwise("split vs whole", &split, &whole)?;
-                check_close(&split, &embedding(&t.values, 96, &ids), TOLERANCE)
+                check_close(&split, &embedding(&t.values, d96, &ids), TOLERANCE)
             },
         ));
         // Ids past the vocabulary give zeros, once, with the table split or not.
@@ -136,17 +139,17 @@ pub fn cases() -> Vec<Case> {
             "embedding",
             format!("{format}/invalid-ids"),
             move |gpu| {
-                let t = table(format, 50, 64, 7);
+                let t = table(format, 50, d64, 7);
                 let ids = [3, 50, 49, u32::MAX, 0, 51, 1000];
-                let want = embedding(&t.values, 64, &ids);
+                let want = embedding(&t.values, d64, &ids);
                 let mut worst = Outcome {
                     nmse: 0.0,
                     tolerance: TOLERANCE,
                 };
-                for limit in [None, Some(small_limit(format, 64))] {
+                for limit in [None, Some(small_limit(format, d64))] {
                     let got = run(gpu, format, &t, &ids, limit);
                     for (r, &id) in ids.iter().enumerate().filter(|(_, id)| **id >= 50) {
-                        if let Some(v) = got[r * 64..(r + 1) * 64].iter().find(|v| **v != 0.0) {
+                        if let Some(v) = got[r * d64..(r + 1) * d64].iter().find(|v| **v != 0.0) {
                             return Err(format!(
                                 "id {id} of 50 (parts limit {limit:?}): {v}, want 0"
                             ));
@@ -165,16 +168,16 @@ pub fn cases() -> Vec<Case> {
             "embedding",
             format!("{format}/drawn-ids"),
             move |gpu| {
-                let t = table(format, 90, 64, 11);
+                let t = table(format, 90, d64, 11);
                 let drawn = [17u32, 0, 89, 5];
                 let ids = [3, DRAWN | 2, 40, DRAWN, DRAWN | 3, DRAWN | 1];
                 let resolved = [3, 89, 40, 17, 5, 0];
                 let want = run(gpu, format, &t, &resolved, None);
-                for limit in [None, Some(small_limit(format, 64))] {
+                for limit in [None, Some(small_limit(format, d64))] {
                     let got = run_drawn(gpu, format, &t, &ids, &drawn, limit);
                     check_bitwise(&format!("parts limit {limit:?}"), &got, &want)?;
                 }
-                check_close(&want, &embedding(&t.values, 64, &resolved), TOLERANCE)
+                check_close(&want, &embedding(&t.values, d64, &resolved), TOLERANCE)
             },
         ));
         // A row is the same alone and among 64.
@@ -182,7 +185,7 @@ pub fn cases() -> Vec<Case> {
             "embedding",
             format!("{format}/batch-invariance"),
             move |gpu| {
-                let (vocab, dim) = (120, 64);
+                let (vocab, dim) = (120, d64);
                 let t = table(format, vocab, dim, 9);
                 let ids = ids(64, vocab, 10);
                 let batch = run(gpu, format, &t, &ids, None);

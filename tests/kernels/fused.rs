@@ -11,7 +11,7 @@
 //!   `head_norm_rope` finishes): rmsnorm -> matmul.
 
 use sprout::formats::TensorData;
-use sprout::formats::WeightFormat;
+use sprout::formats::{QK, WeightFormat};
 use sprout::gpu::kernels::RowInfo;
 use sprout::gpu::kernels::matmul::{
     self, Matmul, MatmulInputs, MatmulShape, NormArgs, Output, QkvArgs,
@@ -22,7 +22,7 @@ use sprout::model::fused_weights::{interleave_rows, stack_rows};
 use sprout::reference;
 use sprout::rng::SplitMix64;
 
-use crate::common::{Case, Outcome, check_bitwise, check_close, read_f32};
+use crate::common::{Case, Outcome, check_bitwise, check_close, read_f32, whole_blocks};
 use crate::matmul::{for_shape, problem, shapes_on};
 
 /// The norm rounds its output to f32 before the products (the reference keeps f64 until
@@ -349,6 +349,9 @@ fn norm_store(gpu: &Gpu, i: &Inputs, shape: MatmulShape) -> (Vec<f32>, Vec<f32>)
 const ROWS: &[(usize, usize)] = &[(1, 64), (5, 96), (9, 32), (33, 64)];
 /// For the float formats: k not a multiple of 32, or of 4.
 const ODD_K: &[(usize, usize)] = &[(3, 37), (6, 46)];
+/// For the K-quants (rows of whole super-blocks): a sample, one row and a batch, k of one
+/// super-block and two (as `matmul::SUPER_BLOCK_SHAPES`).
+const SUPER_BLOCK_ROWS: &[(usize, usize)] = &[(1, 256), (9, 512)];
 
 /// One shape of each kind: the accuracy cases run these (the agreement cases all of them).
 fn kinds() -> Vec<MatmulShape> {
@@ -380,10 +383,11 @@ pub fn cases() -> Vec<Case> {
     ];
     let mut cases = Vec::new();
     for format in WeightFormat::ALL {
-        let mut rows = ROWS.to_vec();
-        if !format.is_quantized() {
-            rows.extend_from_slice(ODD_K);
-        }
+        let rows = match format.block_len() {
+            1 => [ROWS, ODD_K].concat(),
+            QK => ROWS.to_vec(),
+            _ => SUPER_BLOCK_ROWS.to_vec(),
+        };
         for fusion in fusions {
             for shape in kinds() {
                 for &(m, k) in &rows {
@@ -399,7 +403,7 @@ pub fn cases() -> Vec<Case> {
             // Every shape the adapter runs gives bitwise the same outputs.
             let name = format!("{fusion:?}/{format}/shapes-agree");
             cases.push(Case::new("fused", name, move |gpu| {
-                let i = Inputs::new(format, 11, 64, 1.0, 77);
+                let i = Inputs::new(format, 11, whole_blocks(format, 64), 1.0, 77);
                 let shapes = shapes_on(gpu);
                 let (first, want) = run(gpu, fusion, &i, shapes[0]);
                 let outcome = check_close(&first, &want, TOLERANCE)?;

@@ -3,8 +3,9 @@
 //! covers every variant and shape; this is the quick version a user can run anywhere).
 //!
 //! - matmul in every weight format (`WeightFormat::ALL`, the formats' registry: a format
-//!   added there is checked here), a decode row and a 5-row batch, on every shape the
-//!   adapter may pick (its tuning candidates and the GPU-shaped default);
+//!   added there is checked here), a decode row and a 5-row batch (k rounded up to whole
+//!   blocks), on every shape the adapter may pick (its tuning candidates and the
+//!   GPU-shaped default);
 //! - paged grouped-query attention with SmolLM2's heads, a prefill and a decode in one
 //!   dispatch, with every attention variant whose query loads fit;
 //! - Qwen3's per-head q and k norms with RoPE and the KV write (`head_norm_rope`), with
@@ -119,7 +120,11 @@ fn max_abs_delta(got: &[f32], want: &[f32]) -> f64 {
 
 fn matmul(gpu: &Gpu, format: WeightFormat) -> Result<KernelCheck> {
     let mut worst = 0.0f64;
-    for (m, k, n) in [(1, 576, 64), (5, 96, 70)] {
+    for (m, k, n) in [(1, 576usize, 64), (5, 96, 70)] {
+        // Rows of whole blocks: the K-quants' super-blocks of 256 take 768 and 256 (the
+        // other formats' k are multiples of their blocks already, so their rows are as
+        // they always were).
+        let k = k.next_multiple_of(format.block_len());
         let inputs = MatmulInputs::new(
             format,
             (m, k, n),

@@ -34,6 +34,7 @@ use sprout::formats::WeightFormat;
 use sprout::gpu::{BackendChoice, Gpu};
 use sprout::mismatch::{DEFAULT_CAP, Mismatch, Sample};
 use sprout::model::open::{model_sha256, open_quantized};
+use sprout::model::quantize_on_load::{QUANTIZE_FORMATS, quantize_format_names};
 use sprout::sched::SamplingParams;
 use sprout::tokenizer::vocabulary;
 
@@ -121,6 +122,15 @@ fn check_args(args: &MismatchArgs) -> Result<SamplingParams> {
     for (i, f) in args.formats.iter().enumerate() {
         if args.formats[..i].contains(f) {
             bail!("--formats names {f} twice");
+        }
+        // A rollout format is the model as stored or a format it is quantized to on load
+        // (the K-quants and Q5_0 are read from files, never made).
+        if *f != WeightFormat::F32 && !QUANTIZE_FORMATS.contains(f) {
+            bail!(
+                "--formats {f}: a rollout format is f32 or one weights are quantized to on \
+                 load ({})",
+                quantize_format_names()
+            );
         }
     }
     if let Some(path) = &args.plot {

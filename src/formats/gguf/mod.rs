@@ -90,7 +90,10 @@ impl GgmlType {
             WeightFormat::F16 => 1,
             WeightFormat::Q4_0 => 2,
             WeightFormat::Q4_1 => 3,
+            WeightFormat::Q5_0 => 6,
             WeightFormat::Q8_0 => 8,
+            WeightFormat::Q4_K => 12,
+            WeightFormat::Q6_K => 14,
             WeightFormat::Bf16 => 30,
         })
     }
@@ -162,7 +165,9 @@ impl GgufTensorInfo {
     pub fn byte_len(&self) -> Result<u64, SproutError> {
         let format = self.format()?;
         let (rows, cols) = self.shape()?;
-        let row = format.row_bytes(cols)?;
+        let row = format
+            .row_bytes(cols)
+            .map_err(|e| SproutError::Model(format!("tensor {}: {e}", self.name)))?;
         (row as u64)
             .checked_mul(rows as u64)
             .ok_or_else(|| SproutError::Model(format!("tensor {} is impossibly large", self.name)))
@@ -657,25 +662,85 @@ mod tests {
 
     #[test]
     fn an_unsupported_type_names_the_tensor() {
+        // Q2_K, Q3_K, Q5_1, Q5_K and an IQ type: refused by name, with the tensor's.
+        for (id, name) in [
+            (10, "Q2_K"),
+            (11, "Q3_K"),
+            (7, "Q5_1"),
+            (13, "Q5_K"),
+            (23, "IQ4_XS"),
+        ] {
+            let bytes = GgufWriter::new()
+                .tensor(
+                    "blk.0.ffn_down.weight",
+                    &[256, 2],
+                    GgmlType(id),
+                    vec![0; 512],
+                )
+                .to_bytes();
+            let f = GgufFile::from_reader(Cursor::new(&bytes[..])).unwrap();
+            let err = f
+                .tensor("blk.0.ffn_down.weight")
+                .unwrap()
+                .format()
+                .unwrap_err()
+                .to_string();
+            assert_eq!(
+                err,
+                format!(
+                    "tensor blk.0.ffn_down.weight has type {name}, which sprout does not \
+                     support yet (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q6_K)"
+                )
+            );
+        }
+    }
+
+    #[test]
+    fn k_quants_and_q5_0_read_back_as_written() {
+        let values: Vec<f32> = (0..2 * 512)
+            .map(|i| ((i % 29) as f32 - 14.0) / 9.0)
+            .collect();
+        for (format, id) in [
+            (WeightFormat::Q5_0, 6),
+            (WeightFormat::Q4_K, 12),
+            (WeightFormat::Q6_K, 14),
+        ] {
+            assert_eq!(GgmlType::from_format(format), GgmlType(id));
+            assert_eq!(GgmlType(id).format(), Some(format));
+            let bytes = quantize(format, &values, 512).unwrap();
+            let file = GgufWriter::new()
+                .tensor("w", &[512, 2], GgmlType(id), bytes.clone())
+                .to_bytes();
+            let mut f = GgufFile::from_reader(Cursor::new(&file[..])).unwrap();
+            let t = f.read_tensor("w").unwrap();
+            assert_eq!((t.format, t.rows, t.cols), (format, 2, 512));
+            assert_eq!(t.bytes, bytes, "{format}");
+        }
+    }
+
+    #[test]
+    fn a_k_quant_row_of_partial_super_blocks_names_the_tensor() {
+        // 576 values a row: two super-blocks and a quarter, which Q4_K cannot store.
         let bytes = GgufWriter::new()
             .tensor(
-                "blk.0.ffn_down.weight",
-                &[256, 2],
-                GgmlType(14),
-                vec![0; 420],
+                "blk.0.attn_q.weight",
+                &[576, 2],
+                GgmlType(12),
+                vec![0; 2 * 324],
             )
             .to_bytes();
-        let f = GgufFile::from_reader(Cursor::new(&bytes[..])).unwrap();
+        let mut f = GgufFile::from_reader(Cursor::new(&bytes[..])).unwrap();
         let err = f
-            .tensor("blk.0.ffn_down.weight")
+            .read_tensor("blk.0.attn_q.weight")
+            .err()
             .unwrap()
-            .format()
-            .unwrap_err()
             .to_string();
-        assert_eq!(
-            err,
-            "tensor blk.0.ffn_down.weight has type Q6_K, which sprout does not support yet \
-             (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1)"
+        assert!(
+            err.contains("blk.0.attn_q.weight")
+                && err.contains("q4_k")
+                && err.contains("256")
+                && err.contains("576"),
+            "{err}"
         );
     }
 }

@@ -224,6 +224,44 @@ mod tests {
     }
 
     #[test]
+    fn k_quants_and_q5_0_export_to_f32_exactly() {
+        use crate::model::dummy::{DummyWeights, builtin_config};
+        // tiny-llama widened to rows of whole 256-value super-blocks (4 heads of 64).
+        let config = ModelConfig {
+            hidden_size: 256,
+            head_dim: 64,
+            intermediate_size: 512,
+            ..builtin_config("tiny-llama").unwrap()
+        };
+        for format in [WeightFormat::Q5_0, WeightFormat::Q4_K, WeightFormat::Q6_K] {
+            let mut source = DummyWeights::new(config.clone(), format, 3).unwrap();
+            let file =
+                write_safetensors(&mut source, WeightFormat::F32, Vec::new(), &mut |_, _| {})
+                    .unwrap();
+            let shards = vec![("model.safetensors".to_string(), Cursor::new(file))];
+            let json = config_json(&config, WeightFormat::F32).to_string();
+            let mut export = SafetensorsDir::from_readers(&json, None, shards).unwrap();
+            for name in TensorName::all(&config) {
+                let n = name.to_string();
+                let stored = source.read(&n).unwrap();
+                let want = stored.to_f32().unwrap();
+                let got = export.read(&n).unwrap();
+                assert_eq!(got.format, WeightFormat::F32, "{format} {n}");
+                let got = got.to_f32().unwrap();
+                assert!(
+                    want.len() == got.len()
+                        && want
+                            .iter()
+                            .zip(&got)
+                            .all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{format} {n} (stored as {})",
+                    stored.format
+                );
+            }
+        }
+    }
+
+    #[test]
     fn bf16_rounds_each_value_and_quantized_targets_are_refused() {
         let (mut gguf, mut export) = round_trip("qwen2", WeightFormat::Bf16);
         for name in ["embed", "layers.0.q_bias", "layers.1.down", "lm_head"] {
