@@ -158,7 +158,14 @@ impl DecoderWeights {
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<DecoderWeights, SproutError> {
         check_same_model(serving, source.config())?;
-        DecoderWeights::load(gpu, source, serving, Checks::Update, progress)
+        // Rows are put in RoPE's adjacent-pair order from the layout the new source stores
+        // (a GGUF's permuted Llama rows, a Hugging Face directory's half-split ones), so an
+        // update may come in either.
+        let as_stored = ModelConfig {
+            rope_layout: source.config().rope_layout,
+            ..serving.clone()
+        };
+        DecoderWeights::load(gpu, source, &as_stored, Checks::Update, progress)
     }
 
     pub(crate) fn lm_head(&self) -> &GpuWeight {
@@ -266,13 +273,9 @@ fn check_same_model(serving: &ModelConfig, new: &ModelConfig) -> Result<(), Spro
             },
         )));
     }
-    if serving.has_qkv_bias() != new.has_qkv_bias()
-        || serving.has_qk_norm() != new.has_qk_norm()
-        || serving.rope_layout != new.rope_layout
-    {
+    if serving.has_qkv_bias() != new.has_qkv_bias() || serving.has_qk_norm() != new.has_qk_norm() {
         return Err(SproutError::Model(
-            "the new weights are for another architecture (q/k/v biases, q/k norms or RoPE \
-             layout differ)"
+            "the new weights are for another architecture (q/k/v biases or q/k norms differ)"
                 .into(),
         ));
     }
