@@ -177,7 +177,13 @@ fn tune_attention(gpu: &Gpu, decoder: &Decoder, rows: usize, keys: usize) -> Att
         &rowinfo,
         SplitRows::Decodes,
     );
+    // What the engine runs untuned: the default's query loads give way to direct ones
+    // where the query does not fit them (a head of 128 and more).
     let default = decoder.attention_variant(rows);
+    let default = AttentionVariant {
+        q_loads: default.q_loads_for(&shape),
+        ..default
+    };
     let mut best: Option<(AttentionVariant, f64)> = None;
     let mut default_micros = f64::NAN;
     for variant in AttentionVariant::all() {
