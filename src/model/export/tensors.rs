@@ -239,7 +239,7 @@ mod tests {
                 write_safetensors(&mut source, WeightFormat::F32, Vec::new(), &mut |_, _| {})
                     .unwrap();
             let shards = vec![("model.safetensors".to_string(), Cursor::new(file))];
-            let json = config_json(&config, WeightFormat::F32).to_string();
+            let json = config_json(&config, WeightFormat::F32).unwrap().to_string();
             let mut export = SafetensorsDir::from_readers(&json, None, shards).unwrap();
             for name in TensorName::all(&config) {
                 let n = name.to_string();
