@@ -7,7 +7,7 @@
 
 use serde::Serialize;
 
-use crate::gpu::kernels::rope::RopeLayout;
+use crate::gpu::kernels::rope::{RopeLayout, frequencies};
 use crate::model::rope_scaling::RopeScaling;
 use crate::tokenizer::chat_template::TemplateTokens;
 
@@ -52,6 +52,15 @@ pub struct ModelConfig {
 }
 
 impl ModelConfig {
+    /// The per-pair RoPE frequencies the model computes with: `theta^(-2i / head_dim)`,
+    /// scaled as its config says, in f64.
+    pub fn rope_frequencies(&self) -> Vec<f64> {
+        let mut freqs = frequencies(self.head_dim, self.rope_theta);
+        if let Some(scaling) = &self.rope_scaling {
+            scaling.apply(&mut freqs);
+        }
+        freqs
+    }
     pub fn q_dim(&self) -> usize {
         self.n_heads * self.head_dim
     }

@@ -1,7 +1,7 @@
 //! RoPE frequency scaling: what a model changes in the per-pair frequencies
 //! `theta^(-2i / head_dim)` (`gpu::kernels::rope::frequencies`) before the cos/sin table
 //! is built. Nothing on the GPU changes: the decoder builds its `RopeTable` from
-//! [`ModelConfig::rope_frequencies`].
+//! [`crate::model::config::ModelConfig::rope_frequencies`].
 //!
 //! Two forms, one per file kind:
 //! - Llama 3.x's `llama3` parameters (a Hugging Face config's `rope_scaling`, or
@@ -26,7 +26,6 @@ use serde_json::{Map, Value, json};
 
 use crate::error::SproutError;
 use crate::gpu::kernels::rope::frequencies;
-use crate::model::config::ModelConfig;
 
 /// How a model scales its RoPE frequencies (`None` in the config: not at all).
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -216,18 +215,6 @@ fn whole(x: f64) -> Value {
     match x.fract() == 0.0 && x.abs() < 9.0e15 {
         true => json!(x as i64),
         false => json!(x),
-    }
-}
-
-impl ModelConfig {
-    /// The per-pair RoPE frequencies the model computes with: `theta^(-2i / head_dim)`,
-    /// scaled as its config says, in f64.
-    pub fn rope_frequencies(&self) -> Vec<f64> {
-        let mut freqs = frequencies(self.head_dim, self.rope_theta);
-        if let Some(scaling) = &self.rope_scaling {
-            scaling.apply(&mut freqs);
-        }
-        freqs
     }
 }
 
