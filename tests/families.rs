@@ -12,6 +12,8 @@
 //! - `--quantize q8_0` on the float directories runs and is recorded; bench, check and
 //!   mismatch run to their end on each model.
 //!
+//! Every test runs on every backend found (`sprout devices`).
+//!
 //! The commands run the release binary on the GPU: with no adapter they fail, and so do
 //! these tests. How close each model is to transformers is tests/models.rs's.
 
@@ -273,173 +275,176 @@ fn assert_same_greedy(what: &str, a: &(Value, Vec<f64>), b: &(Value, Vec<f64>)) 
 
 #[test]
 fn an_f32_export_samples_as_the_source_and_updates_the_server_to_the_same_samples() {
-    let backend = backends()[0];
-    for (name, path, _) in FAMILIES {
-        let what = format!("{name} on {backend}");
-        let (model, dir) = (fixture(path), scratch("export"));
-        let export = dir.join("export");
-        sprout_ok(
-            &what,
-            &[
-                "export",
+    for backend in backends() {
+        for (name, path, _) in FAMILIES {
+            let what = format!("{name} on {backend}");
+            let (model, dir) = (fixture(path), scratch("export"));
+            let export = dir.join("export");
+            sprout_ok(
+                &what,
+                &[
+                    "export",
+                    "--backend",
+                    backend,
+                    "--model",
+                    model.to_str().unwrap(),
+                    "--out",
+                    export.to_str().unwrap(),
+                ],
+                None,
+            );
+            let source = greedy(&what, &model, backend);
+            assert_same_greedy(
+                &format!("{what}, export"),
+                &source,
+                &greedy(&what, &export, backend),
+            );
+
+            let mut command = Command::new(env!("CARGO_BIN_EXE_sprout"));
+            command.args([
+                "serve",
                 "--backend",
                 backend,
                 "--model",
                 model.to_str().unwrap(),
-                "--out",
-                export.to_str().unwrap(),
-            ],
-            None,
-        );
-        let source = greedy(&what, &model, backend);
-        assert_same_greedy(
-            &format!("{what}, export"),
-            &source,
-            &greedy(&what, &export, backend),
-        );
-
-        let mut command = Command::new(env!("CARGO_BIN_EXE_sprout"));
-        command.args([
-            "serve",
-            "--backend",
-            backend,
-            "--model",
-            model.to_str().unwrap(),
-        ]);
-        command.args(["--port", "0"]);
-        let server = Server::spawn(command);
-        let probe = json!({"prompt": "The old lighthouse keeper", "max_tokens": 12,
+            ]);
+            command.args(["--port", "0"]);
+            let server = Server::spawn(command);
+            let probe = json!({"prompt": "The old lighthouse keeper", "max_tokens": 12,
                            "temperature": 0, "ignore_eos": true, "return_token_ids": true});
-        let post = |path: &str, body: &Value| {
-            let reply = http(server.port, "POST", path, &[], body.to_string().as_bytes());
-            assert_eq!(reply.status, 200, "{what}: {path}: {}", reply.body);
-            reply.json()
-        };
-        let before = post("/v1/completions", &probe);
-        assert_eq!(
-            before["choices"][0]["token_ids"], source.0,
-            "{what}: served"
-        );
-        post(
-            "/update_weights",
-            &json!({"weight_dir": export.to_str().unwrap()}),
-        );
-        let after = post("/v1/completions", &probe);
-        assert_eq!(
-            after["choices"][0]["token_ids"], source.0,
-            "{what}: after /update_weights with its export"
-        );
-        drop(server);
-        std::fs::remove_dir_all(&dir).unwrap();
+            let post = |path: &str, body: &Value| {
+                let reply = http(server.port, "POST", path, &[], body.to_string().as_bytes());
+                assert_eq!(reply.status, 200, "{what}: {path}: {}", reply.body);
+                reply.json()
+            };
+            let before = post("/v1/completions", &probe);
+            assert_eq!(
+                before["choices"][0]["token_ids"], source.0,
+                "{what}: served"
+            );
+            post(
+                "/update_weights",
+                &json!({"weight_dir": export.to_str().unwrap()}),
+            );
+            let after = post("/v1/completions", &probe);
+            assert_eq!(
+                after["choices"][0]["token_ids"], source.0,
+                "{what}: after /update_weights with its export"
+            );
+            drop(server);
+            std::fs::remove_dir_all(&dir).unwrap();
+        }
     }
 }
 
 #[test]
 fn chats_render_with_each_file_s_own_template() {
-    let backend = backends()[0];
-    for (name, path, float) in FAMILIES {
-        let what = format!("{name} on {backend}");
-        // A directory's template is in chat_template.jinja or tokenizer_config.json.
-        let reference = match float {
-            true => fixture(path).join("reference.json"),
-            false => fixture(&path.replace(".gguf", ".json")),
-        };
-        let fixture_json: Value =
-            serde_json::from_str(&std::fs::read_to_string(reference).unwrap()).unwrap();
-        let chat = &fixture_json["chat"];
-        let mut command = Command::new(env!("CARGO_BIN_EXE_sprout"));
-        command.args(["serve", "--backend", backend, "--model"]);
-        command.arg(fixture(path)).args(["--port", "0"]);
-        let server = Server::spawn(command);
-        let post = |path: &str, body: &Value| {
-            let reply = http(server.port, "POST", path, &[], body.to_string().as_bytes());
-            assert_eq!(reply.status, 200, "{what}: {path}: {}", reply.body);
-            reply.json()
-        };
-        let chat_reply = post(
-            "/v1/chat/completions",
-            &json!({"messages": chat["messages"], "max_tokens": 4, "seed": 3,
+    for backend in backends() {
+        for (name, path, float) in FAMILIES {
+            let what = format!("{name} on {backend}");
+            // A directory's template is in chat_template.jinja or tokenizer_config.json.
+            let reference = match float {
+                true => fixture(path).join("reference.json"),
+                false => fixture(&path.replace(".gguf", ".json")),
+            };
+            let fixture_json: Value =
+                serde_json::from_str(&std::fs::read_to_string(reference).unwrap()).unwrap();
+            let chat = &fixture_json["chat"];
+            let mut command = Command::new(env!("CARGO_BIN_EXE_sprout"));
+            command.args(["serve", "--backend", backend, "--model"]);
+            command.arg(fixture(path)).args(["--port", "0"]);
+            let server = Server::spawn(command);
+            let post = |path: &str, body: &Value| {
+                let reply = http(server.port, "POST", path, &[], body.to_string().as_bytes());
+                assert_eq!(reply.status, 200, "{what}: {path}: {}", reply.body);
+                reply.json()
+            };
+            let chat_reply = post(
+                "/v1/chat/completions",
+                &json!({"messages": chat["messages"], "max_tokens": 4, "seed": 3,
                     "return_token_ids": true}),
-        );
-        let text_reply = post(
-            "/v1/completions",
-            &json!({"prompt": chat["rendered"], "max_tokens": 4, "seed": 3,
+            );
+            let text_reply = post(
+                "/v1/completions",
+                &json!({"prompt": chat["rendered"], "max_tokens": 4, "seed": 3,
                     "return_token_ids": true}),
-        );
-        assert_eq!(
-            chat_reply["prompt_token_ids"], text_reply["choices"][0]["prompt_token_ids"],
-            "{what}: the chat's prompt is not transformers' rendering"
-        );
-        assert_eq!(
-            chat_reply["choices"][0]["token_ids"], text_reply["choices"][0]["token_ids"],
-            "{what}"
-        );
+            );
+            assert_eq!(
+                chat_reply["prompt_token_ids"], text_reply["choices"][0]["prompt_token_ids"],
+                "{what}: the chat's prompt is not transformers' rendering"
+            );
+            assert_eq!(
+                chat_reply["choices"][0]["token_ids"], text_reply["choices"][0]["token_ids"],
+                "{what}"
+            );
+        }
     }
 }
 
 #[test]
 fn quantize_bench_check_and_mismatch_run_on_every_family() {
-    let backend = backends()[0];
-    for (name, path, float) in FAMILIES {
-        let what = format!("{name} on {backend}");
-        let model = fixture(path);
-        let m = model.to_str().unwrap();
-        if float {
-            let dir = scratch("quantize");
-            let quantized = rollout(&what, &model, backend, &dir, &["--quantize", "q8_0"]);
-            let format = quantized[0]["provenance"]["weight_format"]
-                .as_str()
-                .unwrap();
-            assert!(format.contains("q8_0"), "{what}: recorded as {format}");
-            std::fs::remove_dir_all(&dir).unwrap();
+    for backend in backends() {
+        for (name, path, float) in FAMILIES {
+            let what = format!("{name} on {backend}");
+            let model = fixture(path);
+            let m = model.to_str().unwrap();
+            if float {
+                let dir = scratch("quantize");
+                let quantized = rollout(&what, &model, backend, &dir, &["--quantize", "q8_0"]);
+                let format = quantized[0]["provenance"]["weight_format"]
+                    .as_str()
+                    .unwrap();
+                assert!(format.contains("q8_0"), "{what}: recorded as {format}");
+                std::fs::remove_dir_all(&dir).unwrap();
+                let out = sprout_ok(
+                    &what,
+                    &[
+                        "mismatch",
+                        "--backend",
+                        backend,
+                        "--model",
+                        m,
+                        "--formats",
+                        "q8_0",
+                        "-n",
+                        "2",
+                        "--max-tokens",
+                        "6",
+                        "--json",
+                    ],
+                    None,
+                );
+                let report: Value = serde_json::from_str(&out).unwrap();
+                assert!(report.to_string().contains("q8_0"), "{what}: {report}");
+            }
             let out = sprout_ok(
                 &what,
                 &[
-                    "mismatch",
+                    "bench",
                     "--backend",
                     backend,
                     "--model",
                     m,
-                    "--formats",
-                    "q8_0",
+                    "--prompts",
+                    "2",
                     "-n",
                     "2",
+                    "--prompt-tokens",
+                    "16",
                     "--max-tokens",
-                    "6",
+                    "8",
+                    "--modes",
+                    "sprout",
                     "--json",
                 ],
                 None,
             );
-            let report: Value = serde_json::from_str(&out).unwrap();
-            assert!(report.to_string().contains("q8_0"), "{what}: {report}");
+            let bench: Value = serde_json::from_str(&out).unwrap();
+            assert!(
+                bench.to_string().contains("generated_tokens"),
+                "{what}: {bench}"
+            );
+            sprout_ok(&what, &["check", "--backend", backend, "--model", m], None);
         }
-        let out = sprout_ok(
-            &what,
-            &[
-                "bench",
-                "--backend",
-                backend,
-                "--model",
-                m,
-                "--prompts",
-                "2",
-                "-n",
-                "2",
-                "--prompt-tokens",
-                "16",
-                "--max-tokens",
-                "8",
-                "--modes",
-                "sprout",
-                "--json",
-            ],
-            None,
-        );
-        let bench: Value = serde_json::from_str(&out).unwrap();
-        assert!(
-            bench.to_string().contains("generated_tokens"),
-            "{what}: {bench}"
-        );
-        sprout_ok(&what, &["check", "--backend", backend, "--model", m], None);
     }
 }
