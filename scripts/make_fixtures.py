@@ -7,6 +7,8 @@ Writes (under tests/fixtures/ unless --out says otherwise):
   tiny-qwen2/       Qwen2ForCausalLM, q/k/v biases, MQA 4/1, untied, float16 weights
   tiny-qwen3/       Qwen3ForCausalLM, q/k RMSNorms, head_dim 32 (q has 128 rows, hidden 64),
                     GQA 4/2, tied embeddings, bfloat16 weights, rope_theta 1e6
+  tiny-smollm3/     SmolLM3ForCausalLM, 4 layers, the last without RoPE (transformers' default
+                    no_rope_layer_interval of 4), tied, bfloat16 weights, SmolLM2's chat template
   tiny-llama3/      LlamaForCausalLM with Llama 3.1 rope scaling (factor 8, low/high frequency
                     factors 1/4, original context 32: with head_dim 16 and rope_theta 1e4 its
                     eight pairs fall in all three bands), float32 weights; its inputs (119 ids)
@@ -96,6 +98,8 @@ from transformers import (  # noqa: E402
     Qwen2ForCausalLM,
     Qwen3Config,
     Qwen3ForCausalLM,
+    SmolLM3Config,
+    SmolLM3ForCausalLM,
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -293,6 +297,25 @@ TINY_SPECS = [
                     rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
                                       high_freq_factor=4.0, original_max_position_embeddings=32)),
     ),
+    dict(
+        name="tiny-smollm3",
+        seed=6,
+        arch="smollm3",
+        storage_dtype=torch.bfloat16,
+        vocab_size=320,
+        specials=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        specials_at_end=False,
+        bos_template=None,
+        bos="<|endoftext|>",
+        eos="<|im_end|>",
+        chat_template=("smollm2.jinja", "tokenizer_config.json"),
+        # No no_rope_layers: transformers' default interval of 4 leaves layer 3 without RoPE.
+        config=dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                    intermediate_size=128, num_hidden_layers=4, rope_theta=2000000.0,
+                    rms_norm_eps=1e-6, tie_word_embeddings=True, max_position_embeddings=256,
+                    attention_bias=False, mlp_bias=False, use_sliding_window=False,
+                    pad_token_id=None),
+    ),
 ]
 
 N_PROMPT = 7        # greedy prompt length
@@ -361,6 +384,11 @@ def unit_qk_norms(model):
     for layer in model.model.layers:
         layer.self_attn.q_norm.weight.fill_(1.0)
         layer.self_attn.k_norm.weight.fill_(1.0)
+
+
+def rope_everywhere(model):
+    for layer in model.model.layers:
+        layer.self_attn.use_rope = 1
 
 
 def unscaled_inv_freq(model):
@@ -436,6 +464,8 @@ def make_tiny(spec, out_dir):
             m = LlamaForCausalLM(cfg)
         elif spec["arch"] == "qwen3":
             m = Qwen3ForCausalLM(Qwen3Config(**common, **spec["config"]))
+        elif spec["arch"] == "smollm3":
+            m = SmolLM3ForCausalLM(SmolLM3Config(**common, **spec["config"]))
         else:
             m = Qwen2ForCausalLM(Qwen2Config(**common, **spec["config"]))
         m = m.float().eval()
@@ -496,6 +526,9 @@ def make_tiny(spec, out_dir):
         assert diff > 0.5, f"{name}: biases change logits by only {diff}"
     if spec["arch"] == "qwen3":
         check_matters(name, d, input_ids, logits, "q/k norms", unit_qk_norms)
+    if spec["arch"] == "smollm3":
+        assert ref.config.no_rope_layers == [1, 1, 1, 0], ref.config.no_rope_layers
+        check_matters(name, d, input_ids, logits, "RoPE-less layer", rope_everywhere)
     if "rope_scaling" in spec["config"]:
         check_rope_bands(spec["config"])
         check_matters(name, d, input_ids, logits, "rope scaling",

@@ -69,7 +69,12 @@ fn values(source: &mut dyn WeightSource, name: TensorName) -> Vec<f32> {
 #[test]
 fn tiny_fixtures_export_and_reload_unchanged() {
     let gpus = gpus();
-    for name in ["tiny-llama", "tiny-llama-tied", "tiny-qwen2"] {
+    for name in [
+        "tiny-llama",
+        "tiny-llama-tied",
+        "tiny-qwen2",
+        "tiny-smollm3",
+    ] {
         let src = fixtures().join(name);
         for format in [WeightFormat::F32, WeightFormat::Bf16] {
             let out = TempDir::new(&format!("{name}-{format}"));

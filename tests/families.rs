@@ -31,8 +31,9 @@ use http::http;
 use server::Server;
 
 /// The models of the matrix: (name, path under tests/fixtures, a float directory).
-const FAMILIES: [(&str, &str, bool); 5] = [
+const FAMILIES: [(&str, &str, bool); 6] = [
     ("qwen3", "tiny-qwen3", true),
+    ("smollm3", "tiny-smollm3", true),
     ("llama3", "tiny-llama3", true),
     ("qwen3 q4_k_m", "tiny-qwen3-q4_k_m.gguf", false),
     ("llama3 q4_k_m", "tiny-llama3-q4_k_m.gguf", false),

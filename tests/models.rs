@@ -6,6 +6,7 @@
 //!   (rope scaling in all three bands, inputs past the original context) the same way, and
 //!   each read from its transformers 5 config form (`rope_parameters`) bit for bit as from
 //!   the hub's (`rope_theta`, `rope_scaling`);
+//! - the tiny random SmolLM3 (its last layer without RoPE, bf16, tied) the same way;
 //! - SmolLM2-135M-Instruct Q4_1 read from its GGUF: prompt ids equal, 32 greedy tokens
 //!   identical, teacher-forced log-probs within 1e-3;
 //! - the K-quant GGUFs (scripts/make_gguf_fixtures.py: Qwen3 and Llama 3.1 in Q4_K_M's
@@ -77,6 +78,11 @@ fn tiny_qwen2_f16_with_bias_matches_transformers() {
 #[test]
 fn tiny_qwen3_bf16_with_qk_norms_matches_transformers() {
     check_tiny("tiny-qwen3");
+}
+
+#[test]
+fn tiny_smollm3_with_a_rope_less_layer_matches_transformers() {
+    check_tiny("tiny-smollm3");
 }
 
 #[test]

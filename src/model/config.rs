@@ -21,6 +21,8 @@ pub enum Architecture {
     Qwen2,
     /// Qwen3: Llama's shape plus an RMSNorm over each q and k head (`model::qwen3`).
     Qwen3,
+    /// SmolLM3: Llama's shape with RoPE left out of some layers (`model::smollm3`).
+    SmolLm3,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -49,6 +51,10 @@ pub struct ModelConfig {
     pub bos_token_id: Option<u32>,
     /// Any of these ends a sample.
     pub eos_token_ids: Vec<u32>,
+    /// The layers whose q and k are not rotated (SmolLM3's `no_rope_layers`), in order;
+    /// empty for every other family.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub layers_without_rope: Vec<usize>,
 }
 
 impl ModelConfig {

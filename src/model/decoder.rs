@@ -23,7 +23,8 @@
 //! Weights stay in their stored formats, laid out at load for the fused kernels
 //! (`model::fused_weights`): q, k and v stacked, with q and k rows in RoPE's adjacent-pair
 //! order; gate and up interleaved. Norm and bias vectors are f32. RoPE's table holds the
-//! model's frequencies, scaled as its config says (`model::rope_scaling`).
+//! model's frequencies, scaled as its config says (`model::rope_scaling`); a layer without
+//! RoPE (SmolLM3's, `model::smollm3`) reads a table of angle 0, which rotates nothing.
 
 use std::sync::{Arc, RwLock};
 
@@ -75,6 +76,8 @@ pub struct Decoder {
     weights: RwLock<Arc<DecoderWeights>>,
     offsets: VectorOffsets,
     rope: RopeTable,
+    /// For the layers without RoPE (`config.layers_without_rope`, SmolLM3): cos 1, sin 0.
+    no_rope: Option<RopeTable>,
     /// Which kernel variant serves each dispatch (`gpu::tuning`): the adapter's defaults
     /// until a tune file's are set.
     choices: RwLock<KernelChoices>,
@@ -169,6 +172,14 @@ impl Decoder {
         // Before any weight: a context too long for the adapter fails at once.
         let rope =
             RopeTable::with_frequencies(&gpu, &config.rope_frequencies(), config.max_positions)?;
+        let no_rope = match config.layers_without_rope.is_empty() {
+            true => None,
+            false => Some(RopeTable::with_frequencies(
+                &gpu,
+                &vec![0.0; config.head_dim / 2],
+                config.max_positions,
+            )?),
+        };
         let weights = DecoderWeights::load(&gpu, source, &config, Checks::Shapes, progress)?;
         let choices = RwLock::new(KernelChoices::defaults(gpu.cpu_shaped_defaults()));
         Ok(Decoder {
@@ -178,6 +189,7 @@ impl Decoder {
             config,
             weights: RwLock::new(Arc::new(weights)),
             rope,
+            no_rope,
         })
     }
 
@@ -298,7 +310,7 @@ impl Decoder {
                 q_dim: c.q_dim(),
                 kv_dim: c.kv_dim(),
                 head_dim: c.head_dim,
-                rope: &self.rope,
+                rope: self.rope_of(l),
                 rowinfo: batch.rowinfo,
                 q: &a.q,
                 k_pool,
@@ -383,6 +395,14 @@ impl Decoder {
     /// [`DecoderWeights::weight_format`]).
     pub fn weight_format(&self) -> String {
         self.weights().weight_format()
+    }
+
+    /// The RoPE table layer `l` rotates q and k by.
+    fn rope_of(&self, l: usize) -> &RopeTable {
+        match &self.no_rope {
+            Some(none) if self.config.layers_without_rope.contains(&l) => none,
+            _ => &self.rope,
+        }
     }
 
     /// The model's context length (positions `0 .. max_positions`).

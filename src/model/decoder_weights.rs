@@ -279,6 +279,12 @@ fn check_same_model(serving: &ModelConfig, new: &ModelConfig) -> Result<(), Spro
                 .into(),
         ));
     }
+    if serving.layers_without_rope != new.layers_without_rope {
+        return Err(SproutError::Model(format!(
+            "the new weights leave RoPE out of layers {:?}, the serving model out of {:?}",
+            new.layers_without_rope, serving.layers_without_rope
+        )));
+    }
     // The serving model's RoPE table stays; the new weights must mean the same rotations
     // (a GGUF's f32 divisors and the llama3 formula in f64 agree to about 1e-7).
     let (have, got) = (serving.rope_frequencies(), new.rope_frequencies());

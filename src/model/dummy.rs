@@ -74,6 +74,7 @@ pub fn builtin_config(name: &str) -> Result<ModelConfig, SproutError> {
         tied_embeddings: true,
         bos_token_id: Some(1),
         eos_token_ids: vec![2],
+        layers_without_rope: Vec::new(),
     };
     let qwen2 = |hidden, inter, layers, heads, kv_heads, vocab, positions, eos| ModelConfig {
         architecture: Architecture::Qwen2,

@@ -357,6 +357,7 @@ fn config_from_gguf<R>(file: &GgufFile<R>) -> Result<ModelConfig, SproutError> {
         tied_embeddings: file.tensor("output.weight").is_none(),
         bos_token_id: token_id("tokenizer.ggml.bos_token_id")?,
         eos_token_ids,
+        layers_without_rope: Vec::new(),
     };
     config.validate()?;
     Ok(config)

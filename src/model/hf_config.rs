@@ -17,8 +17,8 @@ use serde::Deserialize;
 use crate::error::SproutError;
 use crate::gpu::kernels::rope::RopeLayout;
 use crate::model::config::{Architecture, ModelConfig};
-use crate::model::qwen3;
 use crate::model::rope_scaling::rope_from_hf;
+use crate::model::{qwen3, smollm3};
 
 /// The fields of `config.json` that sprout reads.
 #[derive(Deserialize)]
@@ -49,6 +49,8 @@ struct HfConfig {
     hidden_act: Option<String>,
     attention_bias: Option<bool>,
     mlp_bias: Option<bool>,
+    no_rope_layers: Option<Vec<u64>>,
+    no_rope_layer_interval: Option<usize>,
 }
 
 /// A field that is present, null or not: `Some(None)` for null, `None` (by `default`)
@@ -103,12 +105,27 @@ pub fn config_from_hf(
         "MistralForCausalLM" | "mistral" => (Architecture::Llama, true),
         "Qwen2ForCausalLM" | "qwen2" => (Architecture::Qwen2, false),
         "Qwen3ForCausalLM" | "qwen3" => (Architecture::Qwen3, false),
+        "SmolLM3ForCausalLM" | "smollm3" => (Architecture::SmolLm3, false),
         other => {
             return bad(format!(
                 "architecture `{other}` is not supported (supported: LlamaForCausalLM, \
-                 MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)"
+                 MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, SmolLM3ForCausalLM)"
             ));
         }
+    };
+    let layers_without_rope = match architecture {
+        Architecture::SmolLm3 => smollm3::layers_without_rope(
+            c.no_rope_layers.as_deref(),
+            c.no_rope_layer_interval,
+            c.num_hidden_layers,
+        )
+        .map_err(|m| SproutError::Model(format!("config.json: {m}")))?,
+        _ if c.no_rope_layers.is_some() => {
+            return bad(format!(
+                "no_rope_layers is set, but {name} has no layers without RoPE (SmolLM3 does)"
+            ));
+        }
+        _ => Vec::new(),
     };
     if mistral
         && let Some(window) = c.sliding_window
@@ -236,6 +253,7 @@ pub fn config_from_hf(
             .as_ref()
             .and_then(|b| b.ids().first().copied()),
         eos_token_ids,
+        layers_without_rope,
     };
     config
         .validate()
@@ -294,6 +312,34 @@ mod tests {
             }
         }
         v
+    }
+
+    /// SmolLM3's layers without RoPE: from its list, or every 4th without one; a list
+    /// elsewhere, or one that does not fit, is an error naming the field.
+    #[test]
+    fn smollm3_reads_its_layers_without_rope() {
+        let smollm3 = with(
+            qwen3(),
+            json!({"architectures": ["SmolLM3ForCausalLM"],
+            "model_type": "smollm3", "num_hidden_layers": 8, "-head_dim": null}),
+        );
+        assert_eq!(parse(&smollm3).unwrap().layers_without_rope, [3, 7]);
+        let listed = with(
+            smollm3.clone(),
+            json!({"no_rope_layers": [1, 0, 1, 1, 1, 1, 1, 0]}),
+        );
+        let c = parse(&listed).unwrap();
+        assert_eq!(
+            (c.architecture, c.layers_without_rope),
+            (Architecture::SmolLm3, vec![1, 7])
+        );
+        let e = parse(&with(smollm3, json!({"no_rope_layers": [1, 0]}))).unwrap_err();
+        assert!(
+            e.contains("no_rope_layers has 2 entries for 8 layers"),
+            "{e}"
+        );
+        let e = parse(&with(qwen3(), json!({"no_rope_layers": [1, 0]}))).unwrap_err();
+        assert!(e.contains("no_rope_layers is set"), "{e}");
     }
 
     #[test]

@@ -22,4 +22,5 @@ pub mod quantize_on_load;
 pub mod qwen3;
 pub mod rope_scaling;
 pub mod safetensors_dir;
+pub mod smollm3;
 pub mod source;

@@ -288,6 +288,7 @@ mod tests {
             tied_embeddings: tied,
             bos_token_id: None,
             eos_token_ids: vec![],
+            layers_without_rope: Vec::new(),
         }
     }
 
