@@ -120,9 +120,13 @@ pub fn config_from_hf(
             c.num_hidden_layers,
         )
         .map_err(|m| SproutError::Model(format!("config.json: {m}")))?,
-        _ if c.no_rope_layers.is_some() => {
+        _ if c.no_rope_layers.is_some() || c.no_rope_layer_interval.is_some() => {
+            let field = match c.no_rope_layers.is_some() {
+                true => "no_rope_layers",
+                false => "no_rope_layer_interval",
+            };
             return bad(format!(
-                "no_rope_layers is set, but {name} has no layers without RoPE (SmolLM3 does)"
+                "{field} is set, but {name} has no layers without RoPE (SmolLM3 does)"
             ));
         }
         _ => Vec::new(),
@@ -340,6 +344,8 @@ mod tests {
         );
         let e = parse(&with(qwen3(), json!({"no_rope_layers": [1, 0]}))).unwrap_err();
         assert!(e.contains("no_rope_layers is set"), "{e}");
+        let e = parse(&with(qwen3(), json!({"no_rope_layer_interval": 4}))).unwrap_err();
+        assert!(e.contains("no_rope_layer_interval is set"), "{e}");
     }
 
     #[test]
