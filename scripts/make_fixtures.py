@@ -9,16 +9,26 @@ Writes (under tests/fixtures/ unless --out says otherwise):
                     GQA 4/2, tied embeddings, bfloat16 weights, rope_theta 1e6
   tiny-smollm3/     SmolLM3ForCausalLM, 4 layers, the last without RoPE (transformers' default
                     no_rope_layer_interval of 4), tied, bfloat16 weights, SmolLM2's chat template
+  tiny-gemma3/      Gemma3ForCausalLM: 4 layers, every third global (sliding_window_pattern 3:
+                    local, local, global, local), a sliding window of 12 that the 48-token
+                    greedy prompt crosses four times, local RoPE base 1e4 and global 1e6,
+                    query_pre_attn_scalar 48 (not head_dim 32), hidden 96 (embedding scale
+                    sqrt(96), which bf16 would round), an untied head (a tied one repeats one
+                    token: the scaled embedding dominates), bfloat16 weights, Gemma 3's chat
+                    template; norms stored as Gemma's `w` (the model multiplies by 1 + w)
   tiny-llama3/      LlamaForCausalLM with Llama 3.1 rope scaling (factor 8, low/high frequency
                     factors 1/4, original context 32: with head_dim 16 and rope_theta 1e4 its
                     eight pairs fall in all three bands), float32 weights; its inputs (119 ids)
                     and greedy prompt (48) run past the original context
       each: config.json, model.safetensors, tokenizer.json, reference.json, and
       config.transformers5.json: the same config as transformers 5 writes it (rope_theta and
-      rope_scaling folded into rope_parameters); the family's own chat template, in
-      chat_template.jinja (tiny-qwen3) or tokenizer_config.json (tiny-llama3)
+      rope_scaling folded into rope_parameters; Gemma 3's local and global bases as its
+      sliding_attention and full_attention entries); the family's own chat template, in
+      chat_template.jinja (tiny-qwen3, tiny-gemma3) or tokenizer_config.json (tiny-llama3)
   smollm2.json      greedy continuations of SmolLM2-135M-Instruct (Q4_1 GGUF, dequantized by
                     transformers) for four prompts, with log-probs, top-5 and logit gaps.
+  gemma3_270m.json  greedy continuations of Gemma 3 270M (Q4_K_M GGUF, dequantized by
+                    transformers; a base model) for five prompts, with log-probs and gaps.
 tests/fixtures/tokenizer_smollm2.json is not made here.
 
 The venv (versions pinned below; the script warns when they differ):
@@ -92,6 +102,8 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, 
 from transformers import (  # noqa: E402
     AutoModelForCausalLM,
     AutoTokenizer,
+    Gemma3ForCausalLM,
+    Gemma3TextConfig,
     LlamaConfig,
     LlamaForCausalLM,
     Qwen2Config,
@@ -211,6 +223,11 @@ LONG_TEXT = ("<|im_start|>user\nThe old lighthouse keeper climbed the spiral sta
              "at dusk. He wound the clock, trimmed the wick, and polished the great lens until it "
              "shone like a second moon.<|im_end|>")
 
+# Gemma's turn markers: the tiny Gemma's prompt runs past its sliding window several times.
+GEMMA_TEXT = ("<start_of_turn>user\nThe old lighthouse keeper climbed the spiral stairs every "
+              "evening at dusk. He wound the clock, trimmed the wick, and polished the great lens "
+              "until it shone like a second moon.<end_of_turn>")
+
 TINY_SPECS = [
     dict(
         name="tiny-llama",
@@ -316,6 +333,29 @@ TINY_SPECS = [
                     attention_bias=False, mlp_bias=False, use_sliding_window=False,
                     pad_token_id=None),
     ),
+    dict(
+        name="tiny-gemma3",
+        seed=7,
+        arch="gemma3",
+        storage_dtype=torch.bfloat16,
+        vocab_size=320,
+        specials=["<bos>", "<start_of_turn>", "<end_of_turn>"],
+        specials_at_end=False,
+        bos_template="<bos>",
+        bos="<bos>",
+        eos="<end_of_turn>",
+        chat_template=("gemma3.jinja", "chat_template.jinja"),
+        text=GEMMA_TEXT,
+        n_prompt=48,
+        max_input=128,
+        config=dict(hidden_size=96, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                    intermediate_size=192, num_hidden_layers=4, rope_theta=1000000.0,
+                    rope_local_base_freq=10000.0, sliding_window=12, sliding_window_pattern=3,
+                    query_pre_attn_scalar=48, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                    max_position_embeddings=256, attention_bias=False,
+                    hidden_activation="gelu_pytorch_tanh", final_logit_softcapping=None,
+                    attn_logit_softcapping=None, pad_token_id=0),
+    ),
 ]
 
 N_PROMPT = 7        # greedy prompt length
@@ -325,14 +365,15 @@ BIAS_STD = 0.5
 MIN_GAP = 0.05    # least top1-top2 logit gap wanted on every greedy step
 
 
-def init_weights(model, seed):
-    """Deterministic init: matrices N(0, 0.2), norms 1 + N(0, 0.1), biases N(0, 0.5)."""
+def init_weights(model, seed, norm_base=1.0):
+    """Deterministic init: matrices N(0, 0.2), norms norm_base + N(0, 0.1), biases N(0, 0.5).
+    Gemma's norms multiply by 1 + w, so it draws them with norm_base 0."""
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
             noise = torch.randn(p.shape, generator=gen, dtype=torch.float32)
             if name.endswith("norm.weight"):
-                p.copy_(1.0 + 0.1 * noise)
+                p.copy_(norm_base + 0.1 * noise)
             elif name.endswith(".bias"):
                 p.copy_(BIAS_STD * noise)
             else:
@@ -409,14 +450,49 @@ def check_rope_bands(config):
     assert all(bands), f"rope bands (kept, smoothed, divided) hold {bands} pairs"
 
 
+def check_gemma3(name, d, ref, input_ids, logits):
+    """What the tiny Gemma must exercise: a window the inputs cross, every feature moving
+    the logits (the window, the local RoPE base, the attention scalar, the 1 + w norms)."""
+    c = ref.config
+    assert c.layer_types == ["sliding_attention", "sliding_attention", "full_attention",
+                             "sliding_attention"], c.layer_types
+    assert len(input_ids) > 4 * c.sliding_window, (len(input_ids), c.sliding_window)
+    assert float(ref.model.embed_tokens.embed_scale) == float(torch.tensor(96 ** 0.5))
+
+    def no_window(m):
+        for layer in m.model.layers:
+            layer.self_attn.sliding_window = None
+        m.config.sliding_window = 10_000
+    check_matters(name, d, input_ids, logits, "sliding window", no_window)
+    check_matters(name, d, input_ids, logits, "local RoPE base",
+                  lambda m: setattr(m.model, "rotary_emb_local", m.model.rotary_emb))
+    check_matters(name, d, input_ids, logits, "attention scalar",
+                  lambda m: [setattr(l.self_attn, "scaling", 32 ** -0.5) for l in m.model.layers])
+
+    def plain_norms(m):
+        for n, p in m.named_parameters():
+            if n.endswith("norm.weight"):
+                p.add_(1.0)
+    check_matters(name, d, input_ids, logits, "1 + w norms", plain_norms)
+
+
 def transformers5_config(path):
     """config.json as transformers 5 writes it: rope_theta and rope_scaling become
-    rope_parameters (rope_type "default" without scaling)."""
+    rope_parameters (rope_type "default" without scaling); Gemma 3's local and global bases
+    become its sliding_attention and full_attention entries."""
     c = json.loads(path.read_text(encoding="utf-8"))
     scaling = c.pop("rope_scaling", None) or {"rope_type": "default"}
     scaling = dict(scaling)
     scaling.setdefault("rope_type", scaling.pop("type", "default"))
     c["rope_parameters"] = {**scaling, "rope_theta": c.pop("rope_theta")}
+    if "rope_local_base_freq" in c:
+        c["rope_parameters"] = {
+            "full_attention": c["rope_parameters"],
+            "sliding_attention": {"rope_type": "default",
+                                  "rope_theta": c.pop("rope_local_base_freq")},
+        }
+        c.pop("sliding_window_pattern", None)
+        c.pop("_sliding_window_pattern", None)
     c["transformers_version"] = "5.0.0"
     return c
 
@@ -454,8 +530,10 @@ def make_tiny(spec, out_dir):
     bos_id, eos_id = tok.token_to_id(spec["bos"]), tok.token_to_id(spec["eos"])
     special_ids = {s: tok.token_to_id(s) for s in spec["specials"]}
 
-    common = dict(vocab_size=V, bos_token_id=bos_id, eos_token_id=eos_id, hidden_act="silu",
+    common = dict(vocab_size=V, bos_token_id=bos_id, eos_token_id=eos_id,
                   attention_dropout=0.0, initializer_range=0.02, use_cache=True)
+    if spec["arch"] != "gemma3":  # Gemma names its activation hidden_activation
+        common["hidden_act"] = "silu"
 
     def build(seed):
         torch.manual_seed(seed)
@@ -466,10 +544,12 @@ def make_tiny(spec, out_dir):
             m = Qwen3ForCausalLM(Qwen3Config(**common, **spec["config"]))
         elif spec["arch"] == "smollm3":
             m = SmolLM3ForCausalLM(SmolLM3Config(**common, **spec["config"]))
+        elif spec["arch"] == "gemma3":
+            m = Gemma3ForCausalLM(Gemma3TextConfig(**common, **spec["config"]))
         else:
             m = Qwen2ForCausalLM(Qwen2Config(**common, **spec["config"]))
         m = m.float().eval()
-        init_weights(m, seed)
+        init_weights(m, seed, norm_base=0.0 if spec["arch"] == "gemma3" else 1.0)
         # Round the weights to the storage dtype, as the reference will see them.
         return m.to(spec["storage_dtype"]).float()
 
@@ -529,6 +609,8 @@ def make_tiny(spec, out_dir):
     if spec["arch"] == "smollm3":
         assert ref.config.no_rope_layers == [1, 1, 1, 0], ref.config.no_rope_layers
         check_matters(name, d, input_ids, logits, "RoPE-less layer", rope_everywhere)
+    if spec["arch"] == "gemma3":
+        check_gemma3(name, d, ref, input_ids, logits)
     if "rope_scaling" in spec["config"]:
         check_rope_bands(spec["config"])
         check_matters(name, d, input_ids, logits, "rope scaling",
@@ -704,12 +786,65 @@ def make_smollm2(gguf_path, out_dir):
 
 
 # ---------------------------------------------------------------------------------------------
+# Gemma 3 270M Q4_K_M from the GGUF (a base model: plain text prompts)
+
+GEMMA3_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+GEMMA3_PROMPTS = [
+    ("capital", "The capital of France is"),
+    ("code", "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"),
+    ("story", "Once upon a time, in a village at the edge of a great forest, there lived"),
+    ("numbers", "1, 2, 3, 5, 8, 13, 21,"),
+    ("german", "Die Hauptstadt von Deutschland ist"),
+]
+N_GREEDY_GEMMA3 = 32
+
+
+def make_gemma3(gguf_path, out_dir):
+    """Greedy tokens, their log-probs and top1-top2 gaps from transformers on the GGUF
+    (dequantized to float32), and the prompt ids of transformers' tokenizer built from the
+    file's SentencePiece vocabulary. The sprout test compares tokens up to the first
+    near-tie and log-probs within 1e-3."""
+    gguf_path = gguf_path.resolve()
+    digest = sha256_of(gguf_path)
+    assert digest == GEMMA3_SHA256, f"{gguf_path}: sha256 {digest}, wanted {GEMMA3_SHA256}"
+    tok = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+    model = AutoModelForCausalLM.from_pretrained(
+        gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32,
+        attn_implementation="eager").eval()
+    prompts = []
+    for name, text in GEMMA3_PROMPTS:
+        prompt_ids = tok(text).input_ids  # the GGUF says add_bos_token: <bos> first
+        assert prompt_ids[0] == model.config.bos_token_id, (name, prompt_ids[:3])
+        new_ids = greedy_cached(model, prompt_ids, N_GREEDY_GEMMA3)
+        _, _, lp, gaps = teacher_forced(model, prompt_ids, new_ids)
+        prompts.append({
+            "name": name,
+            "text": text,
+            "prompt_ids": prompt_ids,
+            "greedy_ids": new_ids,
+            "greedy_logprobs": f32_list(lp),
+            "top2_gaps": f32_list(gaps),
+            "greedy_text": tok.decode(new_ids),
+        })
+        print(f"  gemma3 {name}: {len(prompt_ids)} prompt ids, min gap {float(gaps.min()):.4f}: "
+              f"{tok.decode(new_ids)!r}")
+    write_json(out_dir / "gemma3_270m.json", {
+        **versions(),
+        "gguf_sha256": digest,
+        "prompts": prompts,
+    })
+
+
+# ---------------------------------------------------------------------------------------------
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--gguf", help=f"path of {GGUF_NAME} (default: $SPROUT_GGUF, cache, wheel)")
     ap.add_argument("--out", default=str(REPO / "tests" / "fixtures"), help="output folder")
-    ap.add_argument("--only", choices=["tiny", "smollm2"], help="make only these fixtures")
+    ap.add_argument("--only", choices=["tiny", "smollm2", "gemma3"],
+                    help="make only these fixtures")
+    ap.add_argument("--gemma3-gguf", help="path of gemma-3-270m-q4_k_m.gguf "
+                    "(`sprout model-path gemma3-270m` fetches it)")
     ap.add_argument("--tiny", action="append", help="with --only tiny: just this model (repeatable)")
     args = ap.parse_args()
 
@@ -729,6 +864,10 @@ def main():
         if gguf_path is None or not gguf_path.exists():
             sys.exit(f"no {GGUF_NAME}: pass --gguf PATH (or --only tiny)")
         make_smollm2(gguf_path, out_dir)
+    if args.only in (None, "gemma3"):
+        if not args.gemma3_gguf:
+            sys.exit("no Gemma 3 GGUF: pass --gemma3-gguf PATH (or --only tiny|smollm2)")
+        make_gemma3(Path(args.gemma3_gguf), out_dir)
 
 
 if __name__ == "__main__":

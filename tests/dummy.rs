@@ -53,6 +53,8 @@ fn dummy_weights_run_the_engine_with_finite_logprobs() {
             ("tiny-qwen2", &[WeightFormat::F16, WeightFormat::Q4_1][..]),
             // Per-head q and k norms after a stored q|k|v projection, q wider than hidden.
             ("tiny-qwen3", &[WeightFormat::F16, WeightFormat::Q4_1][..]),
+            // Sandwich norms, GELU, a sliding window and its own RoPE base on layer 0.
+            ("tiny-gemma3", &[WeightFormat::F32, WeightFormat::Q8_0][..]),
         ] {
             let config = builtin_config(model).unwrap();
             let vocab = config.vocab_size;

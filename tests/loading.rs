@@ -412,7 +412,7 @@ fn a_safetensors_directory_reads_back() {
         .collect();
     for name in TensorName::all(&c) {
         let t = model.read(&name.to_string()).unwrap();
-        let (_, bytes) = by_name[&sprout::model::safetensors_dir::hf_name(name)];
+        let (_, bytes) = by_name[&sprout::model::safetensors_dir::hf_name(name, c.architecture)];
         assert_eq!(&t.bytes, bytes, "{name}");
         assert_eq!(t.format, WeightFormat::Bf16);
         assert_eq!((t.rows, t.cols), name.shape(&c), "{name}");
@@ -455,7 +455,7 @@ fn a_sharded_safetensors_directory_reads_back() {
     // Every tensor, from both shards, with its own bytes and shape.
     for name in TensorName::all(&c) {
         let t = model.read(&name.to_string()).unwrap();
-        let bytes = by_name[&sprout::model::safetensors_dir::hf_name(name)];
+        let bytes = by_name[&sprout::model::safetensors_dir::hf_name(name, c.architecture)];
         assert_eq!(&t.bytes, bytes, "{name}");
         assert_eq!(t.format, WeightFormat::F16);
         assert_eq!((t.rows, t.cols), name.shape(&c), "{name}");

@@ -65,6 +65,17 @@ impl TensorData {
         })
     }
 
+    /// `rows x cols` f32 values, stored as F32: what a reader hands out for values it
+    /// changed on the way (Gemma's norms, `model::gemma3`).
+    pub fn from_f32(rows: usize, cols: usize, values: &[f32]) -> TensorData {
+        TensorData {
+            format: WeightFormat::F32,
+            rows,
+            cols,
+            bytes: values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        }
+    }
+
     /// The values as f32 (for the small vectors the kernels take in f32: norms, biases).
     pub fn to_f32(&self) -> Result<Vec<f32>, SproutError> {
         Ok(super::dequantize(

@@ -23,6 +23,28 @@ pub enum Architecture {
     Qwen3,
     /// SmolLM3: Llama's shape with RoPE left out of some layers (`model::smollm3`).
     SmolLm3,
+    /// Gemma 3: sandwich norms, q/k norms, GELU, sliding-window layers with their own RoPE
+    /// base, scaled embeddings (`model::gemma3`).
+    Gemma3,
+}
+
+/// Sliding-window attention on some layers (Gemma 3's local layers).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SlidingWindow {
+    /// The key at position j is visible to the query at position i when `i - j < size`.
+    pub size: usize,
+    /// The layers that attend through the window, in order.
+    pub layers: Vec<usize>,
+    /// Those layers' RoPE base (Gemma 3's `rope_local_base_freq`), never scaled.
+    pub rope_theta: f64,
+}
+
+/// The gated MLP's activation: `down(act(gate x) * up x)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    Silu,
+    /// PyTorch's `gelu(approximate="tanh")` (Gemma's `gelu_pytorch_tanh`).
+    GeluTanh,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -55,6 +77,13 @@ pub struct ModelConfig {
     /// empty for every other family.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub layers_without_rope: Vec<usize>,
+    /// Sliding-window layers (Gemma 3); `None` when every layer attends to every key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sliding_window: Option<SlidingWindow>,
+    /// Attention scores are scaled by `query_pre_attn_scalar ** -0.5` (Gemma 3) rather
+    /// than `head_dim ** -0.5`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub query_pre_attn_scalar: Option<f64>,
 }
 
 impl ModelConfig {
@@ -82,7 +111,49 @@ impl ModelConfig {
     /// Each q and k head is RMS-normalised (weights `q_norm`, `k_norm` of `head_dim`)
     /// before RoPE.
     pub fn has_qk_norm(&self) -> bool {
-        self.architecture == Architecture::Qwen3
+        matches!(
+            self.architecture,
+            Architecture::Qwen3 | Architecture::Gemma3
+        )
+    }
+
+    /// The attention output and the MLP output are each RMS-normalised (weights
+    /// `post_attn_norm`, `post_mlp_norm`) before their residual add (Gemma 3).
+    pub fn has_post_norms(&self) -> bool {
+        self.architecture == Architecture::Gemma3
+    }
+
+    pub fn activation(&self) -> Activation {
+        match self.architecture {
+            Architecture::Gemma3 => Activation::GeluTanh,
+            _ => Activation::Silu,
+        }
+    }
+
+    /// What the looked-up embedding rows are multiplied by: Gemma's `sqrt(hidden_size)`,
+    /// rounded to f32 as transformers computes it in f32 (bf16 would round it further), and
+    /// 1 for every other family.
+    pub fn embedding_scale(&self) -> f32 {
+        match self.architecture {
+            Architecture::Gemma3 => (self.hidden_size as f64).sqrt() as f32,
+            _ => 1.0,
+        }
+    }
+
+    /// The factor attention scores are scaled by.
+    pub fn attention_scale(&self) -> f32 {
+        match self.query_pre_attn_scalar {
+            Some(s) => s.powf(-0.5) as f32,
+            None => 1.0 / (self.head_dim as f32).sqrt(),
+        }
+    }
+
+    /// The sliding window layer `l` attends through, if any.
+    pub fn window_of(&self, l: usize) -> Option<usize> {
+        self.sliding_window
+            .as_ref()
+            .filter(|w| w.layers.contains(&l))
+            .map(|w| w.size)
     }
 
     /// What a chat template prints as `bos_token` and `eos_token`: the beginning-of-sequence

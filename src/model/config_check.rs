@@ -31,6 +31,30 @@ impl ModelConfig {
                 self.rope_theta
             )));
         }
+        if let Some(w) = &self.sliding_window {
+            if w.size == 0 {
+                return Err(SproutError::Model("sliding_window is 0".into()));
+            }
+            if let Some(l) = w.layers.iter().find(|&&l| l >= self.n_layers) {
+                return Err(SproutError::Model(format!(
+                    "sliding-window layer {l} is past the model's {} layers",
+                    self.n_layers
+                )));
+            }
+            if !(w.rope_theta.is_finite() && w.rope_theta > 0.0) {
+                return Err(SproutError::Model(format!(
+                    "the local RoPE base {} is not a positive number",
+                    w.rope_theta
+                )));
+            }
+        }
+        if let Some(s) = self.query_pre_attn_scalar
+            && !(s.is_finite() && s > 0.0 && (s.powf(-0.5) as f32).is_normal())
+        {
+            return Err(SproutError::Model(format!(
+                "query_pre_attn_scalar {s} is not a positive number"
+            )));
+        }
         let overflow = |what: String| SproutError::Model(format!("{what} overflows"));
         let q = self.n_heads.checked_mul(self.head_dim).ok_or_else(|| {
             overflow(format!(

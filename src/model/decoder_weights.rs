@@ -26,7 +26,8 @@ use crate::model::source::WeightSource;
 
 pub(crate) struct Layer {
     /// f32: the attention norm's weights, the q|k|v biases (Qwen2), the MLP norm's
-    /// weights, the q and k norms' weights (Qwen3).
+    /// weights, the q and k norms' weights (Qwen3, Gemma 3), the post-attention and
+    /// post-MLP norms' weights (Gemma 3).
     pub(crate) vectors: Tensor,
     /// q, k and v stacked by rows, q and k in RoPE's adjacent-pair order.
     pub(crate) qkv: GpuWeight,
@@ -116,6 +117,10 @@ impl DecoderWeights {
                     l.vector(&name("k_norm"), hd)?,
                 );
                 vectors.extend(qwen3::norm_vectors(q_norm, k_norm, hd, order.as_deref()));
+            }
+            if config.has_post_norms() {
+                vectors.extend(l.vector(&name("post_attn_norm"), hidden)?);
+                vectors.extend(l.vector(&name("post_mlp_norm"), hidden)?);
             }
             let mut q = l.read(&name("q"), q_dim, hidden)?;
             let mut k = l.read(&name("k"), kv_dim, hidden)?;
@@ -278,6 +283,24 @@ fn check_same_model(serving: &ModelConfig, new: &ModelConfig) -> Result<(), Spro
             "the new weights are for another architecture (q/k/v biases or q/k norms differ)"
                 .into(),
         ));
+    }
+    if serving.architecture != new.architecture {
+        return Err(SproutError::Model(format!(
+            "the new weights are for {:?}, the serving model is {:?}",
+            new.architecture, serving.architecture
+        )));
+    }
+    if serving.sliding_window != new.sliding_window
+        || serving.attention_scale() != new.attention_scale()
+    {
+        return Err(SproutError::Model(format!(
+            "the new weights' attention (sliding window {:?}, query_pre_attn_scalar {:?}) \
+             differs from the serving model's ({:?}, {:?})",
+            new.sliding_window,
+            new.query_pre_attn_scalar,
+            serving.sliding_window,
+            serving.query_pre_attn_scalar
+        )));
     }
     if serving.layers_without_rope != new.layers_without_rope {
         return Err(SproutError::Model(format!(

@@ -24,20 +24,24 @@ use crate::error::SproutError;
 use crate::formats::TensorData;
 use crate::formats::{WeightFormat, quantize};
 use crate::gpu::kernels::rope::RopeLayout;
-use crate::model::config::{Architecture, ModelConfig};
+use crate::model::config::{Architecture, ModelConfig, SlidingWindow};
+use crate::model::gemma3;
 use crate::model::names::{self, TensorName};
 use crate::model::source::WeightSource;
 use crate::rng::SplitMix64;
 
 /// The names [`builtin_config`] knows.
-pub const BUILTIN_CONFIGS: [&str; 7] = [
+pub const BUILTIN_CONFIGS: [&str; 10] = [
     "smollm2-135m",
     "smollm2-360m",
     "qwen2-0.5b",
     "qwen3-0.6b",
+    "gemma3-270m",
+    "gemma3-1b",
     "tiny-llama",
     "tiny-qwen2",
     "tiny-qwen3",
+    "tiny-gemma3",
 ];
 
 /// The most layers dummy weights are drawn for: several times the deepest published
@@ -54,8 +58,11 @@ pub const DEFAULT_DUMMY_MODEL: &str = "smollm2-135m";
 /// - `smollm2-135m`, `smollm2-360m`: SmolLM2-135M/360M-Instruct (Llama, tied embeddings).
 /// - `qwen2-0.5b`: Qwen2-0.5B (q, k and v biases, tied embeddings).
 /// - `qwen3-0.6b`: Qwen3-0.6B (q and k head norms, heads of 128 wider than hidden, tied).
-/// - `tiny-llama`, `tiny-qwen2`, `tiny-qwen3`: 2 layers, hidden 64, vocabulary 512 (fast
-///   anywhere; tiny-qwen3's 4 heads of 32 make q twice as wide as hidden).
+/// - `gemma3-270m`, `gemma3-1b`: Gemma 3 270M and 1B (sliding windows of 512 on five
+///   layers in six, heads of 256, a vocabulary of 262,144, tied).
+/// - `tiny-llama`, `tiny-qwen2`, `tiny-qwen3`, `tiny-gemma3`: 2 layers, hidden 64,
+///   vocabulary 512 (fast anywhere; tiny-qwen3's 4 heads of 32 make q twice as wide as
+///   hidden; tiny-gemma3's first layer slides over a window of 8).
 pub fn builtin_config(name: &str) -> Result<ModelConfig, SproutError> {
     let llama = |hidden, inter, layers, heads, kv_heads, vocab, positions| ModelConfig {
         architecture: Architecture::Llama,
@@ -75,6 +82,8 @@ pub fn builtin_config(name: &str) -> Result<ModelConfig, SproutError> {
         bos_token_id: Some(1),
         eos_token_ids: vec![2],
         layers_without_rope: Vec::new(),
+        sliding_window: None,
+        query_pre_attn_scalar: None,
     };
     let qwen2 = |hidden, inter, layers, heads, kv_heads, vocab, positions, eos| ModelConfig {
         architecture: Architecture::Qwen2,
@@ -91,11 +100,40 @@ pub fn builtin_config(name: &str) -> Result<ModelConfig, SproutError> {
         eos_token_ids: vec![151645.min(vocab as u32 - 1)],
         ..qwen2(hidden, inter, layers, heads, kv_heads, vocab, positions, 0)
     };
+    // Gemma 3: every layer but each 6th slides over a window, with RoPE base 1e4.
+    let gemma3 = |hidden, inter, layers, heads, vocab, window: usize, positions| {
+        let c = qwen3(hidden, inter, layers, heads, 1, 256, vocab, positions);
+        ModelConfig {
+            architecture: Architecture::Gemma3,
+            bos_token_id: Some(2.min(vocab as u32 - 1)),
+            eos_token_ids: vec![1, 106.min(vocab as u32 - 1)],
+            sliding_window: Some(SlidingWindow {
+                size: window,
+                layers: gemma3::sliding_layers(None, None, layers).unwrap_or_default(),
+                rope_theta: gemma3::DEFAULT_LOCAL_ROPE_THETA,
+            }),
+            query_pre_attn_scalar: Some(256.0),
+            ..c
+        }
+    };
     Ok(match name {
         "smollm2-135m" => llama(576, 1536, 30, 9, 3, 49152, 8192),
         "smollm2-360m" => llama(960, 2560, 32, 15, 5, 49152, 8192),
         "qwen2-0.5b" => qwen2(896, 4864, 24, 14, 2, 151936, 131072, 151643),
         "qwen3-0.6b" => qwen3(1024, 3072, 28, 16, 8, 128, 151936, 40960),
+        "gemma3-270m" => gemma3(640, 2048, 18, 4, 262144, 512, 32768),
+        "gemma3-1b" => gemma3(1152, 6912, 26, 4, 262144, 512, 32768),
+        "tiny-gemma3" => ModelConfig {
+            head_dim: 32,
+            n_kv_heads: 2,
+            query_pre_attn_scalar: Some(24.0),
+            sliding_window: Some(SlidingWindow {
+                size: 8,
+                layers: vec![0],
+                rope_theta: gemma3::DEFAULT_LOCAL_ROPE_THETA,
+            }),
+            ..gemma3(64, 128, 2, 4, 512, 8, 512)
+        },
         "tiny-llama" => llama(64, 160, 2, 4, 2, 512, 512),
         "tiny-qwen3" => ModelConfig {
             tied_embeddings: false,

@@ -1,7 +1,8 @@
 //! A GGUF file as a [`WeightSource`]: llama.cpp's tensor names mapped to sprout's canonical
 //! names, and a [`ModelConfig`] built from the file's metadata.
 //!
-//! Config keys (`{arch}` is `general.architecture`, `llama`, `qwen2` or `qwen3`):
+//! Config keys (`{arch}` is `general.architecture`, `llama`, `qwen2`, `qwen3` or
+//! `gemma3`, whose sliding window and what llama.cpp assumes of it are `model::gemma3`'s):
 //! `{arch}.embedding_length`, `.block_count`, `.feed_forward_length`,
 //! `.attention.head_count`, `.attention.head_count_kv` (default: head_count),
 //! `.attention.layer_norm_rms_epsilon`, `.context_length`, `.rope.freq_base` (default
@@ -9,7 +10,8 @@
 //! `.rope.dimension_count`, which must equal head_dim (partial rotary is not supported).
 //! The vocabulary size is the token embedding's row count. Embeddings are tied when the file
 //! has no `output.weight`. RoPE pairs are interleaved for `llama` (llama.cpp's converter
-//! permutes q and k) and half-split for `qwen2` and `qwen3`. A `rope_freqs.weight` tensor
+//! permutes q and k) and half-split for `qwen2`, `qwen3` and `gemma3`. Gemma's norm weights
+//! are stored as the multiplier `1 + w` already, which is what the decoder reads. A `rope_freqs.weight` tensor
 //! (Llama 3.x's rope scaling as llama.cpp's converter ships it: one f32 divisor per pair)
 //! is used as the file gives it (`model::rope_scaling`); `rope.scaling.type` other than
 //! `none`, and `rope.scale_linear` other than 1, are refused.
@@ -33,6 +35,7 @@ use crate::formats::gguf::{GgufFile, GgufMetadata};
 use crate::formats::{TensorData, WeightFormat};
 use crate::gpu::kernels::rope::RopeLayout;
 use crate::model::config::{Architecture, ModelConfig};
+use crate::model::gemma3;
 use crate::model::names::{self, LayerTensor, TensorName};
 use crate::model::rope_scaling::RopeScaling;
 use crate::model::source::WeightSource;
@@ -194,6 +197,8 @@ pub fn gguf_name(name: TensorName) -> String {
                 LayerTensor::Gate => "ffn_gate.weight",
                 LayerTensor::Up => "ffn_up.weight",
                 LayerTensor::Down => "ffn_down.weight",
+                LayerTensor::PostAttnNorm => "post_attention_norm.weight",
+                LayerTensor::PostMlpNorm => "post_ffw_norm.weight",
             };
             format!("blk.{i}.{suffix}")
         }
@@ -212,10 +217,11 @@ fn config_from_gguf<R>(file: &GgufFile<R>) -> Result<ModelConfig, SproutError> {
         "llama" => (Architecture::Llama, RopeLayout::Interleaved),
         "qwen2" => (Architecture::Qwen2, RopeLayout::HalfSplit),
         "qwen3" => (Architecture::Qwen3, RopeLayout::HalfSplit),
+        "gemma3" => (Architecture::Gemma3, RopeLayout::HalfSplit),
         other => {
             return Err(SproutError::Model(format!(
                 "GGUF architecture `{other}` is not supported by sprout (supported: llama, \
-                 qwen2, qwen3)"
+                 qwen2, qwen3, gemma3)"
             )));
         }
     };
@@ -333,7 +339,7 @@ fn config_from_gguf<R>(file: &GgufFile<R>) -> Result<ModelConfig, SproutError> {
             eos_token_ids.push(id);
         }
     }
-    let config = ModelConfig {
+    let mut config = ModelConfig {
         architecture,
         vocab_size,
         hidden_size,
@@ -358,7 +364,15 @@ fn config_from_gguf<R>(file: &GgufFile<R>) -> Result<ModelConfig, SproutError> {
         bos_token_id: token_id("tokenizer.ggml.bos_token_id")?,
         eos_token_ids,
         layers_without_rope: Vec::new(),
+        sliding_window: None,
+        query_pre_attn_scalar: None,
     };
+    if architecture == Architecture::Gemma3 {
+        let (window, scalar) =
+            gemma3::from_gguf(meta, &config).map_err(|m| SproutError::Model(m))?;
+        config.sliding_window = Some(window);
+        config.query_pre_attn_scalar = Some(scalar);
+    }
     config.validate()?;
     Ok(config)
 }

@@ -1,8 +1,9 @@
 //! A Hugging Face `config.json` (and `generation_config.json`) as a [`ModelConfig`].
 //!
 //! Architectures: `LlamaForCausalLM`, `MistralForCausalLM` (only without a sliding window
-//! shorter than its context), `Qwen2ForCausalLM` and `Qwen3ForCausalLM` (`model_type` when
-//! `architectures` is absent). Defaults as transformers': `num_key_value_heads` absent is
+//! shorter than its context), `Qwen2ForCausalLM`, `Qwen3ForCausalLM`, `SmolLM3ForCausalLM`
+//! and `Gemma3ForCausalLM` (`model_type` when `architectures` is absent; Gemma 3's own
+//! fields are read by `model::gemma3`). Defaults as transformers': `num_key_value_heads` absent is
 //! heads for Llama, 8 for Mistral, 32 for Qwen2 and Qwen3 (null is heads); `head_dim` =
 //! hidden / heads (Qwen3: 128), `rope_theta` 10000, `tie_word_embeddings` false. RoPE is
 //! read in either form (`rope_theta` and `rope_scaling`, or transformers 5's
@@ -18,7 +19,7 @@ use crate::error::SproutError;
 use crate::gpu::kernels::rope::RopeLayout;
 use crate::model::config::{Architecture, ModelConfig};
 use crate::model::rope_scaling::rope_from_hf;
-use crate::model::{qwen3, smollm3};
+use crate::model::{gemma3, qwen3, smollm3};
 
 /// The fields of `config.json` that sprout reads.
 #[derive(Deserialize)]
@@ -106,12 +107,27 @@ pub fn config_from_hf(
         "Qwen2ForCausalLM" | "qwen2" => (Architecture::Qwen2, false),
         "Qwen3ForCausalLM" | "qwen3" => (Architecture::Qwen3, false),
         "SmolLM3ForCausalLM" | "smollm3" => (Architecture::SmolLm3, false),
+        "Gemma3ForCausalLM" | "gemma3_text" => (Architecture::Gemma3, false),
+        "Gemma3ForConditionalGeneration" | "gemma3" => {
+            return bad(format!(
+                "architecture `{name}` is Gemma 3 with a vision tower (text_config inside); \
+                 sprout runs the text-only Gemma3ForCausalLM"
+            ));
+        }
         other => {
             return bad(format!(
                 "architecture `{other}` is not supported (supported: LlamaForCausalLM, \
-                 MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, SmolLM3ForCausalLM)"
+                 MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, SmolLM3ForCausalLM, \
+                 Gemma3ForCausalLM)"
             ));
         }
+    };
+    let gemma = match architecture {
+        Architecture::Gemma3 => Some(
+            gemma3::from_hf(config_json)
+                .map_err(|m| SproutError::Model(format!("config.json: {m}")))?,
+        ),
+        _ => None,
     };
     let layers_without_rope = match architecture {
         Architecture::SmolLm3 => smollm3::layers_without_rope(
@@ -144,27 +160,33 @@ pub fn config_from_hf(
     if c.use_sliding_window == Some(true) {
         return bad("use_sliding_window is true: sliding-window attention is not supported".into());
     }
-    if let Some((i, kind)) = c
-        .layer_types
-        .iter()
-        .flatten()
-        .enumerate()
-        .find(|(_, t)| *t != "full_attention")
-    {
-        return bad(format!(
-            "layer_types[{i}] is `{kind}`: only full attention is supported"
-        ));
-    }
-    let (rope_theta, rope_scaling) = rope_from_hf(
-        c.rope_theta,
-        c.rope_scaling.as_ref(),
-        c.rope_parameters.as_ref(),
-        c.partial_rotary_factor,
-    )
-    .map_err(|m| SproutError::Model(format!("config.json: {m}")))?;
-    if let Some(act) = c.hidden_act.as_deref().filter(|a| *a != "silu") {
-        return bad(format!("hidden_act `{act}` is not supported (only silu)"));
-    }
+    // Gemma 3's layer types, RoPE and activation are its own (`gemma3::from_hf`).
+    let (rope_theta, rope_scaling) = match &gemma {
+        Some(g) => (g.rope_theta, g.rope_scaling.clone()),
+        None => {
+            if let Some((i, kind)) = c
+                .layer_types
+                .iter()
+                .flatten()
+                .enumerate()
+                .find(|(_, t)| *t != "full_attention")
+            {
+                return bad(format!(
+                    "layer_types[{i}] is `{kind}`: only full attention is supported"
+                ));
+            }
+            if let Some(act) = c.hidden_act.as_deref().filter(|a| *a != "silu") {
+                return bad(format!("hidden_act `{act}` is not supported (only silu)"));
+            }
+            rope_from_hf(
+                c.rope_theta,
+                c.rope_scaling.as_ref(),
+                c.rope_parameters.as_ref(),
+                c.partial_rotary_factor,
+            )
+            .map_err(|m| SproutError::Model(format!("config.json: {m}")))?
+        }
+    };
     if c.attention_bias == Some(true) && architecture != Architecture::Qwen2 {
         return bad(format!(
             "attention_bias is true: biases on {name}'s attention projections are not supported"
@@ -191,6 +213,7 @@ pub fn config_from_hf(
         Some(n) => n.unwrap_or(n_heads),
         None if mistral => 8,
         None if architecture == Architecture::Llama => n_heads,
+        None if architecture == Architecture::Gemma3 => gemma3::DEFAULT_KV_HEADS,
         None => 32,
     };
     if n_heads == 0 || n_kv_heads == 0 || !n_heads.is_multiple_of(n_kv_heads) {
@@ -201,6 +224,7 @@ pub fn config_from_hf(
     let head_dim = match c.head_dim {
         Some(d) => d,
         None if architecture == Architecture::Qwen3 => qwen3::DEFAULT_HEAD_DIM,
+        None if architecture == Architecture::Gemma3 => gemma3::DEFAULT_HEAD_DIM,
         None if c.hidden_size.is_multiple_of(n_heads) => c.hidden_size / n_heads,
         None => {
             return bad(format!(
@@ -258,6 +282,8 @@ pub fn config_from_hf(
             .and_then(|b| b.ids().first().copied()),
         eos_token_ids,
         layers_without_rope,
+        query_pre_attn_scalar: gemma.as_ref().map(|g| g.query_pre_attn_scalar),
+        sliding_window: gemma.map(|g| g.sliding_window),
     };
     config
         .validate()
@@ -346,6 +372,107 @@ mod tests {
         assert!(e.contains("no_rope_layers is set"), "{e}");
         let e = parse(&with(qwen3(), json!({"no_rope_layer_interval": 4}))).unwrap_err();
         assert!(e.contains("no_rope_layer_interval is set"), "{e}");
+    }
+
+    /// Gemma 3 270M's config.json (sizes and fields, as the hub has it).
+    fn gemma3() -> Value {
+        json!({
+            "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text",
+            "_sliding_window_pattern": 6, "attention_bias": false, "attention_dropout": 0.0,
+            "attn_logit_softcapping": null, "bos_token_id": 2, "eos_token_id": [1, 106],
+            "final_logit_softcapping": null, "head_dim": 256,
+            "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 640,
+            "intermediate_size": 2048,
+            "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention",
+                "sliding_attention", "sliding_attention", "full_attention"],
+            "max_position_embeddings": 32768, "num_attention_heads": 4,
+            "num_hidden_layers": 6, "num_key_value_heads": 1, "pad_token_id": 0,
+            "query_pre_attn_scalar": 256, "rms_norm_eps": 1e-06,
+            "rope_local_base_freq": 10000.0, "rope_scaling": null, "rope_theta": 1000000.0,
+            "sliding_window": 512, "use_bidirectional_attention": false,
+            "vocab_size": 262144
+        })
+    }
+
+    /// Gemma 3: its window, layer pattern, two RoPE bases and attention scalar, in both
+    /// config forms; what it would compute differently is named.
+    #[test]
+    fn gemma3_reads_its_windows_bases_and_scalar() {
+        let c = parse(&gemma3()).unwrap();
+        assert_eq!(c.architecture, Architecture::Gemma3);
+        assert!(c.has_qk_norm() && c.has_post_norms() && c.tied_embeddings);
+        let w = c.sliding_window.clone().unwrap();
+        assert_eq!(
+            (w.size, w.layers.clone(), w.rope_theta),
+            (512, vec![0, 1, 2, 3, 4], 1e4)
+        );
+        assert_eq!((c.rope_theta, c.query_pre_attn_scalar), (1e6, Some(256.0)));
+        assert_eq!((c.window_of(4), c.window_of(5)), (Some(512), None));
+        assert_eq!(c.embedding_scale(), 640f32.sqrt());
+        assert_eq!(c.attention_scale(), 1.0 / 16.0);
+        // Without layer_types: all but every 6th layer slide.
+        let bare = with(
+            gemma3(),
+            json!({"-layer_types": null, "num_hidden_layers": 7}),
+        );
+        let layers = parse(&bare).unwrap().sliding_window.unwrap().layers;
+        assert_eq!(layers, [0, 1, 2, 3, 4, 6]);
+        // transformers 5's form of the same config.
+        let v5 = with(
+            gemma3(),
+            json!({"-rope_theta": null, "-rope_scaling": null, "-rope_local_base_freq": null,
+            "rope_parameters": {
+                "full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}}),
+        );
+        let c5 = parse(&v5).unwrap();
+        assert_eq!((c5.rope_theta, c5.sliding_window), (1e6, Some(w)));
+        let cases = [
+            (
+                json!({"final_logit_softcapping": 30.0}),
+                "final_logit_softcapping is 30",
+            ),
+            (
+                json!({"attn_logit_softcapping": 50.0}),
+                "attn_logit_softcapping is 50",
+            ),
+            (
+                json!({"hidden_activation": "gelu"}),
+                "hidden_activation `gelu`",
+            ),
+            (
+                json!({"rope_scaling": {"rope_type": "linear", "factor": 8.0}}),
+                "rope scaling `linear`",
+            ),
+            (
+                json!({"use_bidirectional_attention": true}),
+                "use_bidirectional_attention",
+            ),
+            (
+                json!({"layer_types": ["full_attention"]}),
+                "layer_types has 1 entries",
+            ),
+            (json!({"sliding_window": 0}), "sliding_window is 0"),
+            (
+                json!({"architectures": ["Gemma3ForConditionalGeneration"]}),
+                "vision tower",
+            ),
+        ];
+        for (change, want) in cases {
+            let e = parse(&with(gemma3(), change)).unwrap_err();
+            assert!(
+                e.starts_with("config.json: ") && e.contains(want),
+                "{want}: {e}"
+            );
+        }
+        let linear_v5 = with(
+            v5,
+            json!({"rope_parameters": {
+                "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}}),
+        );
+        let e = parse(&linear_v5).unwrap_err();
+        assert!(e.contains("rope scaling `linear`"), "{e}");
     }
 
     #[test]

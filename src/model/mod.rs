@@ -13,6 +13,7 @@ pub mod default_model;
 pub mod dummy;
 pub mod export;
 pub mod fused_weights;
+pub mod gemma3;
 pub mod gguf_model;
 pub mod hf_config;
 pub mod names;

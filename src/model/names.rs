@@ -29,10 +29,14 @@ pub enum LayerTensor {
     Gate,
     Up,
     Down,
+    /// Gemma 3's RMSNorms of the attention output and of the MLP output, before each
+    /// residual add.
+    PostAttnNorm,
+    PostMlpNorm,
 }
 
 impl LayerTensor {
-    pub const ALL: [LayerTensor; 14] = [
+    pub const ALL: [LayerTensor; 16] = [
         LayerTensor::AttnNorm,
         LayerTensor::Q,
         LayerTensor::K,
@@ -47,6 +51,8 @@ impl LayerTensor {
         LayerTensor::Gate,
         LayerTensor::Up,
         LayerTensor::Down,
+        LayerTensor::PostAttnNorm,
+        LayerTensor::PostMlpNorm,
     ];
 
     /// The suffix after `layers.{i}.`.
@@ -66,6 +72,8 @@ impl LayerTensor {
             LayerTensor::Gate => "gate",
             LayerTensor::Up => "up",
             LayerTensor::Down => "down",
+            LayerTensor::PostAttnNorm => "post_attn_norm",
+            LayerTensor::PostMlpNorm => "post_mlp_norm",
         }
     }
 
@@ -78,6 +86,17 @@ impl LayerTensor {
 
     pub fn is_qk_norm(self) -> bool {
         matches!(self, LayerTensor::QNorm | LayerTensor::KNorm)
+    }
+
+    pub fn is_post_norm(self) -> bool {
+        matches!(self, LayerTensor::PostAttnNorm | LayerTensor::PostMlpNorm)
+    }
+
+    /// An RMSNorm's weights.
+    pub fn is_norm(self) -> bool {
+        matches!(self, LayerTensor::AttnNorm | LayerTensor::MlpNorm)
+            || self.is_qk_norm()
+            || self.is_post_norm()
     }
 }
 
@@ -118,6 +137,7 @@ impl TensorName {
             TensorName::FinalNorm => (1, hidden),
             TensorName::Layer(_, t) => match t {
                 LayerTensor::AttnNorm | LayerTensor::MlpNorm => (1, hidden),
+                LayerTensor::PostAttnNorm | LayerTensor::PostMlpNorm => (1, hidden),
                 LayerTensor::Q => (q, hidden),
                 LayerTensor::K | LayerTensor::V => (kv, hidden),
                 LayerTensor::QBias => (1, q),
@@ -131,8 +151,8 @@ impl TensorName {
     }
 
     /// Whether a model with `config` has this tensor at all (`lm_head` only when untied,
-    /// q/k/v biases only for Qwen2, q/k norms only for Qwen3, layers only below
-    /// `n_layers`).
+    /// q/k/v biases only for Qwen2, q/k norms only for Qwen3 and Gemma 3, post norms only
+    /// for Gemma 3, layers only below `n_layers`).
     pub fn exists_in(self, config: &ModelConfig) -> bool {
         match self {
             TensorName::Embed | TensorName::FinalNorm => true,
@@ -141,6 +161,7 @@ impl TensorName {
                 i < config.n_layers
                     && (!t.is_bias() || config.has_qkv_bias())
                     && (!t.is_qk_norm() || config.has_qk_norm())
+                    && (!t.is_post_norm() || config.has_post_norms())
             }
         }
     }
@@ -151,11 +172,16 @@ impl TensorName {
         match self {
             TensorName::Embed | TensorName::LmHead => false,
             TensorName::FinalNorm => true,
-            TensorName::Layer(_, t) => {
-                matches!(t, LayerTensor::AttnNorm | LayerTensor::MlpNorm)
-                    || t.is_bias()
-                    || t.is_qk_norm()
-            }
+            TensorName::Layer(_, t) => t.is_norm() || t.is_bias(),
+        }
+    }
+
+    /// An RMSNorm's weights (the final norm's too).
+    pub fn is_norm(self) -> bool {
+        match self {
+            TensorName::FinalNorm => true,
+            TensorName::Layer(_, t) => t.is_norm(),
+            TensorName::Embed | TensorName::LmHead => false,
         }
     }
 
@@ -289,6 +315,8 @@ mod tests {
             bos_token_id: None,
             eos_token_ids: vec![],
             layers_without_rope: Vec::new(),
+            sliding_window: None,
+            query_pre_attn_scalar: None,
         }
     }
 

@@ -25,7 +25,8 @@ use serde::Deserialize;
 use crate::error::SproutError;
 use crate::formats::WeightFormat;
 use crate::formats::{StoredTensor, TensorData};
-use crate::model::config::ModelConfig;
+use crate::model::config::{Architecture, ModelConfig};
+use crate::model::gemma3;
 use crate::model::hf_config::config_from_hf;
 use crate::model::names::{self, LayerTensor, TensorName};
 use crate::model::source::WeightSource;
@@ -185,11 +186,12 @@ impl<R: Read + Seek> SafetensorsDir<R> {
         let config = config_from_hf(config_json, generation_config_json, |n| {
             tensors.contains_key(n)
         })?;
+        let arch = config.architecture;
         names::check_layer_count("num_hidden_layers", config.n_layers, |n| {
-            tensors.contains_key(&hf_name(n))
+            tensors.contains_key(&hf_name(n, arch))
         })?;
         for name in TensorName::all(&config) {
-            let stored = hf_name(name);
+            let stored = hf_name(name, arch);
             let entry = tensors.get(&stored).ok_or_else(|| {
                 SproutError::Model(format!(
                     "the model has no tensor {stored} (sprout's {name})"
@@ -224,7 +226,8 @@ impl<R: Read + Seek> WeightSource for SafetensorsDir<R> {
         if !self.has(name) {
             return Err(names::missing(name, "the model directory"));
         }
-        let stored = hf_name(TensorName::parse(name).expect("has() parsed it"));
+        let canonical = TensorName::parse(name).expect("has() parsed it");
+        let stored = hf_name(canonical, self.config.architecture);
         let entry = &self.tensors[&stored];
         let format = entry.format(&stored)?;
         let (rows, cols) = entry.rows_cols(&stored)?;
@@ -238,18 +241,30 @@ impl<R: Read + Seek> WeightSource for SafetensorsDir<R> {
             rows,
             cols,
         };
-        TensorData::read(reader, tensor)
+        let data = TensorData::read(reader, tensor)?;
+        if self.config.architecture == Architecture::Gemma3 && canonical.is_norm() {
+            // Gemma multiplies by 1 + w; the decoder reads the multiplier.
+            let values: Vec<f32> = data
+                .to_f32()?
+                .into_iter()
+                .map(|w| gemma3::HF_NORM_OFFSET + w)
+                .collect();
+            return Ok(TensorData::from_f32(data.rows, data.cols, &values));
+        }
+        Ok(data)
     }
 
     fn has(&self, name: &str) -> bool {
-        TensorName::parse(name)
-            .is_some_and(|n| n.exists_in(&self.config) && self.tensors.contains_key(&hf_name(n)))
+        TensorName::parse(name).is_some_and(|n| {
+            n.exists_in(&self.config)
+                && (self.tensors).contains_key(&hf_name(n, self.config.architecture))
+        })
     }
 
     fn unused_tensor(&self, used: &[String]) -> Option<String> {
         let used: std::collections::HashSet<String> = used
             .iter()
-            .filter_map(|n| TensorName::parse(n).map(hf_name))
+            .filter_map(|n| TensorName::parse(n).map(|n| hf_name(n, self.config.architecture)))
             .collect();
         let mut unused: Vec<&String> = self.tensors.keys().filter(|k| !used.contains(*k)).collect();
         unused.sort();
@@ -259,7 +274,7 @@ impl<R: Read + Seek> WeightSource for SafetensorsDir<R> {
     fn format(&self, name: &str) -> Result<WeightFormat, SproutError> {
         match TensorName::parse(name).filter(|_| self.has(name)) {
             Some(n) => {
-                let stored = hf_name(n);
+                let stored = hf_name(n, self.config.architecture);
                 self.tensors[&stored].format(&stored)
             }
             None => Err(names::missing(name, "the model directory")),
@@ -267,8 +282,13 @@ impl<R: Read + Seek> WeightSource for SafetensorsDir<R> {
     }
 }
 
-/// Hugging Face's name for a canonical tensor.
-pub fn hf_name(name: TensorName) -> String {
+/// Hugging Face's name for a canonical tensor of a model of `arch`.
+pub fn hf_name(name: TensorName, arch: Architecture) -> String {
+    if let (TensorName::Layer(i, t), Architecture::Gemma3) = (name, arch)
+        && let Some(suffix) = gemma3::hf_layer_suffix(t)
+    {
+        return format!("model.layers.{i}.{suffix}");
+    }
     match name {
         TensorName::Embed => "model.embed_tokens.weight".into(),
         TensorName::FinalNorm => "model.norm.weight".into(),
@@ -289,6 +309,8 @@ pub fn hf_name(name: TensorName) -> String {
                 LayerTensor::Gate => "mlp.gate_proj.weight",
                 LayerTensor::Up => "mlp.up_proj.weight",
                 LayerTensor::Down => "mlp.down_proj.weight",
+                LayerTensor::PostAttnNorm => "post_attention_layernorm.weight",
+                LayerTensor::PostMlpNorm => "post_feedforward_layernorm.weight",
             };
             format!("model.layers.{i}.{suffix}")
         }

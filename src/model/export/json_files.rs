@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use crate::error::SproutError;
 use crate::formats::WeightFormat;
 use crate::model::config::{Architecture, ModelConfig};
-use crate::model::{qwen3, smollm3};
+use crate::model::{gemma3, qwen3, smollm3};
 use crate::tokenizer::Tokenizer;
 
 /// PyTorch's name of a float format, as `torch_dtype` says it.
@@ -54,6 +54,7 @@ pub fn config_json(config: &ModelConfig, format: WeightFormat) -> Result<Value, 
         Architecture::Qwen2 => ("Qwen2ForCausalLM", "qwen2"),
         Architecture::Qwen3 => ("Qwen3ForCausalLM", "qwen3"),
         Architecture::SmolLm3 => ("SmolLM3ForCausalLM", "smollm3"),
+        Architecture::Gemma3 => ("Gemma3ForCausalLM", "gemma3_text"),
     };
     let rope_scaling = match &c.rope_scaling {
         None => Value::Null,
@@ -102,6 +103,13 @@ pub fn config_json(config: &ModelConfig, format: WeightFormat) -> Result<Value, 
         }
         Architecture::SmolLm3 => {
             for (key, value) in smollm3::hf_config_fields(c) {
+                fields.insert(key.into(), value);
+            }
+        }
+        Architecture::Gemma3 => {
+            // Gemma names its activation hidden_activation.
+            fields.remove("hidden_act");
+            for (key, value) in gemma3::hf_config_fields(c) {
                 fields.insert(key.into(), value);
             }
         }

@@ -11,7 +11,9 @@
 //! Hugging Face's half-split order by the exact inverse of that converter's permutation
 //! (`fused_weights::adjacent_to_half_split`): loading the export gives the decoder the
 //! same rows in the same order as loading the source. `lm_head` is written only when the
-//! embeddings are untied, as transformers saves a tied model.
+//! embeddings are untied, as transformers saves a tied model. Gemma's norms are written as
+//! its files hold them, `w` = multiplier - 1 (`model::gemma3`: exact for the multiplier,
+//! within 6e-8 of the `w` it was read from).
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -20,8 +22,9 @@ use crate::error::SproutError;
 use crate::formats::safetensors_writer::{SafetensorsWriter, TensorEntry};
 use crate::formats::{TensorData, WeightFormat, quantize};
 use crate::gpu::kernels::rope::RopeLayout;
-use crate::model::config::ModelConfig;
+use crate::model::config::{Architecture, ModelConfig};
 use crate::model::fused_weights::{adjacent_to_half_split, permute_head_rows, permute_head_values};
+use crate::model::gemma3;
 use crate::model::names::{LayerTensor, TensorName};
 use crate::model::safetensors_dir::hf_name;
 use crate::model::source::WeightSource;
@@ -47,7 +50,7 @@ pub fn hf_tensors(config: &ModelConfig) -> Vec<HfTensor> {
             let (rows, cols) = name.shape(config);
             HfTensor {
                 name,
-                hf_name: hf_name(name),
+                hf_name: hf_name(name, config.architecture),
                 shape: match name.is_vector() {
                     true => vec![cols],
                     false => vec![rows, cols],
@@ -94,18 +97,25 @@ pub fn hf_tensor_bytes(
     let config = source.config();
     let head_dim = config.head_dim;
     let unpermute = config.rope_layout == RopeLayout::Interleaved && is_rope_paired(name);
+    // Gemma's norm weights are read as the multiplier 1 + w; its files store w.
+    let gemma_norm = config.architecture == Architecture::Gemma3 && name.is_norm();
     let mut t: TensorData = source.read(&name.to_string())?;
     let order = adjacent_to_half_split(head_dim);
     if unpermute && !name.is_vector() {
         // Whole rows move, in their stored format: nothing is rounded.
         permute_head_rows(&mut t, head_dim, &order);
     }
-    if t.format == format && !(unpermute && name.is_vector()) {
+    if t.format == format && !(unpermute && name.is_vector()) && !gemma_norm {
         return Ok(t.bytes);
     }
     let mut values = t.to_f32()?;
     if unpermute && name.is_vector() {
         permute_head_values(&mut values, head_dim, &order);
+    }
+    if gemma_norm {
+        for v in &mut values {
+            *v -= gemma3::HF_NORM_OFFSET;
+        }
     }
     Ok(quantize(format, &values, t.cols)?)
 }
