@@ -1,8 +1,9 @@
 // Causal attention with grouped-query heads over a paged KV pool, for a varlen batch:
 //     out[i, h, :] = sum_j softmax_j(scale * q[i, h, :] . k[key j, g, :]) * v[key j, g, :]
-// for query row i with (table offset o, absolute position p) = rowinfo[i], keys j = 0 ..= p
-// of its own sequence, and kv head g = h / group (group = n_heads / n_kv_heads). Key j's
-// row lives in the pools at
+// for query row i with (table offset o, absolute position p) = rowinfo[i], keys j = lo ..= p
+// of its own sequence, and kv head g = h / group (group = n_heads / n_kv_heads). Without a
+// sliding window lo = 0; with one of w keys lo = max(0, p + 1 - w) (key j is seen when
+// p - j < w). Key j's row lives in the pools at
 //     slot(j) = block_tables[o + j / block_size] * block_size + j % block_size.
 // Buffers are read as vec4: head_dim is a multiple of 4 and at most 4 * WG = 256.
 //
@@ -15,7 +16,10 @@
 //   3. the invocations form `split = WG / (head_dim / 4)` key groups of head_dim / 4
 //      columns; key group s sums the page's keys s, s + split, ... in order (o_s with fma,
 //      l_s with +), and the groups are added in group order: (m_c, l_c, o_c).
-// The pages fold from the first: (M, L, O) = page 0's, then for each next page
+// Only the row's visible keys (lo ..= p) take part: a page wholly before lo is skipped, not
+// computed, and in the page holding lo the keys before it are left out of the max and of
+// the sums (never added as zeros). Every page from lo's to p's has a visible key.
+// The pages fold from the first visible one: (M, L, O) = its state, then for each next page
 //     M' = max(M, m_c), a = exp(M - M'), b = exp(m_c - M'),
 //     L = fma(L, a, l_c * b), O = fma(O, a, o_c * b), M = M'
 // and the output is O / L.
@@ -24,7 +28,9 @@
 // loaded once for them) and one work item: (row, first page, pages, slot). It folds pages
 // first .. first + pages. With slot = NO_SLOT it writes the output; otherwise it writes
 // its state (M, L, O) to scratch[slot], and attention_combine.wgsl folds the row's slots
-// in order. So a row may be computed whole by one workgroup (CPU adapters, prefill rows),
+// in order. An item whose pages are all before lo (a split row under a sliding window)
+// writes the empty state (0, 0, 0), which the fold skips: so the fold starts at the first
+// visible page whichever item holds it. So a row may be computed whole by one workgroup (CPU adapters, prefill rows),
 // or as a prefix and single pages by many (flash-decoding on GPUs): the same operations in
 // the same order, bitwise the same output.
 //
@@ -50,6 +56,10 @@ struct Params {
     block_size: u32, // key rows per block of the pools, > 0
     scale: f32,      // > 0, multiplies q . k (normally 1 / sqrt(head_dim))
     n_items: u32,    // work items in this dispatch
+    window: u32,     // sliding window in keys, > 0; 0xffffffff for none
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -117,6 +127,10 @@ fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
     let q_base = (row * p.n_heads + h0) * hd4; // head h0 + i starts at q_base + i * hd4
     let table = rowinfo[4u * row];
     let n_keys = rowinfo[4u * row + 1u] + 1u;
+    // The first visible key, and the pages this item computes: its own from lo's page on.
+    let lo = select(0u, n_keys - p.window, n_keys > p.window);
+    let begin = max(first_page, lo / PAGE);
+    let end = first_page + pages;
 
     if (lid < HG) {
         atomicStore(&page_max[lid], 0u);
@@ -139,14 +153,16 @@ fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
     var run_l: array<f32, HG>;
     var run_o: array<vec4<f32>, HG>;
 
-    for (var pg = 0u; pg < pages; pg += 1u) {
-        let first = (first_page + pg) * PAGE;
+    for (var pg = begin; pg < end; pg += 1u) {
+        let first = pg * PAGE;
         let in_page = min(PAGE, n_keys - min(first, n_keys));
+        // Keys lo_in .. in_page of the page are visible (lo_in > 0 only in lo's page).
+        let lo_in = max(lo, first) - first;
 
         // 1. This invocation's key: its raw score for each head, and the page's max.
         var raw: array<f32, HG>;
         var kb = 0u;
-        if (lid < in_page) {
+        if (lid >= lo_in && lid < in_page) {
             kb = kv_base(table, first + lid, g);
             // Zeroed explicitly each page: SwiftShader (browsers' software WebGPU) kept
             // the previous values in arrays declared in a loop without a value.
@@ -180,7 +196,7 @@ fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
         for (var i = 0u; i < HG; i += 1u) {
             m[i] = from_ordered(atomicLoad(&page_max[i])) * p.scale;
         }
-        if (lid < in_page) {
+        if (lid >= lo_in && lid < in_page) {
             for (var i = 0u; i < HG; i += 1u) {
                 probs[i * PAGE + lid] = exp(fma(raw[i], p.scale, -m[i]));
             }
@@ -201,13 +217,13 @@ fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
                 a[i] = vec4<f32>(0.0); // explicitly, as `lanes` above
                 l[i] = 0.0;
             }
-            // Keys kgroup, kgroup + split, ... below in_page, in order. The bound is a
-            // constant and the loads do not wait on the test, so they can all be in flight
-            // together (a key past the page reads a stale but valid row, never used).
+            // Keys kgroup, kgroup + split, ... in lo_in .. in_page, in order. The bound is
+            // a constant and the loads do not wait on the test, so they can all be in
+            // flight together (a key outside reads a visible key's row, never used).
             for (var jj = 0u; jj < (PAGE + SPLIT - 1u) / SPLIT; jj += 1u) {
                 let j = kgroup + jj * split;
-                let v = v_pool[key_base[min(j, in_page - 1u)] + col];
-                if (j < in_page) {
+                let v = v_pool[key_base[clamp(j, lo_in, in_page - 1u)] + col];
+                if (j >= lo_in && j < in_page) {
                     for (var i = 0u; i < HG; i += 1u) {
                         let pj = probs[i * PAGE + j];
                         l[i] = l[i] + pj;
@@ -231,7 +247,7 @@ fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
                     o = o + part_o[i * WG + s * hd4 + lid];
                     l = l + part_l[i * WG + s * hd4 + lid];
                 }
-                if (pg == 0u) {
+                if (pg == begin) {
                     run_m[i] = m[i];
                     run_l[i] = l;
                     run_o[i] = o;
@@ -250,6 +266,15 @@ fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
         // or in its step 3, when every invocation has finished reading them above.
     }
 
+    if (begin >= end) {
+        // No visible key in this item's pages: the empty state, which the fold skips. (An
+        // item writing an output always holds the row's last page, which is visible.)
+        for (var i = 0u; i < HG; i += 1u) {
+            run_m[i] = 0.0;
+            run_l[i] = 0.0;
+            run_o[i] = vec4<f32>(0.0);
+        }
+    }
     if (lid < hd4) {
         for (var i = 0u; i < HG; i += 1u) {
             if (slot == NO_SLOT) {

@@ -4,7 +4,10 @@
 // (m, l, o):
 //     M' = max(M, m), a = exp(M - M'), b = exp(m - M'), L = fma(L, a, l * b), O = fma(O, a, o * b)
 // The first slot holds the fold of the row's first pages and each later slot one page, so
-// the output is bitwise what one workgroup folding every page gives.
+// the output is bitwise what one workgroup folding every page gives. A slot with L = 0
+// holds no visible key (every page of it before a sliding window): it is skipped, and the
+// fold starts at the first slot with keys, as the whole row's fold starts at its first
+// visible page. (A slot with keys has L >= 1: its page's largest score gives exp(0).)
 //
 // One workgroup of 64 per combined row; invocation e handles (head, column) pairs e,
 // e + 64, ...; every invocation of a head repeats the same scalar fold (cheap, and the same
@@ -36,15 +39,25 @@ fn attention_combine(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoc
     for (var e = lid; e < p.n_heads * hd4; e += 64u) {
         let h = e / hd4;
         let c = e % hd4;
-        let at0 = (first * p.n_heads + h) * (hd4 + 1u);
-        var big_m = scratch[at0].x;
-        var big_l = scratch[at0].y;
-        var big_o = scratch[at0 + 1u + c];
-        for (var s = 1u; s < count; s += 1u) {
+        var started = false;
+        var big_m = 0.0;
+        var big_l = 0.0;
+        var big_o = vec4<f32>(0.0);
+        for (var s = 0u; s < count; s += 1u) {
             let at = ((first + s) * p.n_heads + h) * (hd4 + 1u);
             let m = scratch[at].x;
             let l = scratch[at].y;
             let o = scratch[at + 1u + c];
+            if (l == 0.0) {
+                continue; // no visible key
+            }
+            if (!started) {
+                big_m = m;
+                big_l = l;
+                big_o = o;
+                started = true;
+                continue;
+            }
             let mm = max(big_m, m);
             let a = exp(big_m - mm);
             let b = exp(m - mm);

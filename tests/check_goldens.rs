@@ -72,8 +72,8 @@ fn every_adapter_passes_against_the_goldens_and_the_first_adapter() {
     for (i, adapter) in adapters.iter().enumerate() {
         assert_eq!(count(adapter, "goldens"), 5, "{adapter}: one row per case");
         // A matmul row per weight format of the registry, then attention, the per-head
-        // norms (head_norm_rope) and sampling.
-        let kernel_rows = WeightFormat::ALL.len() + 3;
+        // norms (head_norm_rope), the post-norm residual add (norm_add) and sampling.
+        let kernel_rows = WeightFormat::ALL.len() + 4;
         assert_eq!(count(adapter, "cpu reference"), kernel_rows, "{adapter}");
         for format in WeightFormat::ALL {
             let case = format!("kernel matmul {format}");
@@ -83,11 +83,14 @@ fn every_adapter_passes_against_the_goldens_and_the_first_adapter() {
                 "{adapter}: no {case} row"
             );
         }
-        assert!(
-            rows.iter()
-                .any(|r| r["adapter"] == *adapter && r["case"] == "kernel head_norm_rope"),
-            "{adapter}: no kernel head_norm_rope row"
-        );
+        for kernel in ["head_norm_rope", "norm_add"] {
+            let case = format!("kernel {kernel}");
+            assert!(
+                rows.iter()
+                    .any(|r| r["adapter"] == *adapter && r["case"] == case.as_str()),
+                "{adapter}: no {case} row"
+            );
+        }
         let across = if i == 0 { 0 } else { 5 };
         assert_eq!(count(adapter, adapters[0]), across, "{adapter}");
     }

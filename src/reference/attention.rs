@@ -1,5 +1,6 @@
-//! Reference for `gpu::kernels::attention`: causal grouped-query attention over a paged KV
-//! pool for a varlen batch, a plain softmax (max subtracted) accumulated in f64.
+//! Reference for `gpu::kernels::attention`: causal grouped-query attention (optionally
+//! within a sliding window) over a paged KV pool for a varlen batch, a plain softmax (max
+//! subtracted) accumulated in f64.
 
 use crate::gpu::kernels::RowInfo;
 use crate::gpu::kernels::attention::AttentionShape;
@@ -13,7 +14,9 @@ pub fn pool_row(block_tables: &[u32], table: usize, key: usize, block_size: usiz
 /// `q` is `[t, n_heads, head_dim]`; `k_pool` and `v_pool` are
 /// `[num_blocks * block_size, n_kv_heads, head_dim]`; `rows` gives per query row the offset
 /// of its sequence's block table in `block_tables` and its absolute position `p`.
-/// Query row `i` attends keys `0 ..= p` of its sequence, key `j` at pool row
+/// Query row `i` attends keys `lo ..= p` of its sequence (`lo` is
+/// [`AttentionShape::first_key`]: 0, or the first of the last `w` keys under a sliding
+/// window of `w`), key `j` at pool row
 /// [`pool_row`]`(block_tables, offset, j, block_size)`; query head `h` uses kv head
 /// `h / (n_heads / n_kv_heads)`. The result is `[t, n_heads, head_dim]`.
 pub fn attention(
@@ -36,6 +39,7 @@ pub fn attention(
         head_dim: hd,
         block_size,
         scale,
+        window: _,
     } = *shape;
     assert!(
         q.len() >= shape.q_len(),
@@ -59,7 +63,8 @@ pub fn attention(
     for (i, query) in rows[..t].iter().enumerate() {
         let table = query.table_offset as usize;
         let n_keys = query.keys() as usize;
-        let slots: Vec<usize> = (0..n_keys)
+        let first = shape.first_key(query.position) as usize;
+        let slots: Vec<usize> = (first..n_keys)
             .map(|j| pool_row(block_tables, table, j, block_size))
             .collect();
         for h in 0..n_heads {

@@ -8,6 +8,7 @@ pub mod head_norm_rope;
 pub mod kv_write;
 pub mod mask;
 pub mod matmul;
+pub mod norm_add;
 pub mod rmsnorm;
 pub mod rope;
 pub mod sample;

@@ -17,8 +17,7 @@ pub fn rmsnorm(x: &[f32], weight: &[f32], eps: f32, d: usize) -> Vec<f32> {
     );
     let mut out = Vec::with_capacity(x.len());
     for row in x.chunks_exact(d) {
-        let mean_square = row.iter().map(|&v| v as f64 * v as f64).sum::<f64>() / d as f64;
-        let scale = 1.0 / (mean_square + eps as f64).sqrt();
+        let scale = inv_rms(row, eps);
         out.extend(
             row.iter()
                 .zip(weight)
@@ -26,4 +25,10 @@ pub fn rmsnorm(x: &[f32], weight: &[f32], eps: f32, d: usize) -> Vec<f32> {
         );
     }
     out
+}
+
+/// `1 / sqrt(mean(row²) + eps)`, in f64.
+pub fn inv_rms(row: &[f32], eps: f32) -> f64 {
+    let mean_square = row.iter().map(|&v| v as f64 * v as f64).sum::<f64>() / row.len() as f64;
+    1.0 / (mean_square + eps as f64).sqrt()
 }

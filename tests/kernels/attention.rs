@@ -4,12 +4,14 @@
 //! mixed batch of prefill chunks and decodes, alone, in another chunk, at other physical
 //! blocks, and with another block size), for every variant: rows whole or split across
 //! pages (flash-decoding, folded by the combine step), and query vectors loaded per key,
-//! held or staged in workgroup memory; all of which must agree bitwise.
+//! held or staged in workgroup memory; all of which must agree bitwise. Sliding windows
+//! too: smaller than a page, crossing pages, at the boundary, larger than the sequence,
+//! with split slots that see no key.
 
 use sprout::gpu::Gpu;
 use sprout::gpu::kernels::RowInfo;
 use sprout::gpu::kernels::attention::{
-    AttentionFixture, AttentionShape, AttentionVariant, SplitRows,
+    AttentionFixture, AttentionShape, AttentionSplit, AttentionVariant, QLoads, SplitRows,
 };
 use sprout::reference;
 use sprout::rng::SplitMix64;
@@ -30,6 +32,8 @@ struct Heads {
     block_size: usize,
     /// Factor on `1 / sqrt(head_dim)`: 4 gives sharp softmaxes where the running max matters.
     sharp: f32,
+    /// The sliding window, if any.
+    window: Option<u32>,
 }
 
 impl Heads {
@@ -42,6 +46,7 @@ impl Heads {
             head_dim,
             block_size,
             sharp,
+            window: None,
         }
     }
 
@@ -54,6 +59,7 @@ impl Heads {
             self.block_size,
         );
         shape.scale *= self.sharp;
+        shape.window = self.window;
         shape
     }
 
@@ -337,6 +343,7 @@ fn invariance_case(
         head_dim: c.head_dim,
         block_size: c.block_size,
         sharp: 1.0,
+        window: None,
     };
     let lens: Vec<usize> = c.seqs.iter().map(|&(len, _)| len).collect();
     let seed = (c.n_heads * 1000 + c.head_dim) as u64;
@@ -384,6 +391,111 @@ fn invariance_case(
     Ok(outcome)
 }
 
+/// A sliding-window case: heads as in `SHAPES` (the scale factor included), the window, and
+/// the sequences as (length, first query position).
+struct Windowed {
+    heads: (usize, usize, usize, usize),
+    sharp: f32,
+    window: u32,
+    seqs: &'static [(usize, usize)],
+}
+
+/// Gemma 3's scale is `query_pre_attn_scalar ** -0.5`, not `head_dim ** -0.5`: 27B's 168
+/// over heads of 128 is this factor on `1 / sqrt(128)`.
+const GEMMA_27B_SCALE: f32 = 0.872_871_6; // sqrt(128 / 168)
+
+/// Windows smaller than a page and than a block, of exactly a page, crossing page edges,
+/// equal to `position + 1` at some rows (the last row that sees key 0), of one key, and
+/// larger than every sequence. Under `DecodePages` every row of more than one page is
+/// split, so the long rows give split items with no visible key: the first one (a run of
+/// several pages), later single pages, or both.
+const WINDOWED: &[Windowed] = &[
+    // Gemma 3 270M's heads (4 over 1 kv head of 256), a window of 5 keys: rows 0..5 see
+    // every key (row 4 exactly: 4 + 1 = 5), later ones the last 5, across the page edge at
+    // 64 and in a long decode whose first pages are all hidden.
+    Windowed {
+        heads: (4, 1, 256, 16),
+        sharp: 1.0,
+        window: 5,
+        seqs: &[(7, 0), (70, 60), (200, 199)],
+    },
+    // SmolLM2's heads, a window of 100: its start inside a page, rows 95..100 with
+    // position + 1 <= 100, a decode at 299 whose first three split slots are empty.
+    Windowed {
+        heads: (9, 3, 64, 16),
+        sharp: 1.0,
+        window: 100,
+        seqs: &[(100, 95), (150, 140), (300, 299)],
+    },
+    // A window of exactly one page, sharp softmaxes, blocks of 4: row 63 sees keys 0..=63,
+    // row 64 keys 1..=64.
+    Windowed {
+        heads: (8, 2, 64, 4),
+        sharp: 4.0,
+        window: 64,
+        seqs: &[(65, 62), (129, 120)],
+    },
+    // One key: each row sees itself only.
+    Windowed {
+        heads: (6, 2, 32, 16),
+        sharp: 1.0,
+        window: 1,
+        seqs: &[(70, 60), (1, 0)],
+    },
+    // Larger than every sequence: full causal attention.
+    Windowed {
+        heads: (4, 4, 80, 8),
+        sharp: 1.0,
+        window: 4096,
+        seqs: &[(33, 0), (130, 129)],
+    },
+    // Gemma 3 27B's head size and scale; 40 pages, so a split row's first item folds pages
+    // 0..9, of which the window (starting at key 329 or 330, in page 5) hides five.
+    Windowed {
+        heads: (4, 2, 128, 16),
+        sharp: GEMMA_27B_SCALE,
+        window: 2230,
+        seqs: &[(2560, 2558)],
+    },
+];
+
+impl Windowed {
+    fn heads(&self) -> Heads {
+        let (n_heads, n_kv_heads, head_dim, block_size) = self.heads;
+        Heads {
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            block_size,
+            sharp: self.sharp,
+            window: Some(self.window),
+        }
+    }
+}
+
+/// The batch against the reference, and bitwise against whole rows with direct query
+/// loads at other physical blocks (the variant every other must match).
+fn windowed_case(c: &Windowed, variant: AttentionVariant, gpu: &Gpu) -> Result<Outcome, String> {
+    let heads = c.heads();
+    let lens: Vec<usize> = c.seqs.iter().map(|&(len, _)| len).collect();
+    let seed = (c.window as usize * 1000 + heads.head_dim + lens[0]) as u64;
+    let seqs = sequences(&heads, &lens, seed);
+    let queries = batch_queries(c.seqs);
+    let got = run(gpu, &heads, variant, &seqs, &queries, seed + 1);
+    let outcome = check_close(&got, &expected(&heads, &seqs, &queries), TOLERANCE)?;
+    let base = AttentionVariant {
+        split: AttentionSplit::Whole,
+        q_loads: QLoads::Direct,
+    };
+    let want = run(gpu, &heads, base, &seqs, &queries, seed + 2);
+    check_bitwise(
+        &format!("window {} with {variant:?} vs {base:?}", c.window),
+        &got,
+        &want,
+    )?;
+    Ok(outcome)
+}
+
 pub fn cases() -> Vec<Case> {
     let mut cases = Vec::new();
     for variant in AttentionVariant::all() {
@@ -400,6 +512,22 @@ pub fn cases() -> Vec<Case> {
             );
             cases.push(Case::new("attention", name, move |gpu| {
                 accuracy_case(row, variant, gpu)
+            }));
+        }
+        for c in WINDOWED {
+            if !variant.q_loads.fits(&c.heads().shape(1)) {
+                continue;
+            }
+            let (n_heads, n_kv_heads, head_dim, block_size) = c.heads;
+            let seqs: Vec<String> = c.seqs.iter().map(|(l, f)| format!("{f}..{l}")).collect();
+            let name = format!(
+                "{tag}/window{}/h{n_heads}_kv{n_kv_heads}_d{head_dim}_bs{block_size}_scale{}_rows{}",
+                c.window,
+                c.sharp,
+                seqs.join(",")
+            );
+            cases.push(Case::new("attention", name, move |gpu| {
+                windowed_case(c, variant, gpu)
             }));
         }
         for c in INVARIANCE {

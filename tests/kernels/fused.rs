@@ -3,6 +3,8 @@
 //! the GPU matrix-vector and GEMM shapes, forced whatever the adapter), and with every
 //! shape there is bitwise equal to the others:
 //! - RMSNorm, gate and up (rows interleaved), SiLU-gate: rmsnorm -> matmul x2 -> silu_gate;
+//!   and the same with GELU (tanh) for a sample of the formats (the epilogue reads only the
+//!   outputs, which every format's cases already check): ... -> gelu_gate;
 //! - the residual add: residual_add(h, matmul);
 //! - RMSNorm, q|k|v (+ bias), RoPE on q and k, the KV-cache write:
 //!   rmsnorm -> matmul x3 -> add_bias -> rope -> kv_write;
@@ -36,6 +38,7 @@ const LEAD: usize = 3;
 #[derive(Clone, Copy, Debug)]
 enum Fusion {
     SiluGate,
+    GeluGate,
     Residual,
     Qkv { bias: bool },
     Gathered,
@@ -106,7 +109,8 @@ fn norm_args(vectors: &Tensor) -> Option<NormArgs<'_>> {
 /// What one run produced, as one flat vector (outputs concatenated), and the reference.
 fn run(gpu: &Gpu, fusion: Fusion, i: &Inputs, shape: MatmulShape) -> (Vec<f32>, Vec<f32>) {
     match fusion {
-        Fusion::SiluGate => silu_gate(gpu, i, shape),
+        Fusion::SiluGate => gated(gpu, i, shape, Gate::Silu),
+        Fusion::GeluGate => gated(gpu, i, shape, Gate::Gelu),
         Fusion::Residual => residual(gpu, i, shape),
         Fusion::Qkv { bias } => qkv(gpu, i, shape, bias),
         Fusion::Gathered => gathered(gpu, i, shape),
@@ -114,7 +118,14 @@ fn run(gpu: &Gpu, fusion: Fusion, i: &Inputs, shape: MatmulShape) -> (Vec<f32>, 
     }
 }
 
-fn silu_gate(gpu: &Gpu, i: &Inputs, shape: MatmulShape) -> (Vec<f32>, Vec<f32>) {
+/// The activation of a gated MLP.
+#[derive(Clone, Copy, Debug)]
+enum Gate {
+    Silu,
+    Gelu,
+}
+
+fn gated(gpu: &Gpu, i: &Inputs, shape: MatmulShape, gate_fn: Gate) -> (Vec<f32>, Vec<f32>) {
     let inter = 34;
     let (gate, up) = (i.weight(inter, 1), i.weight(inter, 2));
     let joined = interleave_rows(&tensor(&gate), &tensor(&up)).unwrap();
@@ -129,14 +140,21 @@ fn silu_gate(gpu: &Gpu, i: &Inputs, shape: MatmulShape) -> (Vec<f32>, Vec<f32>) 
         weight: &w,
         norm: norm_args(&vectors),
         gather: None,
-        output: Output::SiluGate(&y),
+        output: match gate_fn {
+            Gate::Silu => Output::SiluGate(&y),
+            Gate::Gelu => Output::GeluGate(&y),
+        },
     };
     matmul::encode(gpu, &mut rec, &op, shape);
     rec.submit();
     let xn = i.normed();
     let g = reference::matmul::matmul(&xn, &gate.w, i.m, i.k, inter);
     let u = reference::matmul::matmul(&xn, &up.w, i.m, i.k, inter);
-    (read_f32(gpu, &y), reference::elementwise::silu_gate(&g, &u))
+    let want = match gate_fn {
+        Gate::Silu => reference::elementwise::silu_gate(&g, &u),
+        Gate::Gelu => reference::elementwise::gelu_gate(&g, &u),
+    };
+    (read_f32(gpu, &y), want)
 }
 
 fn residual(gpu: &Gpu, i: &Inputs, shape: MatmulShape) -> (Vec<f32>, Vec<f32>) {
@@ -351,6 +369,8 @@ const ROWS: &[(usize, usize)] = &[(1, 64), (5, 96), (9, 32), (33, 64)];
 const ODD_K: &[(usize, usize)] = &[(3, 37), (6, 46)];
 /// For the K-quants (rows of whole super-blocks): a sample, one row and a batch, k of one
 /// super-block and two (as `matmul::SUPER_BLOCK_SHAPES`).
+/// The formats GELU's epilogue is checked with: plain floats, a 32-block and a K-quant.
+const GELU_FORMATS: &[WeightFormat] = &[WeightFormat::F32, WeightFormat::Q8_0, WeightFormat::Q4_K];
 const SUPER_BLOCK_ROWS: &[(usize, usize)] = &[(1, 256), (9, 512)];
 
 /// One shape of each kind: the accuracy cases run these (the agreement cases all of them).
@@ -388,9 +408,16 @@ pub fn cases() -> Vec<Case> {
             QK => ROWS.to_vec(),
             _ => SUPER_BLOCK_ROWS.to_vec(),
         };
-        for fusion in fusions {
+        // GELU's epilogue on a sample of formats and one size of each kind: the same
+        // pairs as SiLU's, another function of them.
+        let gelu = GELU_FORMATS.contains(&format);
+        for fusion in fusions.into_iter().chain(gelu.then_some(Fusion::GeluGate)) {
+            let sizes = match fusion {
+                Fusion::GeluGate => &rows[rows.len() - 1..],
+                _ => &rows[..],
+            };
             for shape in kinds() {
-                for &(m, k) in &rows {
+                for &(m, k) in sizes {
                     let name = format!("{fusion:?}/{format}/{}/m{m}_k{k}", shape.key());
                     let case = Case::new("fused", name, move |gpu| {
                         let i = Inputs::new(format, m, k, 1.0, (m * 100 + k) as u64);
@@ -419,23 +446,36 @@ pub fn cases() -> Vec<Case> {
             }));
         }
     }
-    // Gate values far from 0: silu must give x or -0, never inf or NaN.
-    cases.push(Case::new("fused", "SiluGate/extremes", |gpu| {
-        let i = Inputs::new(WeightFormat::F32, 4, 64, 1.0, 3);
-        let loud = Inputs {
-            norm: i.norm.iter().map(|v| v * 400.0).collect(),
-            ..i
-        };
-        let mut outcome = Outcome {
-            nmse: 0.0,
-            tolerance: TOLERANCE,
-        };
-        for shape in shapes_on(gpu) {
-            let (got, want) = silu_gate(gpu, &loud, shape);
-            outcome = check_close(&got, &want, TOLERANCE)?;
-        }
-        Ok(outcome)
-    }));
+    // Gate values far from 0 (|gate| in the tens to thousands with the norm's weights
+    // x400, and past 1e13, whose cube overflows f32, with x1e13): silu and gelu_tanh must
+    // give x or -0, never inf or NaN, and values between must stay accurate.
+    for (gate_fn, loudness) in [
+        (Gate::Silu, 400.0),
+        (Gate::Gelu, 20.0),
+        (Gate::Gelu, 400.0),
+        (Gate::Gelu, 1e13),
+    ] {
+        let name = format!("{gate_fn:?}Gate/extremes-x{loudness:e}");
+        cases.push(Case::new("fused", name, move |gpu| {
+            let i = Inputs::new(WeightFormat::F32, 4, 64, 1.0, 3);
+            let loud = Inputs {
+                norm: i.norm.iter().map(|v| v * loudness).collect(),
+                ..i
+            };
+            let mut outcome = Outcome {
+                nmse: 0.0,
+                tolerance: TOLERANCE,
+            };
+            for shape in shapes_on(gpu) {
+                let (got, want) = gated(gpu, &loud, shape, gate_fn);
+                if let Some(bad) = got.iter().find(|v| !v.is_finite()) {
+                    return Err(format!("{gate_fn:?} on {} gave {bad}", shape.key()));
+                }
+                outcome = check_close(&got, &want, TOLERANCE)?;
+            }
+            Ok(outcome)
+        }));
+    }
     // A position past the RoPE table writes NaN to q and k (never a wrong rotation), and
     // v as it is.
     cases.push(Case::new("fused", "Qkv/position-past-table", |gpu| {

@@ -15,6 +15,7 @@ mod fused;
 mod head_norm_rope;
 mod mask;
 mod matmul;
+mod norm_add;
 mod sample;
 mod softmax;
 mod top_logprobs;
@@ -35,6 +36,7 @@ fn main() {
         softmax::cases(),
         top_logprobs::cases(),
         mask::cases(),
+        norm_add::cases(),
     ]
     .into_iter()
     .flatten()

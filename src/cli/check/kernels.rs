@@ -10,6 +10,7 @@
 //!   dispatch, with every attention variant whose query loads fit;
 //! - Qwen3's per-head q and k norms with RoPE and the KV write (`head_norm_rope`), with
 //!   Qwen3-0.6B's heads, a prefill and a decode in one dispatch;
+//! - the post-norm residual add (`norm_add`), Gemma 3 270M's width, in both shapes;
 //! - sampling: plain-temperature and greedy draws must be the reference's tokens exactly,
 //!   and their log-probs close to the reference's.
 //!
@@ -26,6 +27,7 @@ use sprout::gpu::kernels::attention::{
 };
 use sprout::gpu::kernels::head_norm_rope::{HeadNormRopeFixture, HeadShape, POOL_SENTINEL};
 use sprout::gpu::kernels::matmul::{MatmulFixture, MatmulInputs, MatmulShape};
+use sprout::gpu::kernels::norm_add::{NormAddFixture, NormAddShape};
 use sprout::gpu::kernels::rope::frequencies;
 use sprout::gpu::kernels::sample::{RowParams, SampleKey, SamplingFixture};
 use sprout::reference;
@@ -59,8 +61,8 @@ impl KernelCheck {
 /// One kernel check: what it checks, as the report names it, and how.
 type Check = Box<dyn Fn(&Gpu) -> Result<KernelCheck>>;
 
-/// Every kernel check: matmul in each weight format, attention, the per-head norms,
-/// sampling.
+/// Every kernel check: matmul in each weight format, attention, the per-head norms, the
+/// post-norm residual add, sampling.
 pub fn checks() -> Vec<(String, Check)> {
     let mut checks: Vec<(String, Check)> = WeightFormat::ALL
         .into_iter()
@@ -71,6 +73,7 @@ pub fn checks() -> Vec<(String, Check)> {
         .collect();
     checks.push(("attention".into(), Box::new(attention)));
     checks.push(("head_norm_rope".into(), Box::new(head_norm_rope)));
+    checks.push(("norm_add".into(), Box::new(norm_add)));
     checks.push(("sampling".into(), Box::new(sampling)));
     checks
 }
@@ -255,6 +258,33 @@ fn head_norm_rope(gpu: &Gpu) -> Result<KernelCheck> {
         .fold(0.0, f64::max);
     Ok(KernelCheck {
         name: "head_norm_rope".into(),
+        tokens_equal: None,
+        max_abs_delta: worst,
+        error: None,
+    })
+}
+
+fn norm_add(gpu: &Gpu) -> Result<KernelCheck> {
+    // Gemma 3 270M's width: a decode row and a 6-row batch of a prefill.
+    let width = 640;
+    let mut worst = 0.0f64;
+    for (m, seed) in [(1, 10), (6, 11)] {
+        let x = values(m * width, seed, 4.0);
+        let weights: Vec<f32> = values(width, seed + 1, 0.5)
+            .iter()
+            .map(|w| 1.0 + w)
+            .collect();
+        let residual = values(m * width, seed + 2, 2.0);
+        let eps = 1e-6;
+        let want = reference::norm_add::norm_add(&residual, &x, &weights, eps, width);
+        let fixture = NormAddFixture::new(gpu, (&x, width), (&weights, eps), &residual);
+        for shape in NormAddShape::ALL {
+            let got = pollster::block_on(fixture.run(gpu, shape))?;
+            worst = worst.max(max_abs_delta(&got, &want));
+        }
+    }
+    Ok(KernelCheck {
+        name: "norm_add".into(),
         tokens_equal: None,
         max_abs_delta: worst,
         error: None,

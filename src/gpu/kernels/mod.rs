@@ -7,6 +7,7 @@ pub mod embedding;
 pub mod head_norm_rope;
 pub mod mask;
 pub mod matmul;
+pub mod norm_add;
 pub mod rope;
 pub mod row_info;
 pub mod sample;
@@ -34,6 +35,10 @@ pub fn all_modules() -> Vec<(String, String)> {
         ));
     }
     out.push(("mask_tokens".to_string(), mask::SOURCE.to_string()));
+    for shape in norm_add::NormAddShape::ALL {
+        let kernel = norm_add::NormAddKernel { shape };
+        out.push((kernel.name(), kernel.source()));
+    }
     out.push((
         "head_norm_rope".to_string(),
         head_norm_rope::HeadNormRopeKernel.source(),

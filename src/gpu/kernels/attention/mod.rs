@@ -6,7 +6,8 @@
 //! sequences (prefill chunks and single-token decodes together). Each query row carries,
 //! in `rowinfo [t, 4]` (u32), the offset of its sequence's block table in `block_tables`
 //! and its own absolute position `p` (then its pool slot, unused here); it attends keys
-//! `0 ..= p` of its sequence, key `j` living at pool row
+//! `lo ..= p` of its sequence (`lo = 0`, or `max(0, p + 1 - w)` under a sliding window of
+//! `w` keys, [`AttentionShape::window`]), key `j` living at pool row
 //! `block_tables[offset + j / block_size] * block_size + j % block_size`.
 //! `q` and `out` are `[t, n_heads, head_dim]`; `k_pool` and `v_pool` are
 //! `[num_blocks * block_size, n_kv_heads, head_dim]`, with every key a row attends already
@@ -24,7 +25,9 @@
 //! its keys, and whether it was split: keys are taken in fixed pages of 64 from key 0 and
 //! the pages folded in order, with operations that depend only on `head_dim` and the row's
 //! own key count `p + 1` (ARCHITECTURE.md, principle 1; the shader's header spells out the
-//! order). How many heads share a workgroup and how the query is loaded decide only which
+//! order). Under a sliding window the pages wholly before `lo` are skipped and the fold
+//! starts at `lo`'s page; a split item with no visible key writes an empty state that the
+//! combine step skips, so the window changes which pages are folded, never their order. How many heads share a workgroup and how the query is loaded decide only which
 //! loads are shared, never the arithmetic.
 //!
 //! `rowinfo`, the work items and `block_tables` live on the GPU, so the host cannot check
@@ -58,6 +61,10 @@ pub struct AttentionShape {
     pub block_size: usize,
     /// Multiplies `q · k`; positive, normally `1 / sqrt(head_dim)`.
     pub scale: f32,
+    /// Sliding-window attention: with `Some(w)` the query row at position `i` sees the key
+    /// at position `j` only when `j <= i && i - j < w` (the last `w` keys, itself
+    /// included); `None` is full causal attention. `w > 0`.
+    pub window: Option<u32>,
 }
 
 impl AttentionShape {
@@ -76,6 +83,16 @@ impl AttentionShape {
             head_dim,
             block_size,
             scale: 1.0 / (head_dim as f32).sqrt(),
+            window: None,
+        }
+    }
+
+    /// The first key the query row at `position` sees: `position + 1 - w` under a window
+    /// of `w` (0 when that is negative), else 0.
+    pub fn first_key(&self, position: u32) -> u32 {
+        match self.window {
+            Some(w) => position.saturating_add(1).saturating_sub(w),
+            None => 0,
         }
     }
 
@@ -116,6 +133,10 @@ impl AttentionShape {
             self.scale
         );
         assert!(
+            self.window != Some(0),
+            "attention: window is Some(0), which leaves a row no key"
+        );
+        assert!(
             u32::try_from(self.q_len()).is_ok() && u32::try_from(self.block_size).is_ok(),
             "attention: {self:?} indexes past u32"
         );
@@ -133,6 +154,9 @@ struct Params {
     block_size: u32,
     scale: f32,
     n_items: u32,
+    /// The sliding window, `u32::MAX` for none (no row has that many keys).
+    window: u32,
+    _pad: [u32; 3],
 }
 
 #[repr(C)]
@@ -471,6 +495,8 @@ fn encode_items(
         block_size: shape.block_size as u32,
         scale: shape.scale,
         n_items: n_items as u32,
+        window: shape.window.unwrap_or(u32::MAX),
+        _pad: [0; 3],
     };
     let heads = heads_per_workgroup(shape.group());
     let kernel = gpu.pipeline(&AttentionKernel {
@@ -533,6 +559,29 @@ fn encode_combine(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_window_shows_the_last_w_keys() {
+        let mut shape = AttentionShape::new(1, 1, 1, 4, 16);
+        assert_eq!(shape.first_key(100), 0);
+        shape.window = Some(5);
+        // Gemma 3's mask: key j is seen from row i when i - j < w.
+        for (position, first) in [(0, 0), (3, 0), (4, 0), (5, 1), (100, 96)] {
+            assert_eq!(shape.first_key(position), first, "position {position}");
+        }
+        shape.window = Some(1);
+        assert_eq!(shape.first_key(7), 7);
+        shape.window = Some(u32::MAX);
+        assert_eq!(shape.first_key(u32::MAX - 1), 0);
+    }
+
+    #[test]
+    #[should_panic(expected = "window is Some(0)")]
+    fn an_empty_window_is_refused() {
+        let mut shape = AttentionShape::new(1, 1, 1, 4, 16);
+        shape.window = Some(0);
+        shape.validate();
+    }
 
     #[test]
     fn a_workgroup_serves_heads_of_one_kv_head() {

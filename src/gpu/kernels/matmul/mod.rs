@@ -5,7 +5,7 @@
 //! - a [`Prologue`]: how x is read (as it is, or RMS-normalised per row, optionally from a
 //!   gathered subset of rows);
 //! - an [`Epilogue`]: what happens to each output (stored, added to the residual stream,
-//!   SiLU-gated in pairs, or the q|k|v projection's bias, RoPE and KV-cache write);
+//!   SiLU- or GELU-gated in pairs, or the q|k|v projection's bias, RoPE and KV-cache write);
 //! - a [`MatmulShape`]: which invocations compute what. `Tile` is shaped for CPU adapters
 //!   (each invocation walks all of k for a small tile); `MatVec` and `Gemm` for GPUs (k
 //!   split across a workgroup for few rows; a tiled GEMM through workgroup memory for many).
@@ -43,6 +43,7 @@ const ROWS_GATHER: &str = include_str!("../../../../shaders/matmul/rows_gather.w
 const EPILOGUE_STORE: &str = include_str!("../../../../shaders/matmul/epilogue_store.wgsl");
 const EPILOGUE_RESIDUAL: &str = include_str!("../../../../shaders/matmul/epilogue_residual.wgsl");
 const EPILOGUE_SILU: &str = include_str!("../../../../shaders/matmul/epilogue_silu_gate.wgsl");
+const EPILOGUE_GELU: &str = include_str!("../../../../shaders/matmul/epilogue_gelu_gate.wgsl");
 const EPILOGUE_QKV: &str = include_str!("../../../../shaders/matmul/epilogue_qkv_rope.wgsl");
 pub(crate) const MATVEC: &str = include_str!("../../../../shaders/matmul/matvec.wgsl");
 const X_VEC4: &str = include_str!("../../../../shaders/activations/vec4.wgsl");
@@ -68,6 +69,9 @@ pub enum Epilogue {
     Residual,
     /// Weight rows alternate gate and up: `y[i, j] = silu(out[2j]) * out[2j + 1]`.
     SiluGate,
+    /// The same pairs, tanh-approximated GELU (Gemma): `y[i, j] = gelu_tanh(out[2j]) *
+    /// out[2j + 1]`.
+    GeluGate,
     /// The fused q|k|v projection: bias (when `bias`), RoPE on adjacent pairs of q and k,
     /// q to its buffer, k and v to their pool slots.
     QkvRope { bias: bool },
@@ -150,6 +154,7 @@ pub enum Output<'a> {
     Store(&'a Tensor),
     Residual(&'a Tensor),
     SiluGate(&'a Tensor),
+    GeluGate(&'a Tensor),
     Qkv(QkvArgs<'a>),
 }
 
@@ -179,6 +184,7 @@ impl Matmul<'_> {
             Output::Store(_) => Epilogue::Store,
             Output::Residual(_) => Epilogue::Residual,
             Output::SiluGate(_) => Epilogue::SiluGate,
+            Output::GeluGate(_) => Epilogue::GeluGate,
             Output::Qkv(q) => Epilogue::QkvRope {
                 bias: q.bias_offset.is_some(),
             },
@@ -314,6 +320,7 @@ impl KernelSpec for MatmulKernel {
             Epilogue::Store => parts.push(next("OUT", EPILOGUE_STORE)),
             Epilogue::Residual => parts.push(next("OUT", EPILOGUE_RESIDUAL)),
             Epilogue::SiluGate => parts.push(next("OUT", EPILOGUE_SILU)),
+            Epilogue::GeluGate => parts.push(next("OUT", EPILOGUE_GELU)),
             Epilogue::QkvRope { bias } => {
                 let mut text = format!("const HAS_BIAS: bool = {bias};\n{EPILOGUE_QKV}\n{NAN}");
                 for name in ["TABLE", "ROWINFO", "Q", "K", "V"] {
@@ -351,7 +358,10 @@ pub fn encode(gpu: &Gpu, rec: &mut Recorder, op: &Matmul, shape: MatmulShape) {
         );
     }
     let n = weight.rows;
-    let pairs = matches!(epilogue, Epilogue::SiluGate | Epilogue::QkvRope { .. });
+    let pairs = matches!(
+        epilogue,
+        Epilogue::SiluGate | Epilogue::GeluGate | Epilogue::QkvRope { .. }
+    );
     assert!(
         !pairs || n.is_multiple_of(2),
         "matmul: a pairwise epilogue needs an even number of weight rows, not {n}"
@@ -397,7 +407,7 @@ pub fn encode(gpu: &Gpu, rec: &mut Recorder, op: &Matmul, shape: MatmulShape) {
             );
             extra.push(&y.buffer);
         }
-        Output::SiluGate(y) => {
+        Output::SiluGate(y) | Output::GeluGate(y) => {
             assert!(
                 y.len >= m * n / 2,
                 "matmul: y holds {} values, needs {m}x{}",
@@ -482,6 +492,7 @@ fn modules_where(keep: impl Fn(&MatmulShape) -> bool) -> Vec<(String, String)> {
         (Prologue::Plain, Epilogue::Store),
         (Prologue::Plain, Epilogue::Residual),
         (Prologue::RmsNorm, Epilogue::SiluGate),
+        (Prologue::RmsNorm, Epilogue::GeluGate),
         // The q|k|v projection of models with q and k norms (`head_norm_rope` follows).
         (Prologue::RmsNorm, Epilogue::Store),
         (Prologue::RmsNorm, Epilogue::QkvRope { bias: false }),
