@@ -34,8 +34,10 @@ tests/fixtures/tokenizer_smollm2.json is not made here.
 The venv (versions pinned below; the script warns when they differ):
   python3 -m venv /root/.cache/sprout/venv
   /root/.cache/sprout/venv/bin/pip install torch==2.15.0 transformers==4.57.6 gguf==0.19.0 \
-      safetensors==0.8.0 tokenizers==0.22.2 accelerate==1.16.0 numpy==2.4.6
-(accelerate is required by transformers to load a GGUF file.)
+      safetensors==0.8.0 tokenizers==0.22.2 accelerate==1.16.0 numpy==2.4.6 \
+      sentencepiece==0.2.1 protobuf==7.36.2
+(accelerate is required by transformers to load a GGUF file; sentencepiece and protobuf
+tokenize a GGUF's SentencePiece vocabulary.)
 
 Run from the repository root:
   /root/.cache/sprout/venv/bin/python scripts/make_fixtures.py [--gguf PATH] [--only tiny|smollm2]
@@ -66,6 +68,8 @@ PINNED = {
     "tokenizers": "0.22.2",
     "accelerate": "1.16.0",
     "numpy": "2.4.6",
+    "sentencepiece": "0.2.1",
+    "protobuf": "7.36.2",
 }
 
 REPO = Path(__file__).resolve().parent.parent
@@ -799,21 +803,83 @@ GEMMA3_PROMPTS = [
 N_GREEDY_GEMMA3 = 32
 
 
+class GgufSentencePiece:
+    """Google's sentencepiece library run on a GGUF's SentencePiece vocabulary
+    (`tokenizer.ggml.model = llama`): a BPE ModelProto of its pieces, scores and types, as
+    Gemma's own tokenizer.model is, with the file's space rule (add_space_prefix). Control
+    and user-defined pieces (Gemma's turn markers, its runs of spaces, tabs and newlines)
+    are matched in the raw text first, longest first, as Hugging Face's and llama.cpp's
+    tokenizers do; the text between them goes through sentencepiece.
+
+    transformers' own GGUF tokenizer for Gemma builds a Unigram model over these scores,
+    which are BPE ranks, and splits " capital" into four pieces; this is the reference
+    sprout's tokenizer is checked against instead (the hub's tokenizer.json, a BPE, agrees
+    with it)."""
+
+    def __init__(self, path):
+        from gguf import GGUFReader
+        from sentencepiece import SentencePieceProcessor
+        from sentencepiece import sentencepiece_model_pb2 as pb
+        f = GGUFReader(str(path)).fields
+        assert f["tokenizer.ggml.model"].contents() == "llama"
+        tokens = f["tokenizer.ggml.tokens"].contents()
+        scores = f["tokenizer.ggml.scores"].contents()
+        types = f["tokenizer.ggml.token_type"].contents()
+        unk = f["tokenizer.ggml.unknown_token_id"].contents()
+        self.bos = f["tokenizer.ggml.bos_token_id"].contents()
+        self.add_bos = f["tokenizer.ggml.add_bos_token"].contents()
+        prefix = f["tokenizer.ggml.add_space_prefix"].contents() \
+            if "tokenizer.ggml.add_space_prefix" in f else True
+        m = pb.ModelProto()
+        m.trainer_spec.model_type = pb.TrainerSpec.BPE
+        m.trainer_spec.byte_fallback = True
+        m.trainer_spec.split_by_whitespace = False
+        m.normalizer_spec.name = "identity"
+        m.normalizer_spec.add_dummy_prefix = bool(prefix)
+        m.normalizer_spec.remove_extra_whitespaces = False
+        m.normalizer_spec.escape_whitespaces = True
+        kinds = {1: "NORMAL", 2: "UNKNOWN", 3: "CONTROL", 4: "USER_DEFINED", 5: "UNUSED",
+                 6: "BYTE"}
+        for i, (t, sc, ty) in enumerate(zip(tokens, scores, types)):
+            p = m.pieces.add()
+            p.piece, p.score = t, sc
+            p.type = getattr(pb.ModelProto.SentencePiece, "UNKNOWN" if i == unk else kinds[ty])
+        self.sp = SentencePieceProcessor(model_proto=m.SerializeToString())
+        self.specials = {t: i for i, (t, ty) in enumerate(zip(tokens, types)) if ty in (3, 4)}
+        self.longest = max(len(t) for t in self.specials)
+
+    def encode(self, text, add_special_tokens=True):
+        ids, plain, i = [], "", 0
+        while i < len(text):
+            for n in range(min(self.longest, len(text) - i), 0, -1):
+                if text[i:i + n] in self.specials:
+                    break
+            else:
+                plain += text[i]
+                i += 1
+                continue
+            ids += self.sp.encode(plain) if plain else []
+            ids.append(self.specials[text[i:i + n]])
+            plain, i = "", i + n
+        ids += self.sp.encode(plain) if plain else []
+        return ([self.bos] if add_special_tokens and self.add_bos else []) + ids
+
+
 def make_gemma3(gguf_path, out_dir):
     """Greedy tokens, their log-probs and top1-top2 gaps from transformers on the GGUF
-    (dequantized to float32), and the prompt ids of transformers' tokenizer built from the
-    file's SentencePiece vocabulary. The sprout test compares tokens up to the first
-    near-tie and log-probs within 1e-3."""
+    (dequantized to float32), from prompt ids of sentencepiece on the file's vocabulary
+    (GgufSentencePiece). The sprout test compares tokens up to the first near-tie and
+    log-probs within 1e-3."""
     gguf_path = gguf_path.resolve()
     digest = sha256_of(gguf_path)
     assert digest == GEMMA3_SHA256, f"{gguf_path}: sha256 {digest}, wanted {GEMMA3_SHA256}"
-    tok = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+    tok = GgufSentencePiece(gguf_path)
     model = AutoModelForCausalLM.from_pretrained(
         gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32,
         attn_implementation="eager").eval()
     prompts = []
     for name, text in GEMMA3_PROMPTS:
-        prompt_ids = tok(text).input_ids  # the GGUF says add_bos_token: <bos> first
+        prompt_ids = tok.encode(text)  # the GGUF says add_bos_token: <bos> first
         assert prompt_ids[0] == model.config.bos_token_id, (name, prompt_ids[:3])
         new_ids = greedy_cached(model, prompt_ids, N_GREEDY_GEMMA3)
         _, _, lp, gaps = teacher_forced(model, prompt_ids, new_ids)
@@ -824,10 +890,10 @@ def make_gemma3(gguf_path, out_dir):
             "greedy_ids": new_ids,
             "greedy_logprobs": f32_list(lp),
             "top2_gaps": f32_list(gaps),
-            "greedy_text": tok.decode(new_ids),
+            "greedy_text": tok.sp.decode(new_ids),
         })
         print(f"  gemma3 {name}: {len(prompt_ids)} prompt ids, min gap {float(gaps.min()):.4f}: "
-              f"{tok.decode(new_ids)!r}")
+              f"{tok.sp.decode(new_ids)!r}")
     write_json(out_dir / "gemma3_270m.json", {
         **versions(),
         "gguf_sha256": digest,

@@ -1,6 +1,7 @@
 //! Every family and weight format sprout runs, through every command, on every backend the
-//! machine has (Vulkan and GL here): the tiny random Qwen3 and Llama 3.1 directories, and the
-//! K-quant GGUFs (Qwen3 and Llama 3.1 in Q4_K_M's Q4_K/Q6_K mix, Qwen2 with Q5_0 rows). Each
+//! machine has (Vulkan and GL here): the tiny random Qwen3, Gemma 3, SmolLM3 and Llama 3.1
+//! directories, and the K-quant GGUFs (Qwen3 and Llama 3.1 in Q4_K_M's Q4_K/Q6_K mix, Qwen2
+//! with Q5_0 rows). Each
 //! test names a property, not only an exit code:
 //! - rollout, then score: every sample's teacher-forced log-probs are its rollout log-probs,
 //!   bit for bit; with `--speculative suffix` the samples are the same bits;
@@ -31,8 +32,9 @@ use http::http;
 use server::Server;
 
 /// The models of the matrix: (name, path under tests/fixtures, a float directory).
-const FAMILIES: [(&str, &str, bool); 6] = [
+const FAMILIES: [(&str, &str, bool); 7] = [
     ("qwen3", "tiny-qwen3", true),
+    ("gemma3", "tiny-gemma3", true),
     ("smollm3", "tiny-smollm3", true),
     ("llama3", "tiny-llama3", true),
     ("qwen3 q4_k_m", "tiny-qwen3-q4_k_m.gguf", false),

@@ -7,6 +7,9 @@
 //!   each read from its transformers 5 config form (`rope_parameters`) bit for bit as from
 //!   the hub's (`rope_theta`, `rope_scaling`);
 //! - the tiny random SmolLM3 (its last layer without RoPE, bf16, tied) the same way;
+//! - the tiny random Gemma 3 (sandwich norms of 1 + w, q/k norms, GELU, scaled embeddings,
+//!   sliding windows of 12 on three of four layers with their own RoPE base, a 119-token
+//!   input crossing them, bf16) the same way, in both config forms;
 //! - SmolLM2-135M-Instruct Q4_1 read from its GGUF: prompt ids equal, 32 greedy tokens
 //!   identical, teacher-forced log-probs within 1e-3;
 //! - the K-quant GGUFs (scripts/make_gguf_fixtures.py: Qwen3 and Llama 3.1 in Q4_K_M's
@@ -86,6 +89,11 @@ fn tiny_smollm3_with_a_rope_less_layer_matches_transformers() {
 }
 
 #[test]
+fn tiny_gemma3_with_sliding_windows_matches_transformers() {
+    check_tiny("tiny-gemma3");
+}
+
+#[test]
 fn tiny_llama3_with_rope_scaling_matches_transformers() {
     check_tiny("tiny-llama3");
 }
@@ -94,7 +102,7 @@ fn tiny_llama3_with_rope_scaling_matches_transformers() {
 /// the logits are the same bits.
 #[test]
 fn both_config_forms_give_the_same_logits() {
-    for name in ["tiny-qwen3", "tiny-llama3"] {
+    for name in ["tiny-qwen3", "tiny-llama3", "tiny-gemma3"] {
         let dir = fixtures().join(name);
         let v5 = std::env::temp_dir().join(format!("sprout-{name}-v5-{}", std::process::id()));
         std::fs::create_dir_all(&v5).unwrap();

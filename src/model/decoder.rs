@@ -1,5 +1,5 @@
 //! The decoder forward pass on the GPU: a Llama-family transformer (Llama, SmolLM,
-//! Mistral, Qwen2, Qwen3) recorded into one compute pass per step.
+//! Mistral, Qwen2, Qwen3, SmolLM3, Gemma 3) recorded into one compute pass per step.
 //!
 //! The batch is varlen: prefill chunks and single-token decodes of many sequences share
 //! one pass, each row at its own position, its K and V in the paged pool
@@ -12,10 +12,13 @@
 //!    v rows written to their pool slots: one fused matmul (Qwen3: the matmul stores the
 //!    projection and `head_norm_rope` norms each q and k head, rotates and writes them;
 //!    `model::qwen3`);
-//! 2. causal GQA paged attention (and, when split, the fold of its pages);
-//! 3. the output projection with the residual add;
-//! 4. RMSNorm, the gate and up projections and SiLU-gate: one fused matmul;
-//! 5. the down projection with the residual add.
+//! 2. causal GQA paged attention (and, when split, the fold of its pages), through the
+//!    layer's sliding window if it has one (Gemma 3);
+//! 3. the output projection with the residual add (Gemma 3: the projection stored, then
+//!    `norm_add` adds its RMSNorm to the residual stream);
+//! 4. RMSNorm, the gate and up projections and SiLU-gate (Gemma 3: GELU-gate): one fused
+//!    matmul;
+//! 5. the down projection with the residual add (Gemma 3: stored, then `norm_add`).
 //!
 //! Then the final RMSNorm of the rows whose logits are wanted and the output projection
 //! (the embedding when tied), one fused matmul.
@@ -24,7 +27,9 @@
 //! (`model::fused_weights`): q, k and v stacked, with q and k rows in RoPE's adjacent-pair
 //! order; gate and up interleaved. Norm and bias vectors are f32. RoPE's table holds the
 //! model's frequencies, scaled as its config says (`model::rope_scaling`); a layer without
-//! RoPE (SmolLM3's, `model::smollm3`) reads a table of angle 0, which rotates nothing.
+//! RoPE (SmolLM3's, `model::smollm3`) reads a table of angle 0, which rotates nothing, and
+//! a sliding-window layer (Gemma 3's, `model::gemma3`) a table of its own base. The
+//! embedding rows are scaled as the config says (Gemma 3: by sqrt(hidden)).
 
 use std::sync::{Arc, RwLock};
 
@@ -35,10 +40,11 @@ use crate::gpu::kernels::attention::{
 };
 use crate::gpu::kernels::embedding;
 use crate::gpu::kernels::matmul::{self, Matmul, NormArgs, Output, QkvArgs};
-use crate::gpu::kernels::rope::RopeTable;
+use crate::gpu::kernels::norm_add::{self, NormAdd};
+use crate::gpu::kernels::rope::{RopeTable, frequencies};
 use crate::gpu::tuning::{KernelChoices, MatmulKey, MatmulSite};
 use crate::gpu::{Gpu, Recorder, Tensor};
-use crate::model::config::ModelConfig;
+use crate::model::config::{Activation, ModelConfig};
 use crate::model::decoder_weights::{Checks, DecoderWeights};
 use crate::model::qwen3;
 use crate::model::source::WeightSource;
@@ -52,6 +58,8 @@ struct VectorOffsets {
     mlp_norm: usize,
     /// The q norm's weights, then the k norm's; `None` without them.
     qk_norm: Option<usize>,
+    /// The post-attention norm's weights, then the post-MLP norm's; `None` without them.
+    post_norms: Option<usize>,
 }
 
 impl VectorOffsets {
@@ -59,11 +67,14 @@ impl VectorOffsets {
         let bias_len = c.q_dim() + 2 * c.kv_dim();
         let qkv_bias = c.has_qkv_bias().then_some(c.hidden_size);
         let mlp_norm = c.hidden_size + qkv_bias.map_or(0, |_| bias_len);
+        let qk_norm = c.has_qk_norm().then_some(mlp_norm + c.hidden_size);
+        let after_qk = mlp_norm + c.hidden_size + qk_norm.map_or(0, |_| 2 * c.head_dim);
         VectorOffsets {
             attn_norm: 0,
             qkv_bias,
             mlp_norm,
-            qk_norm: c.has_qk_norm().then_some(mlp_norm + c.hidden_size),
+            qk_norm,
+            post_norms: c.has_post_norms().then_some(after_qk),
         }
     }
 }
@@ -78,6 +89,8 @@ pub struct Decoder {
     rope: RopeTable,
     /// For the layers without RoPE (`config.layers_without_rope`, SmolLM3): cos 1, sin 0.
     no_rope: Option<RopeTable>,
+    /// For the sliding-window layers (Gemma 3): their own RoPE base, unscaled.
+    local_rope: Option<RopeTable>,
     /// Which kernel variant serves each dispatch (`gpu::tuning`): the adapter's defaults
     /// until a tune file's are set.
     choices: RwLock<KernelChoices>,
@@ -125,6 +138,9 @@ pub struct ForwardBuffers {
     /// `[max_t, q_dim + 2 kv_dim]`: the stored q|k|v projection, for models whose q and k
     /// heads are normalised before RoPE (`None` for the others).
     qkv: Option<Tensor>,
+    /// `[max_t, hidden]`: the attention or MLP output before its post norm (Gemma 3;
+    /// `None` for the others).
+    branch: Option<Tensor>,
     attn: Tensor,
     act: Tensor,
     /// Split attention rows' states: `MAX_SLOTS_PER_ROW` per row for `max_r` rows.
@@ -144,6 +160,9 @@ impl ForwardBuffers {
             qkv: c
                 .has_qk_norm()
                 .then(|| gpu.zeros(max_t * (c.q_dim() + 2 * c.kv_dim()))),
+            branch: c
+                .has_post_norms()
+                .then(|| gpu.zeros(max_t * c.hidden_size)),
             attn: gpu.zeros(max_t * c.q_dim()),
             act: gpu.zeros(max_t * c.intermediate_size),
             scratch: gpu.zeros(Self::max_slots(max_r) * decoder.scratch_per_slot()),
@@ -180,6 +199,14 @@ impl Decoder {
                 config.max_positions,
             )?),
         };
+        let local_rope = match &config.sliding_window {
+            None => None,
+            Some(w) => Some(RopeTable::with_frequencies(
+                &gpu,
+                &frequencies(config.head_dim, w.rope_theta),
+                config.max_positions,
+            )?),
+        };
         let weights = DecoderWeights::load(&gpu, source, &config, Checks::Shapes, progress)?;
         let choices = RwLock::new(KernelChoices::defaults(gpu.cpu_shaped_defaults()));
         Ok(Decoder {
@@ -190,6 +217,7 @@ impl Decoder {
             weights: RwLock::new(Arc::new(weights)),
             rope,
             no_rope,
+            local_rope,
         })
     }
 
@@ -243,7 +271,10 @@ impl Decoder {
     /// The attention shape of a dispatch of `t` rows over blocks of `block_size`.
     pub fn attention_shape(&self, t: usize, block_size: usize) -> AttentionShape {
         let c = &self.config;
-        AttentionShape::new(t, c.n_heads, c.n_kv_heads, c.head_dim, block_size)
+        AttentionShape {
+            scale: c.attention_scale(),
+            ..AttentionShape::new(t, c.n_heads, c.n_kv_heads, c.head_dim, block_size)
+        }
     }
 
     /// Values of attention scratch per split slot.
@@ -341,7 +372,11 @@ impl Decoder {
                 out: &a.attn,
                 scratch: &a.scratch,
             };
-            attention::encode(gpu, rec, &shape, q_loads, &buffers, work);
+            let layer_shape = AttentionShape {
+                window: c.window_of(l).map(|w| u32::try_from(w).unwrap_or(u32::MAX)),
+                ..shape
+            };
+            attention::encode(gpu, rec, &layer_shape, q_loads, &buffers, work);
             let plain = |x, weight, output| Matmul {
                 x,
                 m: t,
@@ -350,8 +385,27 @@ impl Decoder {
                 gather: None,
                 output,
             };
-            let o = plain(&a.attn, &layer.o, Output::Residual(&a.h));
-            self.matmul(rec, MatmulSite::AttnOut, o);
+            // Adds a branch's output to the residual stream: directly, or through the
+            // branch's post norm (the `which`-th after `post_norms`).
+            let add = |this: &Self, rec: &mut Recorder, site, x, weight, which: usize| {
+                match (&a.branch, offsets.post_norms) {
+                    (Some(branch), Some(post)) => {
+                        this.matmul(rec, site, plain(x, weight, Output::Store(branch)));
+                        let op = NormAdd {
+                            x: branch,
+                            m: t,
+                            width: c.hidden_size,
+                            vectors: &layer.vectors,
+                            offset: post + which * c.hidden_size,
+                            eps,
+                            out: &a.h,
+                        };
+                        norm_add::encode(gpu, rec, &op);
+                    }
+                    _ => this.matmul(rec, site, plain(x, weight, Output::Residual(&a.h))),
+                }
+            };
+            add(self, rec, MatmulSite::AttnOut, &a.attn, &layer.o, 0);
             self.matmul(
                 rec,
                 MatmulSite::GateUp,
@@ -361,11 +415,13 @@ impl Decoder {
                     weight: &layer.gate_up,
                     norm: norm(offsets.mlp_norm),
                     gather: None,
-                    output: Output::SiluGate(&a.act),
+                    output: match c.activation() {
+                        Activation::Silu => Output::SiluGate(&a.act),
+                        Activation::GeluTanh => Output::GeluGate(&a.act),
+                    },
                 },
             );
-            let down = plain(&a.act, &layer.down, Output::Residual(&a.h));
-            self.matmul(rec, MatmulSite::Down, down);
+            add(self, rec, MatmulSite::Down, &a.act, &layer.down, 1);
         }
         if r == 0 {
             return Ok(());
@@ -399,8 +455,9 @@ impl Decoder {
 
     /// The RoPE table layer `l` rotates q and k by.
     fn rope_of(&self, l: usize) -> &RopeTable {
-        match &self.no_rope {
-            Some(none) if self.config.layers_without_rope.contains(&l) => none,
+        match (&self.no_rope, &self.local_rope) {
+            (Some(none), _) if self.config.layers_without_rope.contains(&l) => none,
+            (_, Some(local)) if self.config.window_of(l).is_some() => local,
             _ => &self.rope,
         }
     }
