@@ -1,5 +1,8 @@
 // Embedding lookup from a table in its stored format:
-//     out[r, c] = table[ids[r], c]      for the ids that fall in this weight part
+//     out[r, c] = table[ids[r], c] * scale      for the ids that fall in this weight part
+//
+// scale is the model's embedding scale (Gemma multiplies by sqrt(hidden)): one f32
+// multiply per decoded value, so a scale of 1 leaves every value as decoded, bit for bit.
 //
 // The table [vocab, dim] may be split by rows into parts (one dispatch each); a dispatch
 // writes only the rows whose id lies in [first_row, first_row + rows). An id >= vocab
@@ -20,7 +23,7 @@ struct Params {
     rows: u32,         // table rows in this part
     vocab: u32,        // table rows in all parts
     zero_invalid: u32, // 1: write zeros for ids >= vocab
-    _pad0: u32,
+    scale: f32,        // every looked-up value is multiplied by it
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -66,14 +69,14 @@ fn embedding(
     }
     let base = (id - p.first_row) * p.row_bytes;
     if (c + 4u <= p.dim) {
-        let v = w_load4(base, c);
+        let v = w_load4(base, c) * p.scale;
         out[o] = v.x;
         out[o + 1u] = v.y;
         out[o + 2u] = v.z;
         out[o + 3u] = v.w;
     } else {
         for (var k = c; k < p.dim; k += 1u) {
-            out[r * p.dim + k] = w_load1(base, k);
+            out[r * p.dim + k] = w_load1(base, k) * p.scale;
         }
     }
 }

@@ -10,17 +10,20 @@
 // while another is unmasked.
 //
 // One invocation per pair; no arithmetic, so the other logits are untouched bit for bit.
+// Logits come in chunks of rows (src/gpu/kernels/logits.rs), one dispatch per chunk: a
+// dispatch masks the pairs whose row is in first_row .. first_row + rows, row
+// first_row + i at logits[i * vocab].
 
 struct Params {
-    n: u32,     // pairs
-    rows: u32,  // logits rows that may be masked
-    vocab: u32, // logits per row
-    _pad0: u32,
+    n: u32,         // pairs
+    rows: u32,      // logits rows that may be masked (the chunk's)
+    vocab: u32,     // logits per row
+    first_row: u32, // the chunk's first row
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> pairs: array<u32>;         // [n, 2]: (row, token)
-@group(0) @binding(2) var<storage, read_write> logits: array<f32>;  // [rows, vocab]
+@group(0) @binding(2) var<storage, read_write> logits: array<f32>;  // [rows, vocab]: the chunk
 
 const WG: u32 = 64u;
 const MASKED_LOGIT: f32 = -1e30;
@@ -38,7 +41,7 @@ fn mask_tokens(
     }
     let row = pairs[2u * i];
     let token = pairs[2u * i + 1u];
-    if (row < p.rows && token < p.vocab) {
-        logits[row * p.vocab + token] = MASKED_LOGIT;
+    if (row >= p.first_row && row - p.first_row < p.rows && token < p.vocab) {
+        logits[(row - p.first_row) * p.vocab + token] = MASKED_LOGIT;
     }
 }

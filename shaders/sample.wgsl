@@ -49,14 +49,23 @@
 // other rows or draws share the dispatch, on where its row sits in the buffer, nor on the
 // order draws run in (DESIGN.md, principle 1). Several draws may read one row (the G
 // samples of a group after their shared prompt).
+// Logits come in chunks of rows (src/gpu/kernels/logits.rs), one dispatch per chunk: a
+// dispatch reads rows first_row .. first_row + chunk_rows, row first_row + i at
+// logits[i * vocab]; truncate cuts those rows, and sample and draw_logprobs serve the draws
+// whose row they hold (the first chunk's dispatch also the draws from a row past `rows`).
+// Every other buffer is indexed by global row and draw.
 // The entry points share one set of bindings; truncate binds the first three, sample the
 // first five. Logits must be finite (as for softmax.wgsl).
 
 struct Params {
-    m: u32,     // draws (sample, draw_logprobs)
-    vocab: u32, // logits per row
-    rows: u32,  // truncate: rows to cut; sample, draw_logprobs: rows readable
+    m: u32,          // draws (sample, draw_logprobs)
+    vocab: u32,      // logits per row
+    rows: u32,       // sample, draw_logprobs: rows readable (in all chunks)
+    first_row: u32,  // the chunk's first row
+    chunk_rows: u32, // the chunk's rows (truncate cuts them all)
     _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 // Per-row sampling parameters (16 bytes): matches `RowParams` on the host.
@@ -80,7 +89,7 @@ struct DrawKey {
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> logits: array<f32>;                // [rows, vocab]
+@group(0) @binding(1) var<storage, read> logits: array<f32>;                // [chunk_rows, vocab]: the chunk
 @group(0) @binding(2) var<storage, read> params: array<RowParams>;          // [rows]
 @group(0) @binding(3) var<storage, read_write> cut: array<f32>;             // [rows, 2]: (tau, log_z); truncate writes
 @group(0) @binding(4) var<storage, read> keys: array<DrawKey>;              // [m]
@@ -143,6 +152,11 @@ fn exponential(key: DrawKey, c: u32) -> f32 {
 
 fn workgroup_index(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
     return wid.y * nwg.x + wid.x;
+}
+
+// Whether this dispatch's chunk holds `row`.
+fn in_chunk(row: u32) -> bool {
+    return row >= p.first_row && row - p.first_row < p.chunk_rows;
 }
 
 // ---- truncate ------------------------------------------------------------------------
@@ -264,12 +278,13 @@ fn truncate(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) t: u32,
 ) {
-    let row = workgroup_index(wid, nwg);
-    if (row >= p.rows) {
+    let i = workgroup_index(wid, nwg);
+    if (i >= p.chunk_rows) {
         return;
     }
+    let row = p.first_row + i;
     let rp = params[row];
-    let base = row * p.vocab;
+    let base = i * p.vocab;
 
     // The smallest and largest logit, as order keys.
     var lo_local = 0xffffffffu;
@@ -361,15 +376,18 @@ fn sample(
     }
     let key = keys[d];
     if (key.row >= p.rows) {
-        if (t == 0u) {
+        if (t == 0u && p.first_row == 0u) {
             tokens[d] = NO_INDEX;
         }
         return; // uniform: the whole workgroup leaves
     }
+    if (!in_chunk(key.row)) {
+        return; // another chunk's dispatch draws it (uniform)
+    }
     let rp = params[key.row];
     let greedy = rp.inv_temperature == 0.0;
     let tau = cut[2u * key.row];
-    let base = key.row * p.vocab;
+    let base = (key.row - p.first_row) * p.vocab;
     var bv = 0.0;
     var bi = NO_INDEX;
     for (var c = t; c < p.vocab; c += WG) {
@@ -407,8 +425,11 @@ fn draw_logprobs(
     }
     let row = keys[d].row;
     let id = tokens[d];
+    if ((row >= p.rows && p.first_row != 0u) || (row < p.rows && !in_chunk(row))) {
+        return; // another chunk's dispatch writes it
+    }
     if (row < p.rows && id < p.vocab) {
-        let l = logits[row * p.vocab + id];
+        let l = logits[(row - p.first_row) * p.vocab + id];
         logprobs[d] = l - stats[2u * row + 1u];
         let inv_t = params[row].inv_temperature;
         if (inv_t == 0.0) {

@@ -16,17 +16,19 @@
 // on the logits), and a row's results depend only on its logits, its lse and its count:
 // never on the other rows of the dispatch nor on where the row sits in the buffer
 // (DESIGN.md, principle 1). Workgroup memory: the argmax's 2 KiB.
-// Logits must be finite (as for softmax.wgsl).
+// Logits must be finite (as for softmax.wgsl). They come in chunks of rows
+// (src/gpu/kernels/logits.rs), one dispatch per chunk: a dispatch records rows
+// first_row .. first_row + rows, row first_row + i read at logits[i * vocab].
 
 struct Params {
-    rows: u32,  // rows to record
-    vocab: u32, // logits per row
-    n_max: u32, // entries per row of ids and logprobs
-    _pad0: u32,
+    rows: u32,      // rows to record (the chunk's)
+    vocab: u32,     // logits per row
+    n_max: u32,     // entries per row of ids and logprobs
+    first_row: u32, // the chunk's first row
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> logits: array<f32>;         // [rows, vocab]
+@group(0) @binding(1) var<storage, read> logits: array<f32>;         // [rows, vocab]: the chunk
 @group(0) @binding(2) var<storage, read> stats: array<f32>;          // [rows, 2]: (max logit, lse) from softmax
 @group(0) @binding(3) var<storage, read> counts: array<u32>;         // [rows]: alternatives wanted
 @group(0) @binding(4) var<storage, read_write> ids: array<u32>;      // [rows, n_max]
@@ -42,11 +44,12 @@ fn top_logprobs(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) t: u32,
 ) {
-    let row = wid.y * nwg.x + wid.x;
-    if (row >= p.rows) {
+    let i = wid.y * nwg.x + wid.x;
+    if (i >= p.rows) {
         return;
     }
-    let base = row * p.vocab;
+    let row = p.first_row + i;
+    let base = i * p.vocab;
     let out = row * p.n_max;
     let lse = stats[2u * row + 1u];
     // Uniform across the workgroup: counts is read-only and row is the workgroup's.

@@ -82,7 +82,7 @@ pub async fn generate(
 }
 
 /// The forward pass of one sequence `ids` with logits for every position, in a pool of its
-/// own: the buffers, whose `logits` are `[len, vocab]` on the GPU.
+/// own: the buffers, whose `logits` are `[len, vocab]` on the GPU (in chunks).
 fn forward_all(
     decoder: &Decoder,
     ids: &[u32],
@@ -122,7 +122,6 @@ pub async fn score(decoder: &Decoder, ids: &[u32]) -> Result<Vec<f32>, SproutErr
     if t < 2 {
         return Ok(Vec::new());
     }
-    let vocab = decoder.config.vocab_size;
     let targets = gpu.upload(&ids[1..]);
     let stats = RowStats::zeros(gpu, t - 1);
     let logprobs: Tensor = gpu.zeros(t - 1);
@@ -132,7 +131,7 @@ pub async fn score(decoder: &Decoder, ids: &[u32]) -> Result<Vec<f32>, SproutErr
         targets: &targets,
         logprobs: &logprobs,
     };
-    softmax::encode(gpu, &mut rec, &buffers.logits, t - 1, vocab, &stats, extra);
+    softmax::encode(gpu, &mut rec, &buffers.logits, t - 1, &stats, extra);
     rec.submit();
     gpu.read_f32(&logprobs).await
 }
@@ -143,5 +142,5 @@ pub async fn logits(decoder: &Decoder, ids: &[u32]) -> Result<Vec<f32>, SproutEr
     let mut rec = gpu.recorder();
     let buffers = forward_all(decoder, ids, &mut rec)?;
     rec.submit();
-    gpu.read_f32(&buffers.logits).await
+    buffers.logits.read(gpu, ids.len()).await
 }

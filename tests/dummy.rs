@@ -8,6 +8,8 @@ mod common;
 use common::gpus;
 use sprout::engine::{Engine, EngineConfig, KvSize};
 use sprout::formats::WeightFormat;
+use sprout::gpu::kernels::Logits;
+use sprout::gpu::{BackendChoice, Gpu, LimitCaps, list_adapters};
 use sprout::model::config::ModelConfig;
 use sprout::model::decoder::Decoder;
 use sprout::model::dummy::{DummyWeights, builtin_config};
@@ -119,5 +121,99 @@ fn the_same_seed_gives_the_same_samples() {
         let first = samples(5);
         assert_eq!(first, samples(5), "{label}");
         assert_ne!(first, samples(6), "{label}: another seed, other weights");
+    }
+}
+
+/// Gemma 3's vocabulary of 262,144 at a small hidden size, on each adapter twice: as it is,
+/// and capped to 16 MiB bindings, which splits the Q8_0 embedding (18.9 MB) into parts and
+/// the 256 rows of logits of a step into chunks of 16. A group of 256 samples draws its
+/// first tokens from one row, then 256 rows in one step: every token, log-prob and top
+/// alternative is bitwise the same under the cap, and `max_num_seqs` is not cut.
+#[test]
+fn a_large_vocabulary_runs_the_same_in_parts_and_chunks() {
+    const VOCAB: usize = 262_144;
+    const G: usize = 256;
+    let cap = LimitCaps {
+        max_binding: Some(16 << 20),
+        max_buffer: None,
+    };
+    let adapters = pollster::block_on(list_adapters(BackendChoice::Auto));
+    assert!(!adapters.is_empty(), "no GPU adapter found");
+    for adapter in adapters {
+        let runs = [LimitCaps::default(), cap].map(|caps| {
+            let gpu = pollster::block_on(Gpu::from_adapter_capped(&adapter, caps)).unwrap();
+            let config = ModelConfig {
+                vocab_size: VOCAB,
+                ..builtin_config("tiny-llama").unwrap()
+            };
+            let mut source = DummyWeights::new(config, WeightFormat::Q8_0, 3).unwrap();
+            let decoder = Decoder::load(gpu.clone(), &mut source, &mut |_, _| {}).unwrap();
+            let parts = decoder.weights().lm_head().parts.len();
+            let config = EngineConfig {
+                kv: KvSize::Blocks(2 * G),
+                max_num_seqs: G,
+                max_batch_tokens: 2 * G,
+                ..EngineConfig::default()
+            };
+            let mut engine = Engine::new(&decoder, &config).unwrap();
+            let adjusted: Vec<_> = engine.adjusted().iter().map(|a| a.param).collect();
+            assert!(!adjusted.contains(&"max_num_seqs"), "{adjusted:?}");
+            engine
+                .add_request(Request {
+                    index: 0,
+                    prompt: vec![2, 70_000, 262_143, 5],
+                    n: G,
+                    params: SamplingParams {
+                        temperature: 1.0,
+                        seed: 4,
+                        max_tokens: 2,
+                        top_logprobs: 2,
+                        ..SamplingParams::default()
+                    },
+                    forced: Vec::new(),
+                })
+                .unwrap();
+            let mut draws = Vec::new();
+            let out = pollster::block_on(engine.run_to_completion(|step| {
+                draws.push(step.drawn.len());
+            }))
+            .unwrap();
+            let chunk_rows = Logits::rows_per_chunk(&gpu, VOCAB);
+            (out, parts, chunk_rows, draws)
+        });
+        let label = adapter.get_info().name;
+        let [(whole, _, _, _), (capped, parts, chunk_rows, draws)] = runs;
+        assert!(
+            parts > 1,
+            "{label}: the capped embedding is in {parts} part"
+        );
+        assert_eq!(chunk_rows, 16, "{label}");
+        // The second step's 256 draws are from 256 rows of logits, one per sample.
+        assert_eq!(draws, [G, G], "{label}: draws per step");
+        assert_eq!(whole.len(), G, "{label}");
+        let view = |s: &FinishedSample| {
+            let tops: Vec<(u32, u32)> = s
+                .top_logprobs
+                .iter()
+                .flatten()
+                .map(|t| (t.token, t.logprob.to_bits()))
+                .collect();
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            (
+                s.sample_index,
+                s.token_ids.clone(),
+                bits(&s.logprobs),
+                bits(&s.sampling_logprobs),
+                tops,
+            )
+        };
+        let sorted = |v: &[FinishedSample]| {
+            let mut v: Vec<_> = v.iter().map(view).collect();
+            v.sort();
+            v
+        };
+        let (whole, capped) = (sorted(&whole), sorted(&capped));
+        assert!(whole.iter().all(|s| s.1.len() == 2), "{label}");
+        assert_eq!(capped, whole, "{label}: capped vs as the adapter is");
     }
 }

@@ -34,8 +34,8 @@ struct Params {
     head_dim: u32,      // QKV epilogue: values per head (even)
     max_positions: u32, // QKV epilogue: rows of the RoPE table
     y_cols: u32,        // SiLU-gate epilogue: columns of the output (n_total / 2)
+    gather_first: u32,  // gathered rows: batch row i reads rows_index[gather_first + i]
     _pad0: u32,
-    _pad1: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;

@@ -16,6 +16,8 @@
 //! After the forward pass, per logits row: softmax statistics (the raw log-probs), the
 //! top alternatives, then the mask of forbidden tokens (stop tokens before `min_tokens`),
 //! which therefore changes only the sampling distribution, then truncation and the draws.
+//! Each of those kernels runs once per chunk of the logits (`gpu::kernels::Logits`), so
+//! a step may have as many logits rows as sequences, whatever the vocabulary.
 
 use super::batch_inputs::{BatchInputs, Growable};
 use super::pack::PackedBatch;
@@ -144,7 +146,6 @@ impl StepRunner {
     pub fn submit(&mut self, decoder: &Decoder, plan: &StepPlan) -> Result<Submitted, SproutError> {
         let started = Instant::now();
         let gpu = &*decoder.gpu;
-        let vocab = decoder.config.vocab_size;
         let max_pos = decoder.max_positions();
         if let Some(c) = plan.chunks.iter().find(|c| c.end() > max_pos) {
             return Err(SproutError::Shape(format!(
@@ -235,14 +236,13 @@ impl StepRunner {
             let (keys, tokens) = (&self.keys.tensor, &out.tokens.tensor);
             let stats = &self.stats;
             let (params, cut) = (&self.row_params.tensor, &self.cut.tensor);
-            softmax::encode(gpu, &mut rec, logits, r, vocab, stats, Extra::Nothing);
+            softmax::encode(gpu, &mut rec, logits, r, stats, Extra::Nothing);
             // Alternatives come from the model's own logits, so before any masking.
             if n_max > 0 {
                 top_logprobs::encode(
                     gpu,
                     &mut rec,
                     logits,
-                    vocab,
                     stats,
                     &self.top_counts.tensor,
                     r,
@@ -255,17 +255,16 @@ impl StepRunner {
             // raw log-probs) were taken above.
             if !p.masked.is_empty() {
                 let pairs = &self.masked.tensor;
-                mask::encode(gpu, &mut rec, logits, vocab, r, pairs, p.masked.len());
+                mask::encode(gpu, &mut rec, logits, r, pairs, p.masked.len());
             }
-            sample::encode_truncate(gpu, &mut rec, logits, vocab, r, params, cut);
-            sample::encode(gpu, &mut rec, logits, vocab, params, cut, keys, d, tokens);
+            sample::encode_truncate(gpu, &mut rec, logits, r, params, cut);
+            sample::encode(gpu, &mut rec, logits, params, cut, keys, d, tokens);
             let logprobs = &out.logprobs.tensor;
             let sampling_logprobs = &out.sampling_logprobs.tensor;
             sample::encode_draw_logprobs(
                 gpu,
                 &mut rec,
                 logits,
-                vocab,
                 stats,
                 params,
                 cut,

@@ -4,8 +4,9 @@
 //! [`Adjusted`] for the caller to report: a `--kv-memory` budget buying more blocks than
 //! the adapter can bind (one layer's keys must fit one binding) is cut to the blocks it can;
 //! `max_num_seqs` is cut to `max_batch_tokens` (each sequence computes at least one token a
-//! step) and to the rows of logits that fit one binding. The automatic KV budget is cut
-//! the same way without a report: nobody asked for it.
+//! step). The automatic KV budget is cut the same way without a report: nobody asked for
+//! it. The vocabulary never cuts `max_num_seqs`: logits live in chunks of rows that each
+//! fit one binding (`gpu::kernels::Logits`), however many rows a step has.
 
 use crate::error::SproutError;
 use crate::gpu::Gpu;
@@ -32,24 +33,14 @@ pub fn sizes(
 ) -> Result<EngineSizes, SproutError> {
     let mut adjusted = Vec::new();
     let num_blocks = num_blocks(gpu, c, config, &mut adjusted)?;
-    // Each drawing sequence needs a row of logits; all of them must fit one binding.
-    let logit_rows = ((gpu.caps.max_binding / (4 * c.vocab_size as u64)) as usize).max(1);
     let asked = config.max_num_seqs;
-    let max_num_seqs = asked.min(config.max_batch_tokens).min(logit_rows).max(1);
+    let max_num_seqs = asked.min(config.max_batch_tokens).max(1);
     if max_num_seqs != asked {
-        let why = if max_num_seqs == config.max_batch_tokens {
-            format!("as a step computes at most max_batch_tokens ({max_num_seqs}) tokens")
-        } else {
-            format!(
-                "the most rows of {} logits that fit the adapter's {}-byte binding limit",
-                c.vocab_size, gpu.caps.max_binding
-            )
-        };
         adjusted.push(Adjusted {
             param: "max_num_seqs",
             asked: asked as u64,
             used: max_num_seqs as u64,
-            why,
+            why: format!("as a step computes at most max_batch_tokens ({max_num_seqs}) tokens"),
         });
     }
     Ok(EngineSizes {

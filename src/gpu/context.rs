@@ -3,7 +3,10 @@
 //! profile when one is being taken (`gpu::profile`).
 //!
 //! The device is requested with the adapter's own limits (not WebGPU's defaults) and with
-//! shader-f16 and subgroups when the adapter has them. Kernels that can use those features
+//! shader-f16 and subgroups when the adapter has them. [`LimitCaps`] can make sprout keep
+//! within smaller limits than those (`Gpu::from_adapter_capped`): tests run the paths for
+//! weights and logits larger than one binding (split weights, logits in chunks) on
+//! adapters whose own limits are large. Kernels that can use those features
 //! ask `Capabilities`; every kernel also has a path that needs neither.
 
 use std::sync::{Arc, Mutex};
@@ -28,6 +31,15 @@ pub struct Capabilities {
     pub max_buffer: u64,
     pub max_workgroups_per_dim: u32,
     pub max_workgroup_invocations: u32,
+}
+
+/// Limits below the adapter's for sprout to keep within (`None`: the adapter's own).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LimitCaps {
+    /// The largest storage binding, in bytes.
+    pub max_binding: Option<u64>,
+    /// The largest buffer, in bytes.
+    pub max_buffer: Option<u64>,
 }
 
 pub struct Gpu {
@@ -58,6 +70,17 @@ impl Gpu {
     // share the Gpu between its owners, which it does the same.
     #[cfg_attr(target_arch = "wasm32", allow(clippy::arc_with_non_send_sync))]
     pub async fn from_adapter(adapter: &wgpu::Adapter) -> Result<Arc<Gpu>, SproutError> {
+        Self::from_adapter_capped(adapter, LimitCaps::default()).await
+    }
+
+    /// As [`Gpu::from_adapter`], with sprout keeping within `caps` where they are below the
+    /// adapter's limits (the device itself gets the adapter's).
+    #[cfg_attr(target_arch = "wasm32", allow(clippy::arc_with_non_send_sync))]
+    pub async fn from_adapter_capped(
+        adapter: &wgpu::Adapter,
+        caps: LimitCaps,
+    ) -> Result<Arc<Gpu>, SproutError> {
+        let cap = |limit: u64, cap: Option<u64>| cap.map_or(limit, |c| c.min(limit));
         let available = adapter.features();
         // Only what a kernel or the profiler uses: no shader is written in f16, so
         // SHADER_F16 is not asked for (the adapter's summary still says if it has it).
@@ -77,6 +100,8 @@ impl Gpu {
             })
             .await?;
         let caps = Capabilities {
+            max_binding: cap(limits.max_storage_buffer_binding_size, caps.max_binding),
+            max_buffer: cap(limits.max_buffer_size, caps.max_buffer),
             subgroups: features.contains(wgpu::Features::SUBGROUP),
             subgroup_min_size: if features.contains(wgpu::Features::SUBGROUP) {
                 adapter.get_info().subgroup_min_size
@@ -87,8 +112,6 @@ impl Gpu {
             timestamps_inside_passes: features.contains(
                 wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES,
             ),
-            max_binding: limits.max_storage_buffer_binding_size,
-            max_buffer: limits.max_buffer_size,
             max_workgroups_per_dim: limits.max_compute_workgroups_per_dimension,
             max_workgroup_invocations: limits.max_compute_invocations_per_workgroup,
         };

@@ -27,6 +27,6 @@ pub mod weights;
 
 pub use adapter::{AdapterSummary, BackendChoice, list_adapters, select_adapter};
 pub use buffers::Tensor;
-pub use context::{Capabilities, Gpu};
+pub use context::{Capabilities, Gpu, LimitCaps};
 pub use recorder::Recorder;
 pub use weights::GpuWeight;

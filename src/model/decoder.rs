@@ -21,7 +21,9 @@
 //! 5. the down projection with the residual add (Gemma 3: stored, then `norm_add`).
 //!
 //! Then the final RMSNorm of the rows whose logits are wanted and the output projection
-//! (the embedding when tied), one fused matmul.
+//! (the embedding when tied): one fused matmul per chunk of logits rows (`Logits`: each
+//! chunk fits one storage binding, so a vocabulary of 262,144 never caps how many rows a
+//! step may have). A row's logits do not depend on the chunk that holds it.
 //!
 //! Weights stay in their stored formats, laid out at load for the fused kernels
 //! (`model::fused_weights`): q, k and v stacked, with q and k rows in RoPE's adjacent-pair
@@ -39,7 +41,8 @@ use crate::gpu::kernels::attention::{
     scratch_per_slot,
 };
 use crate::gpu::kernels::embedding;
-use crate::gpu::kernels::matmul::{self, Matmul, NormArgs, Output, QkvArgs};
+use crate::gpu::kernels::logits::Logits;
+use crate::gpu::kernels::matmul::{self, Gather, Matmul, NormArgs, Output, QkvArgs};
 use crate::gpu::kernels::norm_add::{self, NormAdd};
 use crate::gpu::kernels::rope::{RopeTable, frequencies};
 use crate::gpu::tuning::{KernelChoices, MatmulKey, MatmulSite};
@@ -145,8 +148,8 @@ pub struct ForwardBuffers {
     act: Tensor,
     /// Split attention rows' states: `MAX_SLOTS_PER_ROW` per row for `max_r` rows.
     scratch: Tensor,
-    /// `[max_r, vocab]`; a pass writes its first `r` rows.
-    pub logits: Tensor,
+    /// `[max_r, vocab]` in chunks that each fit a binding; a pass writes its first `r` rows.
+    pub logits: Logits,
 }
 
 impl ForwardBuffers {
@@ -166,7 +169,7 @@ impl ForwardBuffers {
             attn: gpu.zeros(max_t * c.q_dim()),
             act: gpu.zeros(max_t * c.intermediate_size),
             scratch: gpu.zeros(Self::max_slots(max_r) * decoder.scratch_per_slot()),
-            logits: gpu.zeros(max_r * c.vocab_size),
+            logits: Logits::zeros(gpu, max_r, c.vocab_size),
         }
     }
 
@@ -188,6 +191,7 @@ impl Decoder {
     ) -> Result<Decoder, SproutError> {
         let config = source.config().clone();
         check_supported(&config)?;
+        Logits::check_row_fits(&gpu, config.vocab_size)?;
         // Before any weight: a context too long for the adapter fails at once.
         let rope =
             RopeTable::with_frequencies(&gpu, &config.rope_frequencies(), config.max_positions)?;
@@ -326,7 +330,8 @@ impl Decoder {
         let q_loads = self.attention_variant(t).q_loads_for(&shape);
         let offsets = self.offsets;
         let w = self.weights();
-        embedding::encode(gpu, rec, &w.embed, batch.ids, batch.drawn, t, &a.h);
+        let scale = c.embedding_scale();
+        embedding::encode(gpu, rec, &w.embed, batch.ids, batch.drawn, t, &a.h, scale);
         for (l, layer) in w.layers.iter().enumerate() {
             let (k_pool, v_pool) = (&kv.k[l], &kv.v[l]);
             let norm = |offset| {
@@ -427,23 +432,28 @@ impl Decoder {
             return Ok(());
         }
         // Only the rows that draw (or are scored) need the final norm and the vocabulary
-        // projection, the largest matmul of the pass.
-        self.matmul(
-            rec,
-            MatmulSite::LmHead,
-            Matmul {
-                x: &a.h,
-                m: r,
-                weight: w.lm_head(),
-                norm: Some(NormArgs {
-                    vectors: &w.final_norm,
-                    offset: 0,
-                    eps,
-                }),
-                gather: Some(batch.logit_rows),
-                output: Output::Store(&a.logits),
-            },
-        );
+        // projection, the largest matmul of the pass: one dispatch per chunk of logits.
+        for chunk in a.logits.chunks(r) {
+            self.matmul(
+                rec,
+                MatmulSite::LmHead,
+                Matmul {
+                    x: &a.h,
+                    m: chunk.rows,
+                    weight: w.lm_head(),
+                    norm: Some(NormArgs {
+                        vectors: &w.final_norm,
+                        offset: 0,
+                        eps,
+                    }),
+                    gather: Some(Gather {
+                        index: batch.logit_rows,
+                        first: chunk.first_row,
+                    }),
+                    output: Output::Store(chunk.tensor),
+                },
+            );
+        }
         Ok(())
     }
 

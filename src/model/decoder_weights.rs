@@ -173,7 +173,8 @@ impl DecoderWeights {
         DecoderWeights::load(gpu, source, &as_stored, Checks::Update, progress)
     }
 
-    pub(crate) fn lm_head(&self) -> &GpuWeight {
+    /// The vocabulary projection's weight (the embedding when tied).
+    pub fn lm_head(&self) -> &GpuWeight {
         self.lm_head.as_ref().unwrap_or(&self.embed)
     }
 

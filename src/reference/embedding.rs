@@ -1,8 +1,8 @@
-//! Reference for `gpu::kernels::embedding`: rows of a dequantized table, zeros for an id
-//! past its end.
+//! Reference for `gpu::kernels::embedding`: rows of a dequantized table, each value times
+//! the scale (one f32 multiply), zeros for an id past its end.
 
 /// `table` is `[vocab, dim]` (already dequantized); the result is `[ids.len(), dim]`.
-pub fn embedding(table: &[f32], dim: usize, ids: &[u32]) -> Vec<f32> {
+pub fn embedding(table: &[f32], dim: usize, ids: &[u32], scale: f32) -> Vec<f32> {
     assert_eq!(
         table.len() % dim.max(1),
         0,
@@ -13,7 +13,7 @@ pub fn embedding(table: &[f32], dim: usize, ids: &[u32]) -> Vec<f32> {
     for &id in ids {
         let id = id as usize;
         if id < vocab {
-            out.extend_from_slice(&table[id * dim..(id + 1) * dim]);
+            out.extend(table[id * dim..(id + 1) * dim].iter().map(|v| v * scale));
         } else {
             out.extend(std::iter::repeat_n(0.0, dim));
         }

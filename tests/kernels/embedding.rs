@@ -70,6 +70,18 @@ fn run_drawn(
     drawn: &[u32],
     part_limit: Option<u64>,
 ) -> Vec<f32> {
+    lookup(gpu, format, t, (ids, drawn), part_limit, 1.0)
+}
+
+/// The lookup of `ids` (naming `drawn`'s tokens where marked), each value times `scale`.
+fn lookup(
+    gpu: &Gpu,
+    format: WeightFormat,
+    t: &Table,
+    (ids, drawn): (&[u32], &[u32]),
+    part_limit: Option<u64>,
+    scale: f32,
+) -> Vec<f32> {
     let weight = match part_limit {
         Some(l) => GpuWeight::upload_with_limit(gpu, format, &t.bytes, t.vocab, t.dim, l),
         None => GpuWeight::upload(gpu, format, &t.bytes, t.vocab, t.dim),
@@ -86,7 +98,16 @@ fn run_drawn(
     // NaN-filled, so a value the kernel fails to write shows.
     let out = gpu.upload(&vec![f32::NAN; ids.len() * t.dim]);
     let mut rec = gpu.recorder();
-    encode(gpu, &mut rec, &weight, &id_tensor, &drawn, ids.len(), &out);
+    encode(
+        gpu,
+        &mut rec,
+        &weight,
+        &id_tensor,
+        &drawn,
+        ids.len(),
+        &out,
+        scale,
+    );
     rec.submit();
     read_f32(gpu, &out)
 }
@@ -113,7 +134,7 @@ pub fn cases() -> Vec<Case> {
                     let ids = ids(m, vocab, m as u64);
                     check_close(
                         &run(gpu, format, &t, &ids, None),
-                        &embedding(&t.values, dim, &ids),
+                        &embedding(&t.values, dim, &ids, 1.0),
                         TOLERANCE,
                     )
                 },
@@ -131,7 +152,7 @@ pub fn cases() -> Vec<Case> {
                 let whole = run(gpu, format, &t, &ids, None);
                 let split = run(gpu, format, &t, &ids, Some(small_limit(format, d96)));
                 check_bitwise("split vs whole", &split, &whole)?;
-                check_close(&split, &embedding(&t.values, d96, &ids), TOLERANCE)
+                check_close(&split, &embedding(&t.values, d96, &ids, 1.0), TOLERANCE)
             },
         ));
         // Ids past the vocabulary give zeros, once, with the table split or not.
@@ -141,7 +162,7 @@ pub fn cases() -> Vec<Case> {
             move |gpu| {
                 let t = table(format, 50, d64, 7);
                 let ids = [3, 50, 49, u32::MAX, 0, 51, 1000];
-                let want = embedding(&t.values, d64, &ids);
+                let want = embedding(&t.values, d64, &ids, 1.0);
                 let mut worst = Outcome {
                     nmse: 0.0,
                     tolerance: TOLERANCE,
@@ -177,7 +198,40 @@ pub fn cases() -> Vec<Case> {
                     let got = run_drawn(gpu, format, &t, &ids, &drawn, limit);
                     check_bitwise(&format!("parts limit {limit:?}"), &got, &want)?;
                 }
-                check_close(&want, &embedding(&t.values, d64, &resolved), TOLERANCE)
+                check_close(&want, &embedding(&t.values, d64, &resolved, 1.0), TOLERANCE)
+            },
+        ));
+        // The embedding scale: one f32 multiply per decoded value, so scale 1 gives the
+        // decoded values bit for bit, and any scale the unscaled values times it, bit for
+        // bit, with the table split or not.
+        cases.push(Case::new(
+            "embedding",
+            format!("{format}/scale"),
+            move |gpu| {
+                let t = table(format, 60, d64, 13);
+                let ids = ids(24, 60, 14);
+                let unscaled = run(gpu, format, &t, &ids, None);
+                let reference = embedding(&t.values, d64, &ids, 1.0);
+                let plain: Vec<f32> = ids
+                    .iter()
+                    .flat_map(|&id| t.values[id as usize * d64..][..d64].to_vec())
+                    .collect();
+                check_bitwise(
+                    "reference at scale 1 vs the table's rows",
+                    &reference,
+                    &plain,
+                )?;
+                let scale = (640f32).sqrt();
+                let want: Vec<f32> = unscaled.iter().map(|v| v * scale).collect();
+                for limit in [None, Some(small_limit(format, d64))] {
+                    let got = lookup(gpu, format, &t, (&ids, &[0]), limit, scale);
+                    check_bitwise(
+                        &format!("scale {scale}, parts limit {limit:?}"),
+                        &got,
+                        &want,
+                    )?;
+                }
+                check_close(&want, &embedding(&t.values, d64, &ids, scale), TOLERANCE)
             },
         ));
         // A row is the same alone and among 64.
@@ -197,7 +251,7 @@ pub fn cases() -> Vec<Case> {
                         &batch[i * dim..(i + rows) * dim],
                     )?;
                 }
-                check_close(&batch, &embedding(&t.values, dim, &ids), TOLERANCE)
+                check_close(&batch, &embedding(&t.values, dim, &ids, 1.0), TOLERANCE)
             },
         ));
     }

@@ -16,7 +16,7 @@ use sprout::formats::TensorData;
 use sprout::formats::{QK, WeightFormat};
 use sprout::gpu::kernels::RowInfo;
 use sprout::gpu::kernels::matmul::{
-    self, Matmul, MatmulInputs, MatmulShape, NormArgs, Output, QkvArgs,
+    self, Gather, Matmul, MatmulInputs, MatmulShape, NormArgs, Output, QkvArgs,
 };
 use sprout::gpu::kernels::rope::{RopeLayout, RopeTable};
 use sprout::gpu::{Gpu, Tensor};
@@ -325,15 +325,45 @@ fn gathered(gpu: &Gpu, i: &Inputs, shape: MatmulShape) -> (Vec<f32>, Vec<f32>) {
         m: picks.len(),
         weight: &w,
         norm: norm_args(&vectors),
-        gather: Some(&rows),
+        gather: Some(Gather {
+            index: &rows,
+            first: 0,
+        }),
         output: Output::Store(&y),
     };
     matmul::encode(gpu, &mut rec, &op, shape);
+    // The same rows in two dispatches (as chunks of logits are computed), the second
+    // starting further into the indices: the same values, bit for bit.
+    let half = picks.len() / 2;
+    let parts = [(0, half), (half, picks.len() - half)].map(|(first, m)| {
+        let y = gpu.upload(&vec![f32::NAN; m * n]);
+        let op = Matmul {
+            x: &x,
+            m,
+            weight: &w,
+            norm: norm_args(&vectors),
+            gather: Some(Gather {
+                index: &rows,
+                first,
+            }),
+            output: Output::Store(&y),
+        };
+        matmul::encode(gpu, &mut rec, &op, shape);
+        y
+    });
     rec.submit();
+    let whole = read_f32(gpu, &y);
+    let split = [read_f32(gpu, &parts[0]), read_f32(gpu, &parts[1])].concat();
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(
+        bits(&split),
+        bits(&whole),
+        "gathered rows in two dispatches vs one"
+    );
     let picked = reference::elementwise::gather_rows(&i.x, &picks, i.k);
     let xn = reference::rmsnorm::rmsnorm(&picked, &i.norm, EPS, i.k);
     (
-        read_f32(gpu, &y),
+        whole,
         reference::matmul::matmul(&xn, &p.w, picks.len(), i.k, n),
     )
 }

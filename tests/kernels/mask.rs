@@ -6,13 +6,14 @@
 use std::collections::BTreeSet;
 
 use sprout::gpu::Gpu;
+use sprout::gpu::kernels::Logits;
 use sprout::gpu::kernels::mask::{MASKED_LOGIT, WORKGROUP, encode};
 use sprout::gpu::kernels::sample::{RowParams, SampleKey, SamplingFixture};
 use sprout::reference::mask as reference;
 use sprout::reference::sample as sample_reference;
 use sprout::rng::SplitMix64;
 
-use crate::common::{Case, Outcome, check_bitwise, read_f32};
+use crate::common::{Case, Outcome, check_bitwise};
 
 fn exact() -> Outcome {
     Outcome {
@@ -21,13 +22,24 @@ fn exact() -> Outcome {
     }
 }
 
-/// The whole logits buffer after masking `pairs` (flattened (row, token)) in `rows` rows.
+/// The whole logits buffer after masking `pairs` (flattened (row, token)) in `rows` rows,
+/// checked the same with the logits in chunks of 2 rows.
 fn run(gpu: &Gpu, logits: &[f32], vocab: usize, rows: usize, pairs: &[u32]) -> Vec<f32> {
-    let (l, p) = (gpu.upload(logits), gpu.upload(pairs));
-    let mut rec = gpu.recorder();
-    encode(gpu, &mut rec, &l, vocab, rows, &p, pairs.len() / 2);
-    rec.submit();
-    read_f32(gpu, &l)
+    let [whole, chunked] = [None, Some(2)].map(|chunk_rows| {
+        let l = Logits::upload(gpu, logits, vocab, chunk_rows);
+        let p = gpu.upload(pairs);
+        let mut rec = gpu.recorder();
+        encode(gpu, &mut rec, &l, rows, &p, pairs.len() / 2);
+        rec.submit();
+        pollster::block_on(l.read(gpu, l.rows)).expect("read-back")
+    });
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(
+        bits(&chunked),
+        bits(&whole),
+        "masked in chunks of 2 rows vs whole"
+    );
+    whole
 }
 
 /// The buffer bitwise the reference's, and the reference changing exactly the distinct
@@ -244,11 +256,13 @@ pub fn cases() -> Vec<Case> {
         let logits = SplitMix64::new(34).vec(3 * 257, 10.0);
         check(gpu, &logits, 257, 3, &[])?;
         // n = 0 with pairs present: they are not read.
-        let (l, p) = (gpu.upload(&logits), gpu.upload(&[0u32, 0, 1, 1]));
+        let l = Logits::upload(gpu, &logits, 257, None);
+        let p = gpu.upload(&[0u32, 0, 1, 1]);
         let mut rec = gpu.recorder();
-        encode(gpu, &mut rec, &l, 257, 3, &p, 0);
+        encode(gpu, &mut rec, &l, 3, &p, 0);
         rec.submit();
-        check_bitwise("logits after n = 0", &read_f32(gpu, &l), &logits)?;
+        let after = pollster::block_on(l.read(gpu, 3)).expect("read-back");
+        check_bitwise("logits after n = 0", &after, &logits)?;
         Ok(exact())
     }));
     cases.push(Case::new("mask", "masked-top-never-drawn", end_to_end));

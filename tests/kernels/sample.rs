@@ -11,6 +11,7 @@
 use std::collections::BTreeSet;
 
 use sprout::gpu::Gpu;
+use sprout::gpu::kernels::Logits;
 use sprout::gpu::kernels::sample::{Drawn, RowParams, SampleKey, SamplingFixture, encode_truncate};
 use sprout::gpu::kernels::softmax::{self, Extra, RowStats};
 use sprout::reference::sample as reference;
@@ -41,10 +42,26 @@ fn exact() -> Outcome {
 }
 
 /// softmax, truncate, sample and draw_logprobs over `logits [rows, vocab]` (one
-/// [`RowParams`] per row), as the engine records them.
+/// [`RowParams`] per row), as the engine records them; checked the same, bit for bit,
+/// with the logits in chunks of 2 rows.
 fn run(gpu: &Gpu, logits: &[f32], vocab: usize, params: &[RowParams], keys: &[SampleKey]) -> Drawn {
-    let fixture = SamplingFixture::new(gpu, (logits, vocab), params, keys);
-    pollster::block_on(fixture.run(gpu)).expect("read-back")
+    let [whole, chunked] = [None, Some(2)].map(|chunk_rows| {
+        let fixture = SamplingFixture::chunked(gpu, (logits, vocab), params, keys, chunk_rows);
+        pollster::block_on(fixture.run(gpu)).expect("read-back")
+    });
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(
+        chunked.tokens, whole.tokens,
+        "tokens in chunks of 2 rows vs whole"
+    );
+    for (what, c, w) in [
+        ("cuts", &chunked.cut, &whole.cut),
+        ("log-probs", &chunked.logprobs, &whole.logprobs),
+        ("sampling log-probs", &chunked.sampling, &whole.sampling),
+    ] {
+        assert_eq!(bits(c), bits(w), "{what} in chunks of 2 rows vs whole");
+    }
+    whole
 }
 
 /// The tokens drawn, with plain temperature `temperature` on every row.
@@ -124,21 +141,14 @@ fn logprobs_case(gpu: &Gpu, rows: usize, vocab: usize, m: usize) -> Result<Outco
         .flat_map(|key| &logits[key.row as usize * vocab..(key.row as usize + 1) * vocab])
         .copied()
         .collect();
-    let (pl, targets, target_lp) = (gpu.upload(&per_draw), gpu.upload(&got.tokens), gpu.zeros(m));
+    let pl = Logits::upload(gpu, &per_draw, vocab, None);
+    let (targets, target_lp) = (gpu.upload(&got.tokens), gpu.zeros(m));
     let mut rec = gpu.recorder();
     let extra = Extra::TargetLogprobs {
         targets: &targets,
         logprobs: &target_lp,
     };
-    softmax::encode(
-        gpu,
-        &mut rec,
-        &pl,
-        m,
-        vocab,
-        &RowStats::zeros(gpu, m),
-        extra,
-    );
+    softmax::encode(gpu, &mut rec, &pl, m, &RowStats::zeros(gpu, m), extra);
     rec.submit();
     check_bitwise(
         "draw log-probs vs softmax target log-probs",
@@ -258,9 +268,10 @@ fn truncation_rows(
 
 fn cut_of(gpu: &Gpu, logits: &[f32], vocab: usize, params: &[RowParams]) -> Vec<f32> {
     let rows = params.len();
-    let (l, p, cut) = (gpu.upload(logits), gpu.upload(params), gpu.zeros(2 * rows));
+    let l = Logits::upload(gpu, logits, vocab, None);
+    let (p, cut) = (gpu.upload(params), gpu.zeros(2 * rows));
     let mut rec = gpu.recorder();
-    encode_truncate(gpu, &mut rec, &l, vocab, rows, &p, &cut);
+    encode_truncate(gpu, &mut rec, &l, rows, &p, &cut);
     rec.submit();
     read_f32(gpu, &cut)
 }

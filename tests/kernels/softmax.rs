@@ -4,6 +4,7 @@
 //! the vocabulary, and batch invariance.
 
 use sprout::gpu::Gpu;
+use sprout::gpu::kernels::Logits;
 use sprout::gpu::kernels::softmax::{Extra, RowStats, encode};
 use sprout::reference::softmax as reference;
 use sprout::rng::SplitMix64;
@@ -42,29 +43,27 @@ struct Results {
     other_lse: [Vec<f32>; 2],
 }
 
-fn run(gpu: &Gpu, logits: &[f32], vocab: usize, targets: &[u32]) -> Results {
+/// The logits in chunks of `chunk_rows` rows (`None`: as the adapter's binding allows).
+fn run(
+    gpu: &Gpu,
+    logits: &[f32],
+    vocab: usize,
+    targets: &[u32],
+    chunk_rows: Option<usize>,
+) -> Results {
     let m = targets.len();
-    let logits_t = gpu.upload(logits);
+    let logits_t = Logits::upload(gpu, logits, vocab, chunk_rows);
     let targets_t = gpu.upload(targets);
     let stats: [RowStats; 3] = std::array::from_fn(|_| RowStats::zeros(gpu, m));
-    let full = gpu.zeros(m * vocab);
+    let full = Logits::zeros_chunked(gpu, m, vocab, logits_t.chunk_rows);
     let logprobs = gpu.zeros(m);
     let mut rec = gpu.recorder();
+    encode(gpu, &mut rec, &logits_t, m, &stats[0], Extra::Nothing);
     encode(
         gpu,
         &mut rec,
         &logits_t,
         m,
-        vocab,
-        &stats[0],
-        Extra::Nothing,
-    );
-    encode(
-        gpu,
-        &mut rec,
-        &logits_t,
-        m,
-        vocab,
         &stats[1],
         Extra::LogSoftmax(&full),
     );
@@ -72,7 +71,7 @@ fn run(gpu: &Gpu, logits: &[f32], vocab: usize, targets: &[u32]) -> Results {
         targets: &targets_t,
         logprobs: &logprobs,
     };
-    encode(gpu, &mut rec, &logits_t, m, vocab, &stats[2], extra);
+    encode(gpu, &mut rec, &logits_t, m, &stats[2], extra);
     rec.submit();
     let lse = |s: &RowStats| {
         read_f32(gpu, &s.stats)
@@ -87,15 +86,32 @@ fn run(gpu: &Gpu, logits: &[f32], vocab: usize, targets: &[u32]) -> Results {
             .map(|p| p[0])
             .collect(),
         lse: lse(&stats[0]),
-        log_softmax: read_f32(gpu, &full),
+        log_softmax: pollster::block_on(full.read(gpu, m)).expect("read-back"),
         target_logprobs: read_f32(gpu, &logprobs),
         other_lse: [lse(&stats[1]), lse(&stats[2])],
     }
 }
 
-/// Checks every output against the reference and the entry points against each other.
+/// Checks every output against the reference, the entry points against each other, and
+/// the logits in chunks of 2 rows against them whole.
 fn check(gpu: &Gpu, logits: &[f32], vocab: usize, targets: &[u32]) -> Result<Outcome, String> {
-    let r = run(gpu, logits, vocab, targets);
+    let r = run(gpu, logits, vocab, targets, None);
+    let c = run(gpu, logits, vocab, targets, Some(2));
+    if c.argmax != r.argmax {
+        return Err("argmax in chunks of 2 rows vs whole".into());
+    }
+    for (what, chunked, whole) in [
+        ("max logit", &c.max, &r.max),
+        ("lse", &c.lse, &r.lse),
+        ("log_softmax", &c.log_softmax, &r.log_softmax),
+        ("target_logprobs", &c.target_logprobs, &r.target_logprobs),
+    ] {
+        check_bitwise(
+            &format!("{what} in chunks of 2 rows vs whole"),
+            chunked,
+            whole,
+        )?;
+    }
     let want = reference::row_stats(logits, vocab);
     let want_argmax: Vec<u32> = want.iter().map(|s| s.argmax).collect();
     if r.argmax != want_argmax {
@@ -189,7 +205,7 @@ pub fn cases() -> Vec<Case> {
             logits[vocab + c] = 9.0; // row 1: index 0 wins over 256 (same invocation)
         }
         logits[2 * vocab..3 * vocab].fill(1.5); // row 2: all equal, index 0
-        let r = run(gpu, &logits, vocab, &targets);
+        let r = run(gpu, &logits, vocab, &targets, None);
         if r.argmax[..3] != [300, 0, 0] {
             return Err(format!(
                 "argmax of tied rows {:?}, want [300, 0, 0]",
@@ -213,7 +229,7 @@ pub fn cases() -> Vec<Case> {
         logits[vocab..2 * vocab - 1].fill(MASKED);
         logits[2 * vocab - 1] = -3.0;
         targets[1] = vocab as u32 - 1;
-        let r = run(gpu, &logits, vocab, &targets);
+        let r = run(gpu, &logits, vocab, &targets, None);
         if r.target_logprobs[1] != 0.0 || r.argmax[1] != vocab as u32 - 1 {
             return Err(format!(
                 "row 1: argmax {}, log-prob {}",
@@ -242,7 +258,7 @@ pub fn cases() -> Vec<Case> {
         let vocab = 300;
         let (logits, mut targets) = random(3, vocab, 4.0, 13);
         targets[1] = vocab as u32;
-        let r = run(gpu, &logits, vocab, &targets);
+        let r = run(gpu, &logits, vocab, &targets, None);
         if !r.target_logprobs[1].is_nan() {
             return Err(format!(
                 "target {vocab} of {vocab}: {}, want NaN",
@@ -263,13 +279,14 @@ pub fn cases() -> Vec<Case> {
         |gpu| {
             let (m, vocab) = (64, 1000);
             let (logits, targets) = random(m, vocab, 10.0, 15);
-            let batch = run(gpu, &logits, vocab, &targets);
+            let batch = run(gpu, &logits, vocab, &targets, None);
             for (i, rows) in [(0usize, 1usize), (37, 1), (63, 1), (20, 13)] {
                 let alone = run(
                     gpu,
                     &logits[i * vocab..(i + rows) * vocab],
                     vocab,
                     &targets[i..i + rows],
+                    None,
                 );
                 let what = |s: &str| format!("{s} of rows {i}..{}", i + rows);
                 if alone.argmax != batch.argmax[i..i + rows] {

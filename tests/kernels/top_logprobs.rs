@@ -6,6 +6,7 @@
 //! different counts (0 included) in one dispatch; and batch invariance, bitwise.
 
 use sprout::gpu::Gpu;
+use sprout::gpu::kernels::Logits;
 use sprout::gpu::kernels::softmax::{self, Extra, RowStats};
 use sprout::gpu::kernels::top_logprobs::{MAX_TOP_LOGPROBS, encode};
 use sprout::reference::top_logprobs as reference;
@@ -27,21 +28,31 @@ struct Top {
 }
 
 /// softmax's row stats, then top_logprobs, as the engine records them.
+/// Checked the same with the logits in chunks of 2 rows.
 fn run(gpu: &Gpu, logits: &[f32], vocab: usize, counts: &[u32], n_max: usize) -> Top {
-    let rows = counts.len();
-    let (l, c) = (gpu.upload(logits), gpu.upload(counts));
-    let stats = RowStats::zeros(gpu, rows);
-    let (ids, logprobs) = (gpu.zeros(rows * n_max), gpu.zeros(rows * n_max));
-    let mut rec = gpu.recorder();
-    softmax::encode(gpu, &mut rec, &l, rows, vocab, &stats, Extra::Nothing);
-    encode(
-        gpu, &mut rec, &l, vocab, &stats, &c, rows, n_max, &ids, &logprobs,
+    let [whole, chunked] = [None, Some(2)].map(|chunk_rows| {
+        let rows = counts.len();
+        let l = Logits::upload(gpu, logits, vocab, chunk_rows);
+        let c = gpu.upload(counts);
+        let stats = RowStats::zeros(gpu, rows);
+        let (ids, logprobs) = (gpu.zeros(rows * n_max), gpu.zeros(rows * n_max));
+        let mut rec = gpu.recorder();
+        softmax::encode(gpu, &mut rec, &l, rows, &stats, Extra::Nothing);
+        encode(gpu, &mut rec, &l, &stats, &c, rows, n_max, &ids, &logprobs);
+        rec.submit();
+        Top {
+            ids: read_u32(gpu, &ids),
+            logprobs: read_f32(gpu, &logprobs),
+        }
+    });
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(chunked.ids, whole.ids, "ids in chunks of 2 rows vs whole");
+    assert_eq!(
+        bits(&chunked.logprobs),
+        bits(&whole.logprobs),
+        "log-probs in chunks of 2 rows vs whole"
     );
-    rec.submit();
-    Top {
-        ids: read_u32(gpu, &ids),
-        logprobs: read_f32(gpu, &logprobs),
-    }
+    whole
 }
 
 /// softmax's `target_logprobs` for every entry of `ids [rows, n_max]`: one pass per column
@@ -54,7 +65,7 @@ fn softmax_logprobs(
     n_max: usize,
 ) -> Vec<f32> {
     let rows = ids.len() / n_max.max(1);
-    let l = gpu.upload(logits);
+    let l = Logits::upload(gpu, logits, vocab, None);
     let mut rec = gpu.recorder();
     let columns: Vec<_> = (0..n_max)
         .map(|j| {
@@ -64,15 +75,7 @@ fn softmax_logprobs(
                 targets: &targets,
                 logprobs: &out,
             };
-            softmax::encode(
-                gpu,
-                &mut rec,
-                &l,
-                rows,
-                vocab,
-                &RowStats::zeros(gpu, rows),
-                extra,
-            );
+            softmax::encode(gpu, &mut rec, &l, rows, &RowStats::zeros(gpu, rows), extra);
             out
         })
         .collect();

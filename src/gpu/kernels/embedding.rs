@@ -1,5 +1,10 @@
-//! Embedding lookup (shaders/embedding.wgsl): `out[r] = table[ids[r]]`, dequantized, from
-//! a [`GpuWeight`] `[vocab, dim]` in any stored format, split into parts or not.
+//! Embedding lookup (shaders/embedding.wgsl): `out[r] = table[ids[r]] * scale`,
+//! dequantized, from a [`GpuWeight`] `[vocab, dim]` in any stored format, split into parts
+//! or not. `scale` is the model's embedding scale (Gemma multiplies embeddings by
+//! `sqrt(hidden)`): one f32 multiply per value after decoding, so 1.0 changes nothing.
+//!
+//! A table larger than one binding or buffer (Gemma 3's 262,144 rows) is uploaded in parts
+//! of whole rows (`gpu::weights`).
 //!
 //! One dispatch per part; each writes the rows whose id that part holds. The ids live on
 //! the GPU, so they cannot be checked here: an id `>= vocab` yields a row of zeros (written
@@ -29,7 +34,7 @@ struct Params {
     rows: u32,
     vocab: u32,
     zero_invalid: u32,
-    _pad: u32,
+    scale: f32,
 }
 
 /// The embedding kernel for a table in one weight format.
@@ -54,8 +59,9 @@ impl KernelSpec for EmbeddingKernel {
     }
 }
 
-/// Records `out[m, table.cols] = table[ids[m]]` (ids `>= table.rows` give zeros; an id
-/// `DRAWN | i` is `drawn[i]`).
+/// Records `out[m, table.cols] = table[ids[m]] * scale` (ids `>= table.rows` give zeros;
+/// an id `DRAWN | i` is `drawn[i]`).
+#[allow(clippy::too_many_arguments)]
 pub fn encode(
     gpu: &Gpu,
     rec: &mut Recorder,
@@ -64,6 +70,7 @@ pub fn encode(
     drawn: &Tensor,
     m: usize,
     out: &Tensor,
+    scale: f32,
 ) {
     let dim = table.cols;
     assert!(
@@ -91,7 +98,7 @@ pub fn encode(
             rows: part.rows as u32,
             vocab: table.rows as u32,
             zero_invalid: (i == 0) as u32,
-            _pad: 0,
+            scale,
         };
         rec.dispatch(
             &kernel,

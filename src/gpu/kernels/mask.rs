@@ -9,9 +9,11 @@
 //! Invariants: each pair writes one logit, a constant: every other logit is untouched bit
 //! for bit, the result does not depend on the order or grouping of the pairs, and a pair
 //! may repeat. A pair past the rows or the vocabulary writes nothing (the host cannot check
-//! pairs: they live on the GPU).
+//! pairs: they live on the GPU). The logits come in chunks of rows ([`Logits`]), one
+//! dispatch per chunk, each writing the pairs of its own rows.
 
 use crate::gpu::grid::grid;
+use crate::gpu::kernels::logits::Logits;
 use crate::gpu::pipelines::{Access, KernelSpec};
 use crate::gpu::{Gpu, Recorder, Tensor};
 
@@ -30,7 +32,7 @@ struct Params {
     n: u32,
     rows: u32,
     vocab: u32,
-    _pad: u32,
+    first_row: u32,
 }
 
 /// The masking kernel.
@@ -56,40 +58,43 @@ impl KernelSpec for MaskKernel {
     }
 }
 
-/// Records `logits[pairs[2i] * vocab + pairs[2i + 1]] = MASKED_LOGIT` for `i in 0..n`,
-/// where `pairs [2n]` u32 are (row, token); pairs whose row >= `rows` or token >= `vocab`
-/// are skipped.
+/// Records `logits[pairs[2i], pairs[2i + 1]] = MASKED_LOGIT` for `i in 0..n`, where
+/// `pairs [2n]` u32 are (row, token); pairs whose row >= `rows` or token >= the vocabulary
+/// are skipped. One dispatch per chunk of the logits, each masking the pairs of its rows.
 pub fn encode(
     gpu: &Gpu,
     rec: &mut Recorder,
-    logits: &Tensor,
-    vocab: usize,
+    logits: &Logits,
     rows: usize,
     pairs: &Tensor,
     n: usize,
 ) {
+    let vocab = logits.vocab;
     assert!(vocab > 0, "mask_tokens: the vocabulary is empty");
     assert!(
-        logits.len >= rows * vocab,
-        "mask_tokens: logits hold {} values, need {rows}x{vocab}",
-        logits.len
+        logits.rows >= rows,
+        "mask_tokens: logits hold {} rows, need {rows}",
+        logits.rows
     );
-    u32::try_from(rows * vocab).expect("mask_tokens: more than 2^32 logits");
     assert!(
         pairs.len >= 2 * n,
         "mask_tokens: pairs hold {} values, need (row, token) for {n}",
         pairs.len
     );
-    let params = Params {
-        n: u32::try_from(n).expect("mask_tokens: more than 2^32 pairs"),
-        rows: rows as u32,
-        vocab: vocab as u32,
-        _pad: 0,
-    };
-    rec.dispatch(
-        &gpu.pipeline(&MaskKernel),
-        bytemuck::bytes_of(&params),
-        &[&pairs.buffer, &logits.buffer],
-        grid(gpu, n.div_ceil(WORKGROUP)),
-    );
+    let n = u32::try_from(n).expect("mask_tokens: more than 2^32 pairs");
+    let kernel = gpu.pipeline(&MaskKernel);
+    for chunk in logits.chunks(rows) {
+        let params = Params {
+            n,
+            rows: chunk.rows as u32,
+            vocab: vocab as u32,
+            first_row: chunk.first_row as u32,
+        };
+        rec.dispatch(
+            &kernel,
+            bytemuck::bytes_of(&params),
+            &[&pairs.buffer, &chunk.tensor.buffer],
+            grid(gpu, (n as usize).div_ceil(WORKGROUP)),
+        );
+    }
 }

@@ -5,6 +5,7 @@
 pub mod attention;
 pub mod embedding;
 pub mod head_norm_rope;
+pub mod logits;
 pub mod mask;
 pub mod matmul;
 pub mod norm_add;
@@ -14,6 +15,7 @@ pub mod sample;
 pub mod softmax;
 pub mod top_logprobs;
 
+pub use logits::{Logits, LogitsChunk};
 pub use row_info::RowInfo;
 
 use crate::formats::WeightFormat;

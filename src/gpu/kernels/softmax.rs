@@ -6,10 +6,14 @@
 //! One workgroup per row reduces in a fixed order: a row's results are bitwise independent
 //! of `m`, and `lse` (hence every log-prob) is identical whichever output was asked for.
 //!
+//! The logits come in chunks of rows ([`Logits`]), one dispatch per chunk; a row's
+//! results do not depend on the chunk that holds it.
+//!
 //! Logits must be finite (WGSL lets implementations assume no inf or NaN): mask a token
 //! with a large negative finite logit such as -1e30, not -inf.
 
 use crate::gpu::grid::grid;
+use crate::gpu::kernels::logits::Logits;
 use crate::gpu::pipelines::{Access, KernelSpec};
 use crate::gpu::shaders::with_argmax;
 use crate::gpu::{Gpu, Recorder, Tensor};
@@ -21,7 +25,8 @@ const KERNEL: &str = include_str!("../../../shaders/softmax.wgsl");
 struct Params {
     m: u32,
     vocab: u32,
-    _pad: [u32; 2],
+    first_row: u32,
+    _pad: u32,
 }
 
 /// Per-row results: `argmax [rows]` u32 and `stats [rows, 2]` f32 = (max logit, lse).
@@ -44,8 +49,8 @@ impl RowStats {
 /// What else the pass writes besides [`RowStats`].
 pub enum Extra<'a> {
     Nothing,
-    /// `out [m, vocab]`: `logit - lse` for every logit.
-    LogSoftmax(&'a Tensor),
+    /// `out [m, vocab]`, chunked as the logits are: `logit - lse` for every logit.
+    LogSoftmax(&'a Logits),
     /// `logprobs [m]`: `logits[r, targets[r]] - lse[r]` (NaN for a target `>= vocab`).
     TargetLogprobs {
         targets: &'a Tensor,
@@ -98,38 +103,34 @@ impl KernelSpec for SoftmaxKernel {
     }
 }
 
-/// Records the row statistics of `logits [m, vocab]` into `out`, and `extra`.
+/// Records the row statistics of rows `0..m` of `logits` into `out`, and `extra`: one
+/// dispatch per chunk of the logits.
 pub fn encode(
     gpu: &Gpu,
     rec: &mut Recorder,
-    logits: &Tensor,
+    logits: &Logits,
     m: usize,
-    vocab: usize,
     out: &RowStats,
     extra: Extra,
 ) {
+    let vocab = logits.vocab;
     assert!(vocab > 0, "softmax: the vocabulary is empty");
     assert!(
-        logits.len >= m * vocab,
-        "softmax: logits holds {} values, needs {m}x{vocab}",
-        logits.len
+        logits.rows >= m,
+        "softmax: logits hold {} rows, need {m}",
+        logits.rows
     );
     assert!(
         out.rows >= m,
         "softmax: row stats hold {} rows, need {m}",
         out.rows
     );
-    let mut buffers = vec![&logits.buffer, &out.argmax.buffer, &out.stats.buffer];
     match &extra {
         Extra::Nothing => {}
-        Extra::LogSoftmax(t) => {
-            assert!(
-                t.len >= m * vocab,
-                "softmax: log-softmax output holds {} values, needs {m}x{vocab}",
-                t.len
-            );
-            buffers.push(&t.buffer);
-        }
+        Extra::LogSoftmax(t) => assert!(
+            t.vocab == vocab && t.chunk_rows == logits.chunk_rows && t.rows >= m,
+            "softmax: the log-softmax output is not chunked as the logits are"
+        ),
         Extra::TargetLogprobs { targets, logprobs } => {
             assert!(
                 targets.len >= m,
@@ -141,18 +142,29 @@ pub fn encode(
                 "softmax: logprobs holds {} values, needs {m}",
                 logprobs.len
             );
-            buffers.extend([&logprobs.buffer, &targets.buffer]);
         }
     }
-    let params = Params {
-        m: m as u32,
-        vocab: vocab as u32,
-        _pad: [0; 2],
-    };
-    rec.dispatch(
-        &gpu.pipeline(&extra.kernel()),
-        bytemuck::bytes_of(&params),
-        &buffers,
-        grid(gpu, m),
-    );
+    let kernel = gpu.pipeline(&extra.kernel());
+    for (i, chunk) in logits.chunks(m).enumerate() {
+        let mut buffers = vec![&chunk.tensor.buffer, &out.argmax.buffer, &out.stats.buffer];
+        match &extra {
+            Extra::Nothing => {}
+            Extra::LogSoftmax(t) => buffers.push(&t.chunks[i].buffer),
+            Extra::TargetLogprobs { targets, logprobs } => {
+                buffers.extend([&logprobs.buffer, &targets.buffer])
+            }
+        }
+        let params = Params {
+            m: chunk.rows as u32,
+            vocab: vocab as u32,
+            first_row: chunk.first_row as u32,
+            _pad: 0,
+        };
+        rec.dispatch(
+            &kernel,
+            bytemuck::bytes_of(&params),
+            &buffers,
+            grid(gpu, chunk.rows),
+        );
+    }
 }

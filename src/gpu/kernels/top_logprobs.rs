@@ -15,9 +15,11 @@
 //! its logits, lse and count: bitwise the same alone or in any batch, wherever the row
 //! sits (ARCHITECTURE.md, principle 1).
 //!
-//! Logits must be finite (see `softmax`).
+//! The logits come in chunks of rows ([`Logits`]), one dispatch per chunk; a row's
+//! results do not depend on the chunk that holds it. Logits must be finite (see `softmax`).
 
 use crate::gpu::grid::grid;
+use crate::gpu::kernels::logits::Logits;
 use crate::gpu::kernels::softmax::RowStats;
 use crate::gpu::pipelines::{Access, KernelSpec};
 use crate::gpu::shaders::with_argmax;
@@ -34,7 +36,7 @@ struct Params {
     rows: u32,
     vocab: u32,
     n_max: u32,
-    _pad: u32,
+    first_row: u32,
 }
 
 /// The alternatives kernel.
@@ -61,7 +63,7 @@ impl KernelSpec for TopLogprobsKernel {
     }
 }
 
-/// Records, for each row `r` in `0..rows` of `logits [.., vocab]` with `n = counts[r]`
+/// Records, for each row `r` in `0..rows` of `logits` with `n = counts[r]`
 /// (u32, at most `n_max`, `n_max <= MAX_TOP_LOGPROBS`):
 /// `ids[r * n_max + j]` and `logprobs[r * n_max + j]` for `j < n` = the `j`-th most likely
 /// token of row `r` (descending logit, lowest index first among equal logits) and its raw
@@ -75,8 +77,7 @@ impl KernelSpec for TopLogprobsKernel {
 pub fn encode(
     gpu: &Gpu,
     rec: &mut Recorder,
-    logits: &Tensor,
-    vocab: usize,
+    logits: &Logits,
     stats: &RowStats,
     counts: &Tensor,
     rows: usize,
@@ -84,17 +85,17 @@ pub fn encode(
     ids: &Tensor,
     logprobs: &Tensor,
 ) {
+    let vocab = logits.vocab;
     assert!(vocab > 0, "top_logprobs: the vocabulary is empty");
     assert!(
         n_max <= MAX_TOP_LOGPROBS,
         "top_logprobs: n_max {n_max} exceeds MAX_TOP_LOGPROBS ({MAX_TOP_LOGPROBS})"
     );
     assert!(
-        logits.len >= rows * vocab,
-        "top_logprobs: logits hold {} values, need {rows}x{vocab}",
-        logits.len
+        logits.rows >= rows,
+        "top_logprobs: logits hold {} rows, need {rows}",
+        logits.rows
     );
-    u32::try_from(logits.len).expect("top_logprobs: logits hold more than 2^32 values");
     assert!(
         stats.rows >= rows && stats.stats.len >= 2 * rows,
         "top_logprobs: row stats hold {} rows ({} values), need (max, lse) of {rows}",
@@ -113,22 +114,25 @@ pub fn encode(
             t.len
         );
     }
-    let params = Params {
-        rows: rows as u32,
-        vocab: vocab as u32,
-        n_max: n_max as u32,
-        _pad: 0,
-    };
-    rec.dispatch(
-        &gpu.pipeline(&TopLogprobsKernel),
-        bytemuck::bytes_of(&params),
-        &[
-            &logits.buffer,
-            &stats.stats.buffer,
-            &counts.buffer,
-            &ids.buffer,
-            &logprobs.buffer,
-        ],
-        grid(gpu, rows),
-    );
+    let kernel = gpu.pipeline(&TopLogprobsKernel);
+    for chunk in logits.chunks(rows) {
+        let params = Params {
+            rows: chunk.rows as u32,
+            vocab: vocab as u32,
+            n_max: n_max as u32,
+            first_row: chunk.first_row as u32,
+        };
+        rec.dispatch(
+            &kernel,
+            bytemuck::bytes_of(&params),
+            &[
+                &chunk.tensor.buffer,
+                &stats.stats.buffer,
+                &counts.buffer,
+                &ids.buffer,
+                &logprobs.buffer,
+            ],
+            grid(gpu, chunk.rows),
+        );
+    }
 }

@@ -158,6 +158,15 @@ pub enum Output<'a> {
     Qkv(QkvArgs<'a>),
 }
 
+/// The rows of x a gathered matmul reads: its row `i` is x's row `index[first + i]` (a
+/// dispatch over part of the rows an index buffer lists, such as one chunk of logits).
+#[derive(Clone, Copy)]
+pub struct Gather<'a> {
+    /// u32 row indices.
+    pub index: &'a Tensor,
+    pub first: usize,
+}
+
 /// One fused matmul: `m` rows of `x` against `weight`, read through `norm` (RMSNorm) when
 /// given, optionally of the rows `gather` of x, with `output` saying the epilogue.
 pub struct Matmul<'a> {
@@ -165,8 +174,8 @@ pub struct Matmul<'a> {
     pub m: usize,
     pub weight: &'a GpuWeight,
     pub norm: Option<NormArgs<'a>>,
-    /// `[m]` u32: the rows of x to read (RMSNorm only).
-    pub gather: Option<&'a Tensor>,
+    /// The rows of x to read (RMSNorm only).
+    pub gather: Option<Gather<'a>>,
     pub output: Output<'a>,
 }
 
@@ -209,7 +218,8 @@ struct Params {
     head_dim: u32,
     max_positions: u32,
     y_cols: u32,
-    _pad: [u32; 2],
+    gather_first: u32,
+    _pad: u32,
 }
 
 /// The storage bindings of a kernel: x and the weight, then the prologue's, then the
@@ -350,11 +360,12 @@ pub fn encode(gpu: &Gpu, rec: &mut Recorder, op: &Matmul, shape: MatmulShape) {
         shape.runs_on(&gpu.caps),
         "matmul: {shape:?} cannot run on this adapter"
     );
-    if let Some(rows) = op.gather {
+    if let Some(g) = op.gather {
         assert!(
-            rows.len >= m,
-            "matmul: {} row indices for {m} rows",
-            rows.len
+            g.index.len >= g.first + m,
+            "matmul: {} row indices for {m} rows from {}",
+            g.index.len,
+            g.first
         );
     }
     let n = weight.rows;
@@ -381,7 +392,8 @@ pub fn encode(gpu: &Gpu, rec: &mut Recorder, op: &Matmul, shape: MatmulShape) {
         head_dim: 0,
         max_positions: 0,
         y_cols: (n / 2) as u32,
-        _pad: [0; 2],
+        gather_first: op.gather.map_or(0, |g| g.first as u32),
+        _pad: 0,
     };
     let mut extra: Vec<&wgpu::Buffer> = Vec::with_capacity(6);
     if let Some(norm) = &op.norm {
@@ -394,8 +406,8 @@ pub fn encode(gpu: &Gpu, rec: &mut Recorder, op: &Matmul, shape: MatmulShape) {
         p.eps = norm.eps;
         p.vec_offset = norm.offset as u32;
         extra.push(&norm.vectors.buffer);
-        if let Some(rows) = op.gather {
-            extra.push(&rows.buffer);
+        if let Some(g) = op.gather {
+            extra.push(&g.index.buffer);
         }
     }
     match &op.output {

@@ -11,16 +11,16 @@
 
 use super::{RowParams, SampleKey, encode, encode_draw_logprobs, encode_truncate};
 use crate::error::SproutError;
+use crate::gpu::kernels::logits::Logits;
 use crate::gpu::kernels::mask;
 use crate::gpu::kernels::softmax::{self, Extra, RowStats};
 use crate::gpu::{Gpu, Recorder, Tensor};
 
 /// Logits rows, their params, the draws' keys, and the chain's outputs, on the GPU.
 pub struct SamplingFixture {
-    vocab: usize,
     rows: usize,
     draws: usize,
-    logits: Tensor,
+    logits: Logits,
     params: Tensor,
     keys: Tensor,
     /// `(row, token)` pairs to forbid, and how many.
@@ -45,9 +45,21 @@ impl SamplingFixture {
     /// `logits [params.len(), vocab]`, one [`RowParams`] per row, one draw per key.
     pub fn new(
         gpu: &Gpu,
+        logits: (&[f32], usize),
+        params: &[RowParams],
+        keys: &[SampleKey],
+    ) -> SamplingFixture {
+        Self::chunked(gpu, logits, params, keys, None)
+    }
+
+    /// As [`SamplingFixture::new`], with the logits in chunks of `chunk_rows` rows
+    /// (`None`: the largest chunks the adapter can bind).
+    pub fn chunked(
+        gpu: &Gpu,
         (logits, vocab): (&[f32], usize),
         params: &[RowParams],
         keys: &[SampleKey],
+        chunk_rows: Option<usize>,
     ) -> SamplingFixture {
         let (rows, draws) = (params.len(), keys.len());
         assert_eq!(
@@ -56,10 +68,9 @@ impl SamplingFixture {
             "sampling fixture: one row per params"
         );
         SamplingFixture {
-            vocab,
             rows,
             draws,
-            logits: gpu.upload(logits),
+            logits: Logits::upload(gpu, logits, vocab, chunk_rows),
             params: gpu.upload(params),
             keys: gpu.upload(keys),
             masked: None,
@@ -79,20 +90,19 @@ impl SamplingFixture {
 
     /// Records the chain, as the engine does.
     pub fn encode(&self, gpu: &Gpu, rec: &mut Recorder) {
-        let (l, v, rows, m) = (&self.logits, self.vocab, self.rows, self.draws);
+        let (l, rows, m) = (&self.logits, self.rows, self.draws);
         let (p, cut, k) = (&self.params, &self.cut, &self.keys);
-        softmax::encode(gpu, rec, l, rows, v, &self.stats, Extra::Nothing);
+        softmax::encode(gpu, rec, l, rows, &self.stats, Extra::Nothing);
         if let Some((pairs, n)) = &self.masked {
-            mask::encode(gpu, rec, l, v, rows, pairs, *n);
+            mask::encode(gpu, rec, l, rows, pairs, *n);
         }
-        encode_truncate(gpu, rec, l, v, rows, p, cut);
-        encode(gpu, rec, l, v, p, cut, k, m, &self.tokens);
+        encode_truncate(gpu, rec, l, rows, p, cut);
+        encode(gpu, rec, l, p, cut, k, m, &self.tokens);
         let (tokens, stats) = (&self.tokens, &self.stats);
         encode_draw_logprobs(
             gpu,
             rec,
             l,
-            v,
             stats,
             p,
             cut,

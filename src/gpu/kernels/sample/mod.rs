@@ -41,6 +41,11 @@
 //! and for top-p up to f32 rounding of the masses at a near-tie of `M(x)` with
 //! `top_p * Z_k`.
 //!
+//! The logits come in chunks of rows ([`Logits`]): each kernel dispatches once per chunk,
+//! truncation over the chunk's rows, sampling and draw log-probs over every draw but
+//! serving only those whose row the chunk holds (the first chunk also those from rows past
+//! the logits). A row is computed by the same code whichever chunk holds it.
+//!
 //! Invariant: a draw depends only on its key and its row's logits, params and cut, never
 //! on the other rows or draws of the dispatch nor on where its row sits in the logits
 //! buffer (ARCHITECTURE.md, principle 1); the cut of a row depends only on that row and its
@@ -52,6 +57,7 @@ mod fixture;
 pub use fixture::{Drawn, SamplingFixture};
 
 use crate::gpu::grid::grid;
+use crate::gpu::kernels::logits::{Logits, LogitsChunk};
 use crate::gpu::kernels::softmax::RowStats;
 use crate::gpu::pipelines::{Access, KernelSpec};
 use crate::gpu::shaders::with_argmax;
@@ -73,7 +79,9 @@ struct Params {
     m: u32,
     vocab: u32,
     rows: u32,
-    _pad: u32,
+    first_row: u32,
+    chunk_rows: u32,
+    _pad: [u32; 3],
 }
 
 /// How one logits row is sampled (`RowParams` in the shader): 16 bytes. Build it with
@@ -228,30 +236,37 @@ impl KernelSpec for SampleKernel {
     }
 }
 
-/// Rows of `vocab` logits that `logits` holds, after checking it holds whole rows.
-fn logits_rows(what: &str, logits: &Tensor, vocab: usize) -> usize {
-    assert!(vocab > 0, "{what}: the vocabulary is empty");
-    assert!(
-        logits.len >= vocab,
-        "{what}: logits hold {} values, less than one row of {vocab}",
-        logits.len
-    );
-    u32::try_from(logits.len).expect("logits hold more than 2^32 values");
-    logits.len / vocab
-}
-
 /// Rows that the logits, the params and the cut all hold (a draw from another row draws
 /// `u32::MAX`).
-fn readable_rows(
-    what: &str,
-    logits: &Tensor,
-    vocab: usize,
-    params: &Tensor,
-    cut: &Tensor,
-) -> usize {
-    logits_rows(what, logits, vocab)
-        .min(params.len / PARAM_WORDS)
-        .min(cut.len / 2)
+fn readable_rows(what: &str, logits: &Logits, params: &Tensor, cut: &Tensor) -> usize {
+    assert!(logits.vocab > 0, "{what}: the vocabulary is empty");
+    logits.rows.min(params.len / PARAM_WORDS).min(cut.len / 2)
+}
+
+/// The chunks a per-draw dispatch runs on: those holding the readable rows, and at least
+/// the first (whose dispatch also serves the draws from rows past them).
+fn draw_chunks(logits: &Logits, rows: usize) -> Vec<LogitsChunk<'_>> {
+    let mut chunks: Vec<LogitsChunk> = logits.chunks(rows).collect();
+    if chunks.is_empty() {
+        chunks.push(LogitsChunk {
+            first_row: 0,
+            rows: 0,
+            tensor: &logits.chunks[0],
+        });
+    }
+    chunks
+}
+
+/// The kernel's parameters for one chunk.
+fn params_for(m: usize, vocab: usize, rows: usize, chunk: &LogitsChunk) -> Params {
+    Params {
+        m: m as u32,
+        vocab: vocab as u32,
+        rows: u32::try_from(rows).unwrap_or(u32::MAX),
+        first_row: chunk.first_row as u32,
+        chunk_rows: chunk.rows as u32,
+        _pad: [0; 3],
+    }
 }
 
 fn check_draws(what: &str, keys: &Tensor, tokens: &Tensor, m: usize) {
@@ -267,23 +282,23 @@ fn check_draws(what: &str, keys: &Tensor, tokens: &Tensor, m: usize) {
     );
 }
 
-/// Records `cut[r] = (tau, log_z)` for rows `r in 0..rows` of `logits [.., vocab]` under
-/// `params[r]` (`params` holds `rows` [`RowParams`]; upload them with `gpu.upload`). `cut`
-/// holds `2 * rows` f32. See the module doc for what tau and log_z are.
-#[allow(clippy::too_many_arguments)]
+/// Records `cut[r] = (tau, log_z)` for rows `r in 0..rows` of `logits` under `params[r]`
+/// (`params` holds `rows` [`RowParams`]; upload them with `gpu.upload`). `cut` holds
+/// `2 * rows` f32. See the module doc for what tau and log_z are. One dispatch per chunk.
 pub fn encode_truncate(
     gpu: &Gpu,
     rec: &mut Recorder,
-    logits: &Tensor,
-    vocab: usize,
+    logits: &Logits,
     rows: usize,
     params: &Tensor,
     cut: &Tensor,
 ) {
-    let have = logits_rows("truncate", logits, vocab);
+    let vocab = logits.vocab;
+    assert!(vocab > 0, "truncate: the vocabulary is empty");
     assert!(
-        have >= rows,
-        "truncate: logits hold {have} rows of {vocab}, need {rows}"
+        logits.rows >= rows,
+        "truncate: logits hold {} rows of {vocab}, need {rows}",
+        logits.rows
     );
     assert!(
         params.len >= rows * PARAM_WORDS,
@@ -295,56 +310,50 @@ pub fn encode_truncate(
         "truncate: cut holds {} values, need (tau, log_z) for {rows} rows",
         cut.len
     );
-    let p = Params {
-        m: 0,
-        vocab: vocab as u32,
-        rows: rows as u32,
-        _pad: 0,
-    };
-    rec.dispatch(
-        &gpu.pipeline(&SampleKernel::Truncate),
-        bytemuck::bytes_of(&p),
-        &[&logits.buffer, &params.buffer, &cut.buffer],
-        grid(gpu, rows),
-    );
+    let kernel = gpu.pipeline(&SampleKernel::Truncate);
+    for chunk in logits.chunks(rows) {
+        rec.dispatch(
+            &kernel,
+            bytemuck::bytes_of(&params_for(0, vocab, rows, &chunk)),
+            &[&chunk.tensor.buffer, &params.buffer, &cut.buffer],
+            grid(gpu, chunk.rows),
+        );
+    }
 }
 
 /// Records `tokens[d] = draw(logits[keys[d].row, ..], keys[d])` for `d in 0..m` draws,
-/// each under its row's `params` and `cut` (written by [`encode_truncate`]). `logits` holds
-/// rows of `vocab` values; `keys` holds `m` [`SampleKey`]s (upload them with `gpu.upload`).
-/// A key whose row is past the logits, the params or the cut draws `u32::MAX`.
+/// each under its row's `params` and `cut` (written by [`encode_truncate`]); `keys` holds
+/// `m` [`SampleKey`]s (upload them with `gpu.upload`). A key whose row is past the logits,
+/// the params or the cut draws `u32::MAX`. One dispatch per chunk, each drawing the draws
+/// from its rows.
 #[allow(clippy::too_many_arguments)]
 pub fn encode(
     gpu: &Gpu,
     rec: &mut Recorder,
-    logits: &Tensor,
-    vocab: usize,
+    logits: &Logits,
     params: &Tensor,
     cut: &Tensor,
     keys: &Tensor,
     m: usize,
     tokens: &Tensor,
 ) {
-    let rows = readable_rows("sample", logits, vocab, params, cut);
+    let rows = readable_rows("sample", logits, params, cut);
     check_draws("sample", keys, tokens, m);
-    let p = Params {
-        m: m as u32,
-        vocab: vocab as u32,
-        rows: rows as u32,
-        _pad: 0,
-    };
-    rec.dispatch(
-        &gpu.pipeline(&SampleKernel::Sample),
-        bytemuck::bytes_of(&p),
-        &[
-            &logits.buffer,
-            &params.buffer,
-            &cut.buffer,
-            &keys.buffer,
-            &tokens.buffer,
-        ],
-        grid(gpu, m),
-    );
+    let kernel = gpu.pipeline(&SampleKernel::Sample);
+    for chunk in draw_chunks(logits, rows) {
+        rec.dispatch(
+            &kernel,
+            bytemuck::bytes_of(&params_for(m, logits.vocab, rows, &chunk)),
+            &[
+                &chunk.tensor.buffer,
+                &params.buffer,
+                &cut.buffer,
+                &keys.buffer,
+                &tokens.buffer,
+            ],
+            grid(gpu, m),
+        );
+    }
 }
 
 /// Records, for `d in 0..m` with `r = keys[d].row` and `c = tokens[d]`:
@@ -357,8 +366,7 @@ pub fn encode(
 pub fn encode_draw_logprobs(
     gpu: &Gpu,
     rec: &mut Recorder,
-    logits: &Tensor,
-    vocab: usize,
+    logits: &Logits,
     stats: &RowStats,
     params: &Tensor,
     cut: &Tensor,
@@ -375,7 +383,7 @@ pub fn encode_draw_logprobs(
         stats.rows
     );
     // A row is readable when the logits, params, cut and stats all hold it.
-    let rows = readable_rows("draw_logprobs", logits, vocab, params, cut).min(stats.rows);
+    let rows = readable_rows("draw_logprobs", logits, params, cut).min(stats.rows);
     check_draws("draw_logprobs", keys, tokens, m);
     assert!(
         logprobs.len >= m,
@@ -387,25 +395,22 @@ pub fn encode_draw_logprobs(
         "draw_logprobs: sampling log-probs hold {} values, need {m}",
         sampling_logprobs.len
     );
-    let p = Params {
-        m: m as u32,
-        vocab: vocab as u32,
-        rows: u32::try_from(rows).unwrap_or(u32::MAX),
-        _pad: 0,
-    };
-    rec.dispatch(
-        &gpu.pipeline(&SampleKernel::DrawLogprobs),
-        bytemuck::bytes_of(&p),
-        &[
-            &logits.buffer,
-            &params.buffer,
-            &cut.buffer,
-            &keys.buffer,
-            &tokens.buffer,
-            &stats.stats.buffer,
-            &logprobs.buffer,
-            &sampling_logprobs.buffer,
-        ],
-        grid(gpu, m.div_ceil(LOGPROB_WORKGROUP)),
-    );
+    let kernel = gpu.pipeline(&SampleKernel::DrawLogprobs);
+    for chunk in draw_chunks(logits, rows) {
+        rec.dispatch(
+            &kernel,
+            bytemuck::bytes_of(&params_for(m, logits.vocab, rows, &chunk)),
+            &[
+                &chunk.tensor.buffer,
+                &params.buffer,
+                &cut.buffer,
+                &keys.buffer,
+                &tokens.buffer,
+                &stats.stats.buffer,
+                &logprobs.buffer,
+                &sampling_logprobs.buffer,
+            ],
+            grid(gpu, m.div_ceil(LOGPROB_WORKGROUP)),
+        );
+    }
 }
