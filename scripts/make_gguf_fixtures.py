@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Make sprout's K-quant GGUF fixtures: tiny random models written as the GGUF files people
-download (Q4_K_M's mix of Q4_K, Q6_K and Q5_0), with transformers' results on those files.
+download (Q4_K_M's mix of Q4_K, Q6_K and Q5_0; Q5_K with Q5_1), with transformers' results on
+those files.
 
 Writes (under tests/fixtures/ unless --out says otherwise), each NAME.gguf + NAME.json:
   tiny-qwen3-q4_k_m   qwen3: q/k RMSNorms, head_dim 128 (q 512 rows, hidden 256), GQA 4/1,
@@ -12,6 +13,10 @@ Writes (under tests/fixtures/ unless --out says otherwise), each NAME.gguf + NAM
   tiny-qwen2-q5_0     qwen2 (q/k/v biases) with hidden 160, not a multiple of 256: every
                       matrix whose rows are 160 values is Q5_0 (as Q4_K_M files of
                       Qwen2.5-0.5B, hidden 896, fall back), down (rows of 256) Q4_K / Q6_K
+  tiny-llama-q5_1-q5_k
+                      llama (q and k permuted, no rope scaling), attention, MLP and the
+                      untied output Q5_K, the embedding and layer 0's q, v and down Q5_1, so
+                      q|k|v of mixed formats and of Q5_K alone both run
   NAME.json: the prompt text and ids, 16 greedy tokens, their teacher-forced log-probs and
   every step's top1-top2 logit gap (tests compare tokens up to the first near-tie), and a
   chat (system, user, an assistant turn with a think block, user) as transformers renders
@@ -104,6 +109,18 @@ SPECS = [
         # Rows of 160 values cannot be K-quants: Q5_0 there, as llama.cpp falls back.
         types=dict(embed=Q.Q5_0, output=Q.Q5_0, default=Q.Q5_0, down=Q.Q4_K,
                    more_bits={0: ("down",)}, high=Q.Q6_K),
+    ),
+    dict(
+        name="tiny-llama-q5_1-q5_k",
+        seed=14,
+        arch="llama",
+        vocab_size=320,
+        template="llama3.jinja",
+        config=dict(hidden_size=256, num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+                    intermediate_size=256, num_hidden_layers=2, rope_theta=10000.0,
+                    rms_norm_eps=1e-5, tie_word_embeddings=False, max_position_embeddings=512),
+        types=dict(embed=Q.Q5_1, output=Q.Q5_K, default=Q.Q5_K,
+                   more_bits={0: ("q", "v", "down")}, high=Q.Q5_1),
     ),
 ]
 

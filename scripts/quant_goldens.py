@@ -3,11 +3,11 @@
 decodes them to, so that sprout's block decoders (src/formats) are checked against an
 independent implementation of ggml's layouts.
 
-For each of Q5_0, Q4_K and Q6_K: random valid blocks (random bytes, with every f16 scale
-replaced by a finite one: normals of either sign, subnormals and zeros, since real K-quant
-scales are often subnormal) and gguf.quants.dequantize's float32 values. For Q5_0 also
-gguf's own quantizer (ggml's reference rounding) on random values, which sprout's
-quantize(Q5_0) must reproduce byte for byte.
+For each of Q5_0, Q4_K, Q6_K, Q5_1 and Q5_K: random valid blocks (random bytes, with every
+f16 scale replaced by a finite one: normals of either sign, subnormals and zeros, since real
+K-quant scales are often subnormal) and gguf.quants.dequantize's float32 values. For Q5_0
+and Q5_1 also gguf's own quantizer (ggml's reference rounding) on random values, which
+sprout's quantize must reproduce byte for byte.
 
 Versions (the script warns when the installed ones differ):
   gguf==0.19.0 numpy==2.4.6   (the venv of scripts/README.md)
@@ -39,7 +39,12 @@ TYPES = [
     ("q5_0", GGMLQuantizationType.Q5_0, 22, [0], 24),
     ("q4_k", GGMLQuantizationType.Q4_K, 144, [0, 2], 4),
     ("q6_k", GGMLQuantizationType.Q6_K, 210, [208], 4),
+    ("q5_1", GGMLQuantizationType.Q5_1, 24, [0, 2], 24),
+    ("q5_k", GGMLQuantizationType.Q5_K, 176, [0, 2], 4),
 ]
+
+# The formats whose gguf quantizer sprout's must reproduce.
+QUANTIZED = [("q5_0", GGMLQuantizationType.Q5_0), ("q5_1", GGMLQuantizationType.Q5_1)]
 
 
 def check_versions():
@@ -93,21 +98,24 @@ def dequantize_cases(rng):
 
 
 def quantize_cases(rng):
-    # Each 32-value block spans its own range; one block is all zeros.
-    rows = []
-    for b in range(16):
-        scale = float(2.0 ** rng.integers(-12, 4))
-        rows.append(rng.uniform(-scale, scale, 32).astype(np.float32))
-    rows[5] = np.zeros(32, np.float32)
-    values = np.concatenate(rows).reshape(1, -1)
-    blocks = quantize(values, GGMLQuantizationType.Q5_0)
-    return [
-        {
-            "format": "q5_0",
-            "values": f32_bits(values.reshape(-1)),
-            "blocks": blocks.tobytes().hex(),
-        }
-    ]
+    cases = []
+    for name, qtype in QUANTIZED:
+        # Each 32-value block spans its own range; one block is all zeros.
+        rows = []
+        for b in range(16):
+            scale = float(2.0 ** rng.integers(-12, 4))
+            rows.append(rng.uniform(-scale, scale, 32).astype(np.float32))
+        rows[5] = np.zeros(32, np.float32)
+        values = np.concatenate(rows).reshape(1, -1)
+        blocks = quantize(values, qtype)
+        cases.append(
+            {
+                "format": name,
+                "values": f32_bits(values.reshape(-1)),
+                "blocks": blocks.tobytes().hex(),
+            }
+        )
+    return cases
 
 
 def main():

@@ -228,17 +228,17 @@ fn tiny_gguf_models_open_and_bad_ones_are_named() {
     assert_eq!(m.config().n_layers, 2);
     assert_eq!(m.read("layers.0.q").unwrap().format, WeightFormat::Q8_0);
 
-    // Q5_K (ggml type 13): 256 values per 176-byte block, not read by sprout.
-    let q5k = GgufWriter::tiny_model("llama").tensor(
+    // Q3_K (ggml type 11): 256 values per 110-byte block, not read by sprout.
+    let q3k = GgufWriter::tiny_model("llama").tensor(
         "blk.0.ffn_down.weight",
         &[96, 64],
-        GgmlType(13),
-        vec![0; 64 * 176],
+        GgmlType(11),
+        vec![0; 64 * 110],
     );
     assert_eq!(
-        open_err(&q5k),
-        "tensor blk.0.ffn_down.weight has type Q5_K, which sprout does not support yet \
-         (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q6_K)"
+        open_err(&q3k),
+        "tensor blk.0.ffn_down.weight has type Q3_K, which sprout does not support yet \
+         (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)"
     );
     // Q6_K (ggml type 14) is read, but its rows are whole super-blocks of 256 values: a
     // row of 96 is refused when the tensor is read (as every tensor's size is checked on

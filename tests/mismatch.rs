@@ -338,7 +338,7 @@ fn score_adds_trainer_logprobs_and_tis_weights() {
 fn bad_arguments_are_refused_with_the_reason() {
     let model = fixture("tiny-llama");
     for (args, want) in [
-        (vec!["--formats", "q5_k"], "unknown weight format `q5_k`"),
+        (vec!["--formats", "q3_k"], "unknown weight format `q3_k`"),
         (
             vec!["--formats", "f16,q6_k"],
             "--formats q6_k: a rollout format is f32 or",

@@ -13,8 +13,9 @@
 //! - SmolLM2-135M-Instruct Q4_1 read from its GGUF: prompt ids equal, 32 greedy tokens
 //!   identical, teacher-forced log-probs within 1e-3;
 //! - the K-quant GGUFs (scripts/make_gguf_fixtures.py: Qwen3 and Llama 3.1 in Q4_K_M's
-//!   Q4_K/Q6_K mix, Qwen2 with Q5_0 rows): prompt ids from the file's vocabulary equal,
-//!   greedy tokens equal up to the first near-tie, log-probs within 1e-3.
+//!   Q4_K/Q6_K mix, Qwen2 with Q5_0 rows, Llama in Q5_K and Q5_1): prompt ids from the
+//!   file's vocabulary equal, greedy tokens equal up to the first near-tie, log-probs
+//!   within 1e-3.
 //!
 //! Every test fails, never skips or passes, when no adapter is found.
 
@@ -190,6 +191,11 @@ fn llama3_q4_k_m_gguf_with_rope_freqs_matches_transformers() {
 #[test]
 fn qwen2_gguf_with_q5_0_rows_matches_transformers() {
     check_gguf("tiny-qwen2-q5_0");
+}
+
+#[test]
+fn llama_q5_k_gguf_with_q5_1_rows_matches_transformers() {
+    check_gguf("tiny-llama-q5_1-q5_k");
 }
 
 #[test]

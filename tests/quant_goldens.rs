@@ -2,12 +2,14 @@
 //! `gguf` Python package (tests/fixtures/quant_goldens.json, made by
 //! scripts/quant_goldens.py).
 //!
-//! - Q5_0, Q4_K and Q6_K blocks of random bytes (their f16 scales normals, subnormals and
-//!   zeros) decode to gguf's float32 values bit for bit. Exactly, not within a tolerance:
-//!   every value is the exact product of an f16 and small integers (at most 23 significant
-//!   bits), so the order numpy multiplies in cannot change it, and Q4_K's one subtraction
-//!   rounds the same in any implementation (see src/formats/k_quants.rs).
-//! - Q5_0's quantizer gives gguf's (ggml's reference rounding) bytes for the same values.
+//! - Q5_0, Q4_K, Q6_K, Q5_1 and Q5_K blocks of random bytes (their f16 scales normals,
+//!   subnormals and zeros) decode to gguf's float32 values bit for bit. Exactly, not within
+//!   a tolerance: every value is the exact product of an f16 and small integers (at most 23
+//!   significant bits), so the order numpy multiplies in cannot change it, and the one
+//!   addition of Q5_1, Q4_K and Q5_K rounds the same in any implementation (see
+//!   src/formats/k_quants.rs).
+//! - Q5_0's and Q5_1's quantizers give gguf's (ggml's reference rounding) bytes for the
+//!   same values.
 
 use serde::Deserialize;
 use sprout::formats::{WeightFormat, dequantize, quantize};
@@ -51,7 +53,7 @@ fn bytes(hex: &str) -> Vec<u8> {
 fn blocks_decode_to_the_gguf_packages_values_exactly() {
     let cases = fixture().dequantize;
     let names: Vec<&str> = cases.iter().map(|c| c.format.as_str()).collect();
-    assert_eq!(names, ["q5_0", "q4_k", "q6_k"]);
+    assert_eq!(names, ["q5_0", "q4_k", "q6_k", "q5_1", "q5_k"]);
     for case in &cases {
         let format = format(&case.format);
         let blocks = bytes(&case.blocks);
@@ -80,12 +82,14 @@ fn blocks_decode_to_the_gguf_packages_values_exactly() {
 }
 
 #[test]
-fn q5_0_quantizes_as_the_gguf_package_does() {
+fn q5_0_and_q5_1_quantize_as_the_gguf_package_does() {
     let cases = fixture().quantize;
-    assert_eq!(cases.len(), 1);
-    let case = &cases[0];
-    assert_eq!(case.format, "q5_0");
-    let values: Vec<f32> = case.values.iter().map(|&b| f32::from_bits(b)).collect();
-    let got = quantize(WeightFormat::Q5_0, &values, values.len()).unwrap();
-    assert_eq!(got, bytes(&case.blocks));
+    let names: Vec<&str> = cases.iter().map(|c| c.format.as_str()).collect();
+    assert_eq!(names, ["q5_0", "q5_1"]);
+    for case in &cases {
+        let format = format(&case.format);
+        let values: Vec<f32> = case.values.iter().map(|&b| f32::from_bits(b)).collect();
+        let got = quantize(format, &values, values.len()).unwrap();
+        assert_eq!(got, bytes(&case.blocks), "{format}");
+    }
 }

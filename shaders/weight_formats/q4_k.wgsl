@@ -2,34 +2,14 @@
 // f16 dmin (word 0), 12 bytes of packed 6-bit scales and minimums (words 1-3), then 128
 // bytes of nibbles (words 4-35). The matmul's 32-value block b is sub-block j = b % 8 of
 // super-block b / 8: its values are the low (j even) or high (j odd) nibbles of bytes
-// 32 (j / 2) .. 32 (j / 2) + 31; value = fma(d * sc, q, -(dmin * m)). The products are
-// exact (src/formats/k_quants.rs), so the one rounding is the fma's, as on the CPU.
-
-// Byte i of the packed scales of the super-block at word s.
-fn q4_k_byte(s: u32, i: u32) -> u32 {
-    return (w[s + 1u + (i >> 2u)] >> ((i & 3u) * 8u)) & 0xffu;
-}
-
-// (d * sc, dmin * m) of sub-block j of the super-block at word s.
-fn q4_k_scale_min(s: u32, j: u32) -> vec2<f32> {
-    var sc: u32;
-    var m: u32;
-    if (j < 4u) {
-        sc = q4_k_byte(s, j) & 63u;
-        m = q4_k_byte(s, j + 4u) & 63u;
-    } else {
-        let low = q4_k_byte(s, j + 4u);
-        sc = (low & 15u) | ((q4_k_byte(s, j - 4u) >> 6u) << 4u);
-        m = (low >> 4u) | ((q4_k_byte(s, j) >> 6u) << 4u);
-    }
-    let dm = w[s];
-    return vec2<f32>(f16_exact(dm) * f32(sc), f16_exact(dm >> 16u) * f32(m));
-}
+// 32 (j / 2) .. 32 (j / 2) + 31; value = fma(d * sc, q, -(dmin * m)) (k_scale_min in
+// common.wgsl). The products are exact (src/formats/k_quants.rs), so the one rounding is
+// the fma's, as on the CPU.
 
 fn w_load4(base: u32, k: u32) -> vec4<f32> {
     let s = (base >> 2u) + (k >> 8u) * 36u;
     let j = (k >> 5u) & 7u;
-    let dm = q4_k_scale_min(s, j);
+    let dm = k_scale_min(s, j);
     let q = w[s + 4u + 8u * (j >> 1u) + ((k & 31u) >> 2u)] >> (4u * (j & 1u));
     return fma(vec4<f32>(dm.x), unpack_u4x4(q), vec4<f32>(-dm.y));
 }
@@ -38,7 +18,7 @@ fn w_load1(base: u32, k: u32) -> f32 {
     let s = (base >> 2u) + (k >> 8u) * 36u;
     let j = (k >> 5u) & 7u;
     let l = k & 31u;
-    let dm = q4_k_scale_min(s, j);
+    let dm = k_scale_min(s, j);
     let q = (w[s + 4u + 8u * (j >> 1u) + (l >> 2u)] >> ((l & 3u) * 8u + 4u * (j & 1u))) & 0xfu;
     return fma(dm.x, f32(q), -dm.y);
 }
@@ -54,7 +34,7 @@ struct WBlock {
 fn w_block(base: u32, b: u32) -> WBlock {
     let s = (base >> 2u) + (b >> 3u) * 36u;
     let j = b & 7u;
-    return WBlock(q4_k_scale_min(s, j), s + 4u + 8u * (j >> 1u), 4u * (j & 1u));
+    return WBlock(k_scale_min(s, j), s + 4u + 8u * (j >> 1u), 4u * (j & 1u));
 }
 
 // Values 4s..4s+3 of the block (s < 8), exactly as w_load4 decodes them.

@@ -65,8 +65,8 @@ pub struct LoadArgs {
     #[arg(long, value_enum, default_value_t = LoadFormat::Auto)]
     pub load_format: LoadFormat,
     /// The storage format of dummy weights' matrices: f32, f16, bf16, q8_0, q4_0, q4_1,
-    /// q5_0, q4_k or q6_k (default q4_1; only with --load-format dummy; q4_k and q6_k need
-    /// the config's sizes to be multiples of 256).
+    /// q5_0, q5_1, q4_k, q5_k or q6_k (default q4_1; only with --load-format dummy; q4_k,
+    /// q5_k and q6_k need the config's sizes to be multiples of 256).
     #[arg(long, value_parser = parse_weight_format, value_name = "FORMAT")]
     pub weight_format: Option<WeightFormat>,
 }
@@ -358,9 +358,10 @@ mod tests {
         }
         assert_eq!(parse_weight_format("Q4_1"), Ok(WeightFormat::Q4_1));
         assert_eq!(parse_weight_format("Q6_K"), Ok(WeightFormat::Q6_K));
-        let err = parse_weight_format("q5_k").unwrap_err();
+        assert_eq!(parse_weight_format("Q5_1"), Ok(WeightFormat::Q5_1));
+        let err = parse_weight_format("q3_k").unwrap_err();
         assert!(
-            err.contains("q5_k") && err.contains("q8_0, q4_0, q4_1, q5_0, q4_k, q6_k"),
+            err.contains("q3_k") && err.contains("q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k"),
             "{err}"
         );
     }
@@ -381,7 +382,7 @@ mod tests {
             Ok(Quantize(Some(WeightFormat::Bf16)))
         );
         assert_eq!(parse_quantize("F16"), Ok(Quantize(Some(WeightFormat::F16))));
-        for bad in ["f32", "q5_0", "q4_k", "q6_k", "q5_k", ""] {
+        for bad in ["f32", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "q3_k", ""] {
             let err = parse_quantize(bad).unwrap_err();
             assert!(
                 err.contains(&format!("`{bad}`"))

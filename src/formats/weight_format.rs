@@ -11,21 +11,23 @@
 //! | Q4_0   | 32     | 18    | f16 d, u8 qs[16] (j<16 low nibble, j>=16 high)                 | d * (nibble - 8)               |
 //! | Q4_1   | 32     | 20    | f16 d, f16 m, u8 qs[16] (nibbles as Q4_0)                      | d * nibble + m                 |
 //! | Q5_0   | 32     | 22    | f16 d, u32 qh (bit j: value j's fifth bit), u8 qs[16] (as Q4_0) | d * ((nibble \| bit << 4) - 16) |
+//! | Q5_1   | 32     | 24    | f16 d, f16 m, u32 qh (as Q5_0), u8 qs[16] (as Q4_0)            | d * (nibble \| bit << 4) + m   |
 //! | Q4_K   | 256    | 144   | f16 d, f16 dmin, u8 scales[12], u8 qs[128]                     | (d * sc) * q - dmin * m        |
+//! | Q5_K   | 256    | 176   | f16 d, f16 dmin, u8 scales[12], u8 qh[32], u8 qs[128]          | (d * sc) * q - dmin * m        |
 //! | Q6_K   | 256    | 210   | u8 ql[128], u8 qh[64], i8 scales[16], f16 d                    | (d * scale) * (q - 32)         |
 //!
 //! The GPU keeps these bytes (Q8_0, Q5_0 and Q6_K with a little padding, `gpu::weights`)
 //! and dequantizes inside its kernels; this module is the CPU side of the same contract
 //! (sizes, dequantization for references, and quantization to make test weights: the
 //! 32-value formats rounded the way ggml does, the K-quants by a simpler encoder). Each
-//! decoder's products are exact and it rounds at most once (Q4_1's and Q4_K's fma), so the
-//! GPU's decoders, written in the same order, equal these bit for bit;
+//! decoder's products are exact and it rounds at most once (the fma of Q4_1, Q5_1, Q4_K and
+//! Q5_K), so the GPU's decoders, written in the same order, equal these bit for bit;
 //! `tests/quant_goldens.rs` checks these against the `gguf` package's.
 
 use half::{bf16, f16};
 use serde::{Deserialize, Serialize};
 
-use super::k_quants::{self, Q4_K_BYTES, Q6_K_BYTES, QK_K};
+use super::k_quants::{self, Q4_K_BYTES, Q5_K_BYTES, Q6_K_BYTES, QK_K};
 
 /// Values per quantization block of the 32-value formats, and the block every matmul folds
 /// (a K-quant super-block is 8 of them).
@@ -44,14 +46,16 @@ pub enum WeightFormat {
     Q4_0,
     Q4_1,
     Q5_0,
+    Q5_1,
     Q4_K,
+    Q5_K,
     Q6_K,
 }
 
 impl WeightFormat {
     /// The formats' registry: the kernel suite, `sprout check`, `sprout tune`, the
     /// benchmarks, the GGUF reader and the CLI's format names all iterate it.
-    pub const ALL: [WeightFormat; 9] = [
+    pub const ALL: [WeightFormat; 11] = [
         WeightFormat::F32,
         WeightFormat::F16,
         WeightFormat::Bf16,
@@ -59,7 +63,9 @@ impl WeightFormat {
         WeightFormat::Q4_0,
         WeightFormat::Q4_1,
         WeightFormat::Q5_0,
+        WeightFormat::Q5_1,
         WeightFormat::Q4_K,
+        WeightFormat::Q5_K,
         WeightFormat::Q6_K,
     ];
 
@@ -72,7 +78,9 @@ impl WeightFormat {
             WeightFormat::Q4_0 => "q4_0",
             WeightFormat::Q4_1 => "q4_1",
             WeightFormat::Q5_0 => "q5_0",
+            WeightFormat::Q5_1 => "q5_1",
             WeightFormat::Q4_K => "q4_k",
+            WeightFormat::Q5_K => "q5_k",
             WeightFormat::Q6_K => "q6_k",
         }
     }
@@ -82,8 +90,12 @@ impl WeightFormat {
     pub fn block_len(self) -> usize {
         match self {
             WeightFormat::F32 | WeightFormat::F16 | WeightFormat::Bf16 => 1,
-            WeightFormat::Q8_0 | WeightFormat::Q4_0 | WeightFormat::Q4_1 | WeightFormat::Q5_0 => QK,
-            WeightFormat::Q4_K | WeightFormat::Q6_K => QK_K,
+            WeightFormat::Q8_0
+            | WeightFormat::Q4_0
+            | WeightFormat::Q4_1
+            | WeightFormat::Q5_0
+            | WeightFormat::Q5_1 => QK,
+            WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K => QK_K,
         }
     }
 
@@ -96,7 +108,9 @@ impl WeightFormat {
             WeightFormat::Q4_0 => 2 + QK / 2,
             WeightFormat::Q4_1 => 4 + QK / 2,
             WeightFormat::Q5_0 => 6 + QK / 2,
+            WeightFormat::Q5_1 => 8 + QK / 2,
             WeightFormat::Q4_K => Q4_K_BYTES,
+            WeightFormat::Q5_K => Q5_K_BYTES,
             WeightFormat::Q6_K => Q6_K_BYTES,
         }
     }
@@ -235,12 +249,16 @@ pub fn dequantize_row(format: WeightFormat, bytes: &[u8], out: &mut [f32]) {
         WeightFormat::Q5_0 => {
             for (o, b) in out.chunks_exact_mut(QK).zip(bytes.chunks_exact(22)) {
                 let d = h(&b[0..2]);
-                let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
-                let fifth = |j: usize| (((qh >> j) & 1) << 4) as i32;
-                for j in 0..QK / 2 {
-                    let q = b[6 + j];
-                    o[j] = d * (((q & 0x0f) as i32 | fifth(j)) - 16) as f32;
-                    o[j + QK / 2] = d * (((q >> 4) as i32 | fifth(j + QK / 2)) - 16) as f32;
+                for (v, q) in o.iter_mut().zip(five_bit_values(&b[2..])) {
+                    *v = d * (q as i32 - 16) as f32;
+                }
+            }
+        }
+        WeightFormat::Q5_1 => {
+            for (o, b) in out.chunks_exact_mut(QK).zip(bytes.chunks_exact(24)) {
+                let (d, m) = (h(&b[0..2]), h(&b[2..4]));
+                for (v, q) in o.iter_mut().zip(five_bit_values(&b[4..])) {
+                    *v = d.mul_add(q as f32, m);
                 }
             }
         }
@@ -252,6 +270,14 @@ pub fn dequantize_row(format: WeightFormat, bytes: &[u8], out: &mut [f32]) {
                 k_quants::dequantize_q4_k(b, o);
             }
         }
+        WeightFormat::Q5_K => {
+            for (o, b) in out
+                .chunks_exact_mut(QK_K)
+                .zip(bytes.chunks_exact(Q5_K_BYTES))
+            {
+                k_quants::dequantize_q5_k(b, o);
+            }
+        }
         WeightFormat::Q6_K => {
             for (o, b) in out
                 .chunks_exact_mut(QK_K)
@@ -261,6 +287,39 @@ pub fn dequantize_row(format: WeightFormat, bytes: &[u8], out: &mut [f32]) {
             }
         }
     }
+}
+
+/// The 32 five-bit integers of a Q5_0 or Q5_1 block from its u32 of fifth bits (bit `j`:
+/// value `j`'s) and the 16 bytes of nibbles after it (ordered as Q4_0's).
+fn five_bit_values(qh_qs: &[u8]) -> [u8; QK] {
+    let (qh, qs) = qh_qs.split_at(4);
+    let qh = u32::from_le_bytes([qh[0], qh[1], qh[2], qh[3]]);
+    std::array::from_fn(|j| {
+        let nibble = (qs[j % (QK / 2)] >> (4 * (j / (QK / 2)))) & 0x0f;
+        nibble | (((qh >> j) & 1) as u8) << 4
+    })
+}
+
+/// Q4_1's and Q5_1's rounding (ggml's): a block's range in `levels` steps of `d` from its
+/// minimum `m`. Appends f16 `d` and `m` and returns each value's integer in `0..=levels`.
+fn min_and_steps(x: &[f32], levels: u8, out: &mut Vec<u8>) -> Vec<u8> {
+    let min = x.iter().copied().fold(f32::INFINITY, f32::min);
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let d = (max - min) / f32::from(levels);
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    out.extend(f16::from_f32(d).to_le_bytes());
+    out.extend(f16::from_f32(min).to_le_bytes());
+    x.iter()
+        .map(|v| (((v - min) * id + 0.5) as i8).clamp(0, levels as i8) as u8)
+        .collect()
+}
+
+/// Appends a Q5_0 or Q5_1 block's u32 of fifth bits and 16 bytes of nibbles for the
+/// integers `q` (each below 32): the inverse of [`five_bit_values`].
+fn pack_five_bit_values(q: &[u8], out: &mut Vec<u8>) {
+    let qh = (0..QK).fold(0u32, |h, j| h | (u32::from(q[j] >> 4) << j));
+    out.extend(qh.to_le_bytes());
+    out.extend((0..QK / 2).map(|j| (q[j] & 0x0f) | ((q[j + QK / 2] & 0x0f) << 4)));
 }
 
 /// Decodes a whole `rows x cols` matrix into f32 (references and tests only: the engine
@@ -322,14 +381,8 @@ pub fn quantize(format: WeightFormat, values: &[f32], cols: usize) -> Result<Vec
         }
         WeightFormat::Q4_1 => {
             for x in values.chunks_exact(QK) {
-                let min = x.iter().copied().fold(f32::INFINITY, f32::min);
-                let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                let d = (max - min) / 15.0;
-                let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-                let q = |v: f32| (((v - min) * id + 0.5) as i8).clamp(0, 15) as u8;
-                out.extend(f16::from_f32(d).to_le_bytes());
-                out.extend(f16::from_f32(min).to_le_bytes());
-                out.extend((0..QK / 2).map(|j| q(x[j]) | (q(x[j + QK / 2]) << 4)));
+                let q = min_and_steps(x, 15, &mut out);
+                out.extend((0..QK / 2).map(|j| q[j] | (q[j + QK / 2] << 4)));
             }
         }
         WeightFormat::Q5_0 => {
@@ -345,15 +398,22 @@ pub fn quantize(format: WeightFormat, values: &[f32], cols: usize) -> Result<Vec
                     .iter()
                     .map(|v| ((v * id + 16.5) as i8).clamp(0, 31) as u8)
                     .collect();
-                let qh = (0..QK).fold(0u32, |h, j| h | (u32::from(q[j] >> 4) << j));
                 out.extend(f16::from_f32(d).to_le_bytes());
-                out.extend(qh.to_le_bytes());
-                out.extend((0..QK / 2).map(|j| (q[j] & 0x0f) | ((q[j + QK / 2] & 0x0f) << 4)));
+                pack_five_bit_values(&q, &mut out);
+            }
+        }
+        WeightFormat::Q5_1 => {
+            for x in values.chunks_exact(QK) {
+                let q = min_and_steps(x, 31, &mut out);
+                pack_five_bit_values(&q, &mut out);
             }
         }
         WeightFormat::Q4_K => values
             .chunks_exact(QK_K)
             .for_each(|x| k_quants::quantize_q4_k(x, &mut out)),
+        WeightFormat::Q5_K => values
+            .chunks_exact(QK_K)
+            .for_each(|x| k_quants::quantize_q5_k(x, &mut out)),
         WeightFormat::Q6_K => values
             .chunks_exact(QK_K)
             .for_each(|x| k_quants::quantize_q6_k(x, &mut out)),
@@ -371,7 +431,10 @@ mod tests {
         assert_eq!(WeightFormat::Q4_0.row_bytes(64), Ok(36));
         assert_eq!(WeightFormat::Q4_1.row_bytes(64), Ok(40));
         assert_eq!(WeightFormat::Q5_0.row_bytes(64), Ok(44));
+        assert_eq!(WeightFormat::Q5_1.row_bytes(64), Ok(48));
         assert_eq!(WeightFormat::Q4_K.row_bytes(512), Ok(288));
+        assert_eq!(WeightFormat::Q5_K.row_bytes(512), Ok(352));
+        assert!(WeightFormat::Q5_K.row_bytes(288).is_err());
         assert_eq!(WeightFormat::Q6_K.row_bytes(512), Ok(420));
         assert!(WeightFormat::Q4_K.row_bytes(576).is_err());
         assert_eq!(WeightFormat::F16.row_bytes(7), Ok(14));
@@ -436,7 +499,9 @@ mod tests {
                         WeightFormat::Q4_0 => amax / 8.0,
                         WeightFormat::Q4_1 => (hi - lo) / 15.0,
                         WeightFormat::Q5_0 => amax / 16.0,
+                        WeightFormat::Q5_1 => (hi - lo) / 31.0,
                         WeightFormat::Q4_K => widest / 15.0,
+                        WeightFormat::Q5_K => widest / 31.0,
                         WeightFormat::Q6_K => amax / 32.0,
                     };
                     // A quantized block's scale (and Q4_1's minimum) are stored as f16:
@@ -447,7 +512,9 @@ mod tests {
                     // 1/63) and a minimum by 1/126 of the largest.
                     let allowed = match format {
                         WeightFormat::F32 | WeightFormat::F16 | WeightFormat::Bf16 => step,
-                        WeightFormat::Q4_K | WeightFormat::Q6_K => 1.25 * step + amax / 64.0,
+                        WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K => {
+                            1.25 * step + amax / 64.0
+                        }
                         _ => step + amax / 1024.0,
                     };
                     assert!(
@@ -460,20 +527,30 @@ mod tests {
     }
 
     #[test]
-    fn q5_0_takes_each_fifth_bit_from_qh() {
-        // d = 1, every nibble 15; qh sets the fifth bit of values 3 and 16 + 3 only.
-        let mut block = f16::from_f32(1.0).to_le_bytes().to_vec();
-        block.extend(((1u32 << 3) | (1 << 19)).to_le_bytes());
-        block.extend([0xff; 16]);
-        let mut out = [0.0f32; QK];
-        dequantize_row(WeightFormat::Q5_0, &block, &mut out);
-        for (j, v) in out.iter().enumerate() {
-            let want = if j == 3 || j == 19 {
-                31.0 - 16.0
-            } else {
-                15.0 - 16.0
-            };
-            assert_eq!(*v, want, "value {j}");
+    fn q5_0_and_q5_1_take_each_fifth_bit_from_qh() {
+        // d = 1 (Q5_1: m = -16, so both decode q - 16), every nibble 15; qh sets the fifth
+        // bit of values 3 and 16 + 3 only.
+        let qh = ((1u32 << 3) | (1 << 19)).to_le_bytes();
+        let one = f16::from_f32(1.0).to_le_bytes();
+        let q5_0 = [&one[..], &qh, &[0xff; 16]].concat();
+        let q5_1 = [
+            &one[..],
+            &f16::from_f32(-16.0).to_le_bytes(),
+            &qh,
+            &[0xff; 16],
+        ]
+        .concat();
+        for (format, block) in [(WeightFormat::Q5_0, q5_0), (WeightFormat::Q5_1, q5_1)] {
+            let mut out = [0.0f32; QK];
+            dequantize_row(format, &block, &mut out);
+            for (j, v) in out.iter().enumerate() {
+                let want = if j == 3 || j == 19 {
+                    31.0 - 16.0
+                } else {
+                    15.0 - 16.0
+                };
+                assert_eq!(*v, want, "{format} value {j}");
+            }
         }
     }
 }

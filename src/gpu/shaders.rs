@@ -32,7 +32,9 @@ pub fn weight_decoder(format: WeightFormat) -> &'static str {
         WeightFormat::Q4_0 => include_str!("../../shaders/weight_formats/q4_0.wgsl"),
         WeightFormat::Q4_1 => include_str!("../../shaders/weight_formats/q4_1.wgsl"),
         WeightFormat::Q5_0 => include_str!("../../shaders/weight_formats/q5_0.wgsl"),
+        WeightFormat::Q5_1 => include_str!("../../shaders/weight_formats/q5_1.wgsl"),
         WeightFormat::Q4_K => include_str!("../../shaders/weight_formats/q4_k.wgsl"),
+        WeightFormat::Q5_K => include_str!("../../shaders/weight_formats/q5_k.wgsl"),
         WeightFormat::Q6_K => include_str!("../../shaders/weight_formats/q6_k.wgsl"),
     }
 }

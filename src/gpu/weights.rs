@@ -13,7 +13,8 @@
 //!   bytes.
 //!
 //! (Q4_0's 18-byte blocks stay as they are: its decoder reads them with the unaligned
-//! helpers.) A matrix larger than the adapter's storage-binding limit is split by rows
+//! helpers. Q4_1's, Q5_1's, Q4_K's and Q5_K's are whole words, every field aligned, as
+//! stored.) A matrix larger than the adapter's storage-binding limit is split by rows
 //! into parts, each its own buffer.
 //!
 //! Invariant: every part starts on a 4-byte boundary (parts hold an even number of rows
@@ -40,7 +41,9 @@ pub fn block_padding(format: WeightFormat) -> Option<(usize, usize)> {
         | WeightFormat::Bf16
         | WeightFormat::Q4_0
         | WeightFormat::Q4_1
-        | WeightFormat::Q4_K => None,
+        | WeightFormat::Q5_1
+        | WeightFormat::Q4_K
+        | WeightFormat::Q5_K => None,
     }
 }
 

@@ -451,7 +451,7 @@ mod tests {
         }
         // The K-quants' super-blocks: tiny-llama's hidden size of 64 is a quarter of one.
         let config = builtin_config("tiny-llama").unwrap();
-        for format in [WeightFormat::Q4_K, WeightFormat::Q6_K] {
+        for format in [WeightFormat::Q4_K, WeightFormat::Q5_K, WeightFormat::Q6_K] {
             let err = DummyWeights::new(config.clone(), format, 0)
                 .err()
                 .unwrap()

@@ -552,13 +552,13 @@ mod tests {
             err.contains("llama.rope.scale_linear") && err.contains("is 2"),
             "{err}"
         );
-        let q5k = tiny("llama").tensor(
+        let q3k = tiny("llama").tensor(
             "blk.1.ffn_down.weight",
             &[256, 64],
-            GgmlType(13),
-            vec![0; 64 * 176],
+            GgmlType(11),
+            vec![0; 64 * 110],
         );
-        let err = open_err(&q5k);
-        assert!(err.contains("blk.1.ffn_down.weight has type Q5_K"), "{err}");
+        let err = open_err(&q3k);
+        assert!(err.contains("blk.1.ffn_down.weight has type Q3_K"), "{err}");
     }
 }

@@ -28,8 +28,8 @@ use crate::model::names::TensorName;
 use crate::model::source::WeightSource;
 
 /// The formats weights can be converted to on load: the 16-bit floats and the 32-value
-/// block formats that round as ggml does. Q5_0 and the K-quants are read from files, never
-/// made here (sprout's K-quant encoder is for test weights, not ggml's rounding).
+/// block formats that round as ggml does. Q5_0, Q5_1 and the K-quants are read from files,
+/// never made here (sprout's K-quant encoder is for test weights, not ggml's rounding).
 pub const QUANTIZE_FORMATS: [WeightFormat; 5] = [
     WeightFormat::F16,
     WeightFormat::Bf16,
@@ -179,11 +179,14 @@ mod tests {
             e.contains("tensor layers.0.q is already stored as q8_0") && e.contains("q4_1"),
             "{e}"
         );
-        // f32, and the formats sprout reads but does not make (Q5_0 and the K-quants).
+        // f32, and the formats sprout reads but does not make (Q5_0, Q5_1 and the
+        // K-quants).
         for format in [
             WeightFormat::F32,
             WeightFormat::Q5_0,
+            WeightFormat::Q5_1,
             WeightFormat::Q4_K,
+            WeightFormat::Q5_K,
             WeightFormat::Q6_K,
         ] {
             let e = error(tiny("tiny-llama"), format);

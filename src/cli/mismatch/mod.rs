@@ -124,7 +124,7 @@ fn check_args(args: &MismatchArgs) -> Result<SamplingParams> {
             bail!("--formats names {f} twice");
         }
         // A rollout format is the model as stored or a format it is quantized to on load
-        // (the K-quants and Q5_0 are read from files, never made).
+        // (the K-quants, Q5_0 and Q5_1 are read from files, never made).
         if *f != WeightFormat::F32 && !QUANTIZE_FORMATS.contains(f) {
             bail!(
                 "--formats {f}: a rollout format is f32 or one weights are quantized to on \

@@ -91,8 +91,10 @@ impl GgmlType {
             WeightFormat::Q4_0 => 2,
             WeightFormat::Q4_1 => 3,
             WeightFormat::Q5_0 => 6,
+            WeightFormat::Q5_1 => 7,
             WeightFormat::Q8_0 => 8,
             WeightFormat::Q4_K => 12,
+            WeightFormat::Q5_K => 13,
             WeightFormat::Q6_K => 14,
             WeightFormat::Bf16 => 30,
         })
@@ -662,12 +664,12 @@ mod tests {
 
     #[test]
     fn an_unsupported_type_names_the_tensor() {
-        // Q2_K, Q3_K, Q5_1, Q5_K and an IQ type: refused by name, with the tensor's.
+        // Q2_K, Q3_K, Q8_1, Q8_K and an IQ type: refused by name, with the tensor's.
         for (id, name) in [
             (10, "Q2_K"),
             (11, "Q3_K"),
-            (7, "Q5_1"),
-            (13, "Q5_K"),
+            (9, "Q8_1"),
+            (15, "Q8_K"),
             (23, "IQ4_XS"),
         ] {
             let bytes = GgufWriter::new()
@@ -689,20 +691,23 @@ mod tests {
                 err,
                 format!(
                     "tensor blk.0.ffn_down.weight has type {name}, which sprout does not \
-                     support yet (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q6_K)"
+                     support yet (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, \
+                     Q5_K, Q6_K)"
                 )
             );
         }
     }
 
     #[test]
-    fn k_quants_and_q5_0_read_back_as_written() {
+    fn k_quants_and_five_bit_formats_read_back_as_written() {
         let values: Vec<f32> = (0..2 * 512)
             .map(|i| ((i % 29) as f32 - 14.0) / 9.0)
             .collect();
         for (format, id) in [
             (WeightFormat::Q5_0, 6),
+            (WeightFormat::Q5_1, 7),
             (WeightFormat::Q4_K, 12),
+            (WeightFormat::Q5_K, 13),
             (WeightFormat::Q6_K, 14),
         ] {
             assert_eq!(GgmlType::from_format(format), GgmlType(id));

@@ -234,7 +234,7 @@ mod tests {
     }
 
     #[test]
-    fn k_quants_and_q5_0_export_to_f32_exactly() {
+    fn k_quants_and_five_bit_formats_export_to_f32_exactly() {
         use crate::model::dummy::{DummyWeights, builtin_config};
         // tiny-llama widened to rows of whole 256-value super-blocks (4 heads of 64).
         let config = ModelConfig {
@@ -243,7 +243,13 @@ mod tests {
             intermediate_size: 512,
             ..builtin_config("tiny-llama").unwrap()
         };
-        for format in [WeightFormat::Q5_0, WeightFormat::Q4_K, WeightFormat::Q6_K] {
+        for format in [
+            WeightFormat::Q5_0,
+            WeightFormat::Q5_1,
+            WeightFormat::Q4_K,
+            WeightFormat::Q5_K,
+            WeightFormat::Q6_K,
+        ] {
             let mut source = DummyWeights::new(config.clone(), format, 3).unwrap();
             let file =
                 write_safetensors(&mut source, WeightFormat::F32, Vec::new(), &mut |_, _| {})
