@@ -12,9 +12,13 @@ pub mod decoder_weights;
 pub mod default_model;
 pub mod dummy;
 pub mod export;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod fetch;
 pub mod fused_weights;
 pub mod gguf_model;
 pub mod hf_config;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod named;
 pub mod names;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod open;
