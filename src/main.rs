@@ -67,8 +67,12 @@ enum Command {
     /// config.json, tokenizer.json, tokenizer_config.json with the chat template,
     /// generation_config.json) that transformers loads.
     Export(export_cmd::ExportArgs),
-    /// Print the default model's path, fetching and caching it first if needed.
-    ModelPath,
+    /// Print a named model's path (default: the default model), fetching and caching it
+    /// first if needed. An unknown name lists the known ones.
+    ModelPath {
+        /// A named model, e.g. gemma3-270m (a base model, no chat template).
+        name: Option<String>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -85,9 +89,16 @@ fn main() -> ExitCode {
         Command::Tune(args) => tune_cmd::run(cli.backend, args),
         Command::Check(args) => check::run(cli.backend, args),
         Command::Export(args) => export_cmd::run(args),
-        Command::ModelPath => sprout::model::default_model::path()
-            .map(|p| println!("{}", p.display()))
-            .map_err(Into::into),
+        Command::ModelPath { name } => {
+            let model = match name.as_deref() {
+                Some(name) => sprout::model::named::lookup(name),
+                None => Ok(sprout::model::named::DEFAULT),
+            };
+            model
+                .and_then(|m| m.path())
+                .map(|p| println!("{}", p.display()))
+                .map_err(Into::into)
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

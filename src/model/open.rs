@@ -1,5 +1,6 @@
-//! Opening a model by path (native): a `.gguf` file or a Hugging Face directory, or the
-//! default model when no path is given, its float matrices quantized on load if asked.
+//! Opening a model by path (native): a `.gguf` file or a Hugging Face directory, a named
+//! model ([`crate::model::named`], fetched and cached on first use), or the default model
+//! when no path is given, its float matrices quantized on load if asked.
 //! Gives the weight source, the tokenizer and a description of the model for records. Also
 //! the config that dummy (random) weights are drawn for: a built-in name or a Hugging Face
 //! `config.json`.
@@ -37,7 +38,8 @@ pub struct OpenedModel {
     pub chat_template: Option<String>,
 }
 
-/// Opens `path`, or the default model (fetched and cached on first use) when `None`.
+/// Opens `path` (a file, a directory or a model name, see
+/// [`crate::model::named::resolve`]), or the default model when `None`.
 pub fn open(path: Option<&Path>) -> Result<OpenedModel, SproutError> {
     open_quantized(path, None)
 }
@@ -49,16 +51,9 @@ pub fn open_quantized(
     quantize: Option<WeightFormat>,
 ) -> Result<OpenedModel, SproutError> {
     let path: PathBuf = match path {
-        Some(p) => p.to_path_buf(),
+        Some(p) => crate::model::named::resolve(p)?,
         None => crate::model::default_model::path()?,
     };
-    if !path.exists() {
-        return Err(SproutError::Model(format!(
-            "{}: no such file or directory (--model takes a .gguf file or a Hugging Face \
-             directory with config.json)",
-            path.display()
-        )));
-    }
     let (source, tokenizer, chat_template): (Box<dyn WeightSource>, Tokenizer, _) = if path.is_dir()
     {
         let dir = SafetensorsDir::open(&path)?;

@@ -1,6 +1,7 @@
 //! A `tokenizers` tokenizer built from a GGUF file's own vocabulary.
 //!
-//! Supported: `tokenizer.ggml.model == "gpt2"`, byte-level BPE from `tokenizer.ggml.tokens`
+//! `tokenizer.ggml.model == "llama"` (SentencePiece) is [`crate::tokenizer::gguf_spm`]'s.
+//! Here: `tokenizer.ggml.model == "gpt2"`, byte-level BPE from `tokenizer.ggml.tokens`
 //! and `tokenizer.ggml.merges` (ids are positions in the token list). Tokens whose
 //! `tokenizer.ggml.token_type` is control (3) become special added tokens, and user-defined
 //! ones (4) plain added tokens, so that `<|im_start|>` in the text encodes to its one id
@@ -93,7 +94,7 @@ impl Pre {
     }
 }
 
-fn missing(key: &str) -> SproutError {
+pub(crate) fn missing(key: &str) -> SproutError {
     SproutError::Tokenizer(format!("the GGUF file has no `{key}`"))
 }
 
@@ -102,11 +103,15 @@ pub fn build(meta: &GgufMetadata) -> Result<tokenizers::Tokenizer, SproutError> 
     let model = meta
         .str("tokenizer.ggml.model")?
         .ok_or_else(|| missing("tokenizer.ggml.model"))?;
-    if model != "gpt2" {
-        return Err(SproutError::Tokenizer(format!(
-            "GGUF tokenizer model `{model}` is not supported yet (only `gpt2`, byte-level BPE); \
-             load the model's tokenizer.json instead"
-        )));
+    match model {
+        "gpt2" => {}
+        "llama" => return crate::tokenizer::gguf_spm::build(meta),
+        _ => {
+            return Err(SproutError::Tokenizer(format!(
+                "GGUF tokenizer model `{model}` is not supported yet (only `gpt2`, byte-level \
+                 BPE, and `llama`, SentencePiece); load the model's tokenizer.json instead"
+            )));
+        }
     }
     let tokens = meta
         .strings("tokenizer.ggml.tokens")?
@@ -174,7 +179,7 @@ pub fn build(meta: &GgufMetadata) -> Result<tokenizers::Tokenizer, SproutError> 
 }
 
 /// BOS/EOS added around each encoded text, when the metadata asks for them.
-fn post_processor(
+pub(crate) fn post_processor(
     meta: &GgufMetadata,
     tokens: &[&str],
 ) -> Result<Option<TemplateProcessing>, SproutError> {
@@ -343,8 +348,8 @@ mod tests {
         );
         let e =
             err(vocab_gguf("gpt2")
-                .metadata("tokenizer.ggml.model", GgufValue::String("llama".into())));
-        assert!(e.contains("`llama`"), "{e}");
+                .metadata("tokenizer.ggml.model", GgufValue::String("wpm".into())));
+        assert!(e.contains("`wpm`"), "{e}");
         let e = err(vocab_gguf("gpt2").without_metadata("tokenizer.ggml.merges"));
         assert!(e.contains("tokenizer.ggml.merges"), "{e}");
     }

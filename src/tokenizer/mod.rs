@@ -1,6 +1,7 @@
 //! Text to token ids and back, on the Hugging Face `tokenizers` library: loaded from a
 //! `tokenizer.json`, or built from a GGUF file's own vocabulary
-//! ([`crate::tokenizer::gguf_vocab`]).
+//! ([`crate::tokenizer::gguf_vocab`] for BPE, [`crate::tokenizer::gguf_spm`] for
+//! SentencePiece).
 //!
 //! [`Tokenizer::encode`] adds exactly the special tokens the model's tokenizer adds on its
 //! own (a `tokenizer.json`'s post-processor; for GGUF, BOS only when
@@ -14,6 +15,7 @@
 //! model readers: they import it, never the other way round.
 
 pub mod chat_template;
+pub mod gguf_spm;
 pub mod gguf_vocab;
 pub mod template_limits;
 pub mod vocabulary;
