@@ -24,7 +24,7 @@ mod common;
 use common::fixtures::{
     check_close, f32s, fixtures, greedy as greedy_tokens, json, load, max_abs_diff, u32s,
 };
-use common::{gpus, smollm2_path};
+use common::{gemma3_path, gpus, smollm2_path};
 use sprout::generate::{logits, score};
 use sprout::model::gguf_model::GgufModel;
 use sprout::model::safetensors_dir::SafetensorsDir;
@@ -196,6 +196,53 @@ fn qwen2_gguf_with_q5_0_rows_matches_transformers() {
 #[test]
 fn llama_q5_k_gguf_with_q5_1_rows_matches_transformers() {
     check_gguf("tiny-llama-q5_1-q5_k");
+}
+
+/// Gemma 3 270M Q4_K_M (`--model gemma3-270m`: Q5_0, Q4_K, Q6_K and Q8_0 matrices, a
+/// 262,144-row tied embedding, sliding windows of 512) against transformers on the same
+/// file, five prompts: prompt ids from the file's vocabulary as sentencepiece gives them,
+/// greedy tokens equal up to the first near-tie, log-probs within 1e-3.
+#[test]
+fn gemma3_270m_matches_transformers() {
+    let fixture = json(&fixtures().join("gemma3_270m.json"));
+    let path = gemma3_path();
+    for gpu in gpus() {
+        let mut model = GgufModel::open(&path).unwrap();
+        let tokenizer = model.tokenizer().unwrap();
+        let decoder = load(&gpu, &mut model);
+        for prompt in fixture["prompts"].as_array().unwrap() {
+            let name = prompt["name"].as_str().unwrap();
+            let label = format!("gemma3 {name} on {}", gpu.adapter.label());
+            let ids = u32s(&prompt["prompt_ids"]);
+            let text = prompt["text"].as_str().unwrap();
+            assert_eq!(tokenizer.encode(text).unwrap(), ids, "{label}: prompt ids");
+            let want = u32s(&prompt["greedy_ids"]);
+            let want_lp = f32s(&prompt["greedy_logprobs"]);
+            let compared = f32s(&prompt["top2_gaps"])
+                .iter()
+                .position(|&g| g < NEAR_TIE)
+                .map_or(want.len(), |i| i + 1);
+            let g = greedy_tokens(&decoder, &ids, want.len());
+            assert_eq!(
+                g.token_ids[..compared],
+                want[..compared],
+                "{label}: greedy tokens"
+            );
+            let lp = max_abs_diff(&g.logprobs[..compared], &want_lp[..compared]);
+            let full: Vec<u32> = ids.iter().chain(&want).copied().collect();
+            let scored = pollster::block_on(score(&decoder, &full)).unwrap();
+            let forced = max_abs_diff(&scored[ids.len() - 1..], &want_lp);
+            println!(
+                "{label}: greedy {compared}/{}, logprobs max |diff| {lp:.2e} (generated), \
+                 {forced:.2e} (teacher-forced)",
+                want.len()
+            );
+            assert!(
+                lp <= 1e-3 && forced <= 1e-3,
+                "{label}: logprobs differ by {lp} / {forced}"
+            );
+        }
+    }
 }
 
 #[test]

@@ -163,9 +163,7 @@ impl ForwardBuffers {
             qkv: c
                 .has_qk_norm()
                 .then(|| gpu.zeros(max_t * (c.q_dim() + 2 * c.kv_dim()))),
-            branch: c
-                .has_post_norms()
-                .then(|| gpu.zeros(max_t * c.hidden_size)),
+            branch: c.has_post_norms().then(|| gpu.zeros(max_t * c.hidden_size)),
             attn: gpu.zeros(max_t * c.q_dim()),
             act: gpu.zeros(max_t * c.intermediate_size),
             scratch: gpu.zeros(Self::max_slots(max_r) * decoder.scratch_per_slot()),
@@ -392,23 +390,24 @@ impl Decoder {
             };
             // Adds a branch's output to the residual stream: directly, or through the
             // branch's post norm (the `which`-th after `post_norms`).
-            let add = |this: &Self, rec: &mut Recorder, site, x, weight, which: usize| {
-                match (&a.branch, offsets.post_norms) {
-                    (Some(branch), Some(post)) => {
-                        this.matmul(rec, site, plain(x, weight, Output::Store(branch)));
-                        let op = NormAdd {
-                            x: branch,
-                            m: t,
-                            width: c.hidden_size,
-                            vectors: &layer.vectors,
-                            offset: post + which * c.hidden_size,
-                            eps,
-                            out: &a.h,
-                        };
-                        norm_add::encode(gpu, rec, &op);
-                    }
-                    _ => this.matmul(rec, site, plain(x, weight, Output::Residual(&a.h))),
+            let add = |this: &Self, rec: &mut Recorder, site, x, weight, which: usize| match (
+                &a.branch,
+                offsets.post_norms,
+            ) {
+                (Some(branch), Some(post)) => {
+                    this.matmul(rec, site, plain(x, weight, Output::Store(branch)));
+                    let op = NormAdd {
+                        x: branch,
+                        m: t,
+                        width: c.hidden_size,
+                        vectors: &layer.vectors,
+                        offset: post + which * c.hidden_size,
+                        eps,
+                        out: &a.h,
+                    };
+                    norm_add::encode(gpu, rec, &op);
                 }
+                _ => this.matmul(rec, site, plain(x, weight, Output::Residual(&a.h))),
             };
             add(self, rec, MatmulSite::AttnOut, &a.attn, &layer.o, 0);
             self.matmul(

