@@ -24,6 +24,7 @@ use common::{gpus, log_softmax_f64, smollm2_path};
 use serde_json::Value;
 use sprout::formats::WeightFormat;
 use sprout::generate::logits;
+use sprout::model::config::Architecture;
 use sprout::model::export::directory::{ExportOptions, export};
 use sprout::model::fused_weights::{half_split_to_adjacent, permute_head_rows};
 use sprout::model::names::{LayerTensor, TensorName};
@@ -74,6 +75,7 @@ fn tiny_fixtures_export_and_reload_unchanged() {
         "tiny-llama-tied",
         "tiny-qwen2",
         "tiny-smollm3",
+        "tiny-gemma3",
     ] {
         let src = fixtures().join(name);
         for format in [WeightFormat::F32, WeightFormat::Bf16] {
@@ -88,12 +90,16 @@ fn tiny_fixtures_export_and_reload_unchanged() {
                 "{name} {format}: config"
             );
             assert_eq!(back.source.has("lm_head"), !config.tied_embeddings);
-            // f32 holds every value as it was; bf16 each value rounded to nearest even.
+            // f32 holds every value as it was; bf16 each value rounded to nearest even. A
+            // Gemma norm is read as the multiplier 1 + w and stored as w, which bf16 rounds.
+            let gemma = config.architecture == Architecture::Gemma3;
             for tensor in TensorName::all(&config) {
+                let hf_norm = gemma && tensor.is_norm();
                 let want: Vec<f32> = values(model.source.as_mut(), tensor)
                     .into_iter()
-                    .map(|v| match format {
-                        WeightFormat::Bf16 => half::bf16::from_f32(v).to_f32(),
+                    .map(|v| match (format, hf_norm) {
+                        (WeightFormat::Bf16, true) => 1.0 + half::bf16::from_f32(v - 1.0).to_f32(),
+                        (WeightFormat::Bf16, false) => half::bf16::from_f32(v).to_f32(),
                         _ => v,
                     })
                     .collect();
@@ -129,6 +135,61 @@ fn tiny_fixtures_export_and_reload_unchanged() {
             }
         }
     }
+}
+
+/// Gemma's norms are read as the multiplier `1 + w` and exported as Hugging Face stores them,
+/// `w' = (1 + w) - 1` in f32. `w'` may differ from the file's `w` (bits of a small `w`
+/// below 2^-24 are gone), by at most 2^-24 (6e-8), the export's stated tolerance; what
+/// transformers computes from it, `1.0 + w'.float()`, is the source's multiplier bit for
+/// bit, so transformers runs the export with the norms it ran the source with.
+#[test]
+fn gemma_norms_export_as_transformers_reads_them() {
+    let src = fixtures().join("tiny-gemma3");
+    let out = TempDir::new("gemma-norms");
+    let mut model = open(Some(&src)).unwrap();
+    export_to(&mut model, &out.0, WeightFormat::F32);
+    let read = |dir: &Path| std::fs::read(dir.join("model.safetensors")).unwrap();
+    let (source_bytes, export_bytes) = (read(&src), read(&out.0));
+    let source = safetensors::SafeTensors::deserialize(&source_bytes).unwrap();
+    let export = safetensors::SafeTensors::deserialize(&export_bytes).unwrap();
+    let config = model.source.config().clone();
+    let (mut norms, mut moved, mut worst) = (0, 0, 0f32);
+    for name in TensorName::all(&config).into_iter().filter(|n| n.is_norm()) {
+        let hf = sprout::model::safetensors_dir::hf_name(name, config.architecture);
+        // The fixture stores bf16; the export f32.
+        let w: Vec<f32> = source
+            .tensor(&hf)
+            .unwrap()
+            .data()
+            .chunks(2)
+            .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect();
+        let exported: Vec<f32> = export
+            .tensor(&hf)
+            .unwrap()
+            .data()
+            .chunks(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        let multiplier = values(model.source.as_mut(), name);
+        for ((&w, &e), &m) in w.iter().zip(&exported).zip(&multiplier) {
+            assert_eq!(
+                (1.0 + e).to_bits(),
+                m.to_bits(),
+                "{hf}: 1 + w' is not the multiplier"
+            );
+            assert_eq!(
+                (1.0 + w).to_bits(),
+                m.to_bits(),
+                "{hf}: 1 + w is not the multiplier"
+            );
+            worst = worst.max((e - w).abs());
+            moved += usize::from(e != w);
+        }
+        norms += w.len();
+    }
+    println!("Gemma norms: {norms} values, {moved} moved by the export, at most {worst:e}");
+    assert!(worst <= 2f32.powi(-24), "a norm weight moved by {worst}");
 }
 
 /// The default model and its export to f32 (removed when dropped).
