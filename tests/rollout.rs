@@ -5,12 +5,12 @@
 //! kernel variants (CPU- or GPU-shaped, tuned per row count) serve its steps.
 //!
 //! Most tests use the tiny random Llama fixture (fast on a CPU adapter, and its flat
-//! distribution makes samples diverge quickly); one repeats the invariance check on the
-//! default model. Every test fails, never skips, when no adapter is found.
+//! distribution makes samples diverge quickly); the invariance check runs on the tiny
+//! Gemma 3 too (sliding windows), and one repeats it on the default model. Every test fails, never skips, when no adapter is found.
 
 mod common;
 
-use common::{gpus, log_softmax_f64, smollm2, tiny_llama};
+use common::{gpus, log_softmax_f64, smollm2, tiny_gemma3, tiny_llama};
 use sprout::engine::{Engine, EngineConfig, KvSize};
 use sprout::gpu::Gpu;
 use sprout::gpu::kernels::attention::AttentionVariant;
@@ -128,45 +128,51 @@ fn a_later_request_reuses_the_cached_prefix() {
 }
 
 /// Sample k of a prompt is bitwise the same alone, among 64 samples, with prefix-cache hits,
-/// with small prefill chunks, and in a pool so small that sequences are preempted.
+/// with small prefill chunks, and in a pool so small that sequences are preempted: on the
+/// tiny Llama, and on the tiny Gemma 3, whose sliding window of 12 every prompt here
+/// crosses (the window must hold in chunks, after cached blocks and after a preemption).
 #[test]
 fn samples_are_batch_invariant() {
     for gpu in gpus() {
         let label = gpu.adapter.label();
-        let decoder = tiny_llama(&gpu);
-        let target = request(0, prompt(41, 0), 8, 24);
-        let (alone, _) = run(&decoder, &config(128, 256), std::slice::from_ref(&target));
-        let want = first_prompt(&alone);
-        assert_eq!(want.len(), 8);
-
-        // 8 prompts x 8 samples: one step decodes 64 sequences.
-        let mut batch = vec![target.clone()];
-        batch.extend((1..8).map(|i| request(i, prompt(20 + 3 * i as usize, i), 8, 24)));
-        let (out, _) = run(&decoder, &config(512, 256), &batch);
-        assert_eq!(first_prompt(&out), want, "{label}: in a batch of 64");
-
-        // Other prompts sharing its first two blocks run first and leave them cached.
-        let mut shared = target.prompt[..32].to_vec();
-        shared.extend(prompt(6, 5));
-        let mut cached = vec![target.clone()];
-        cached.push(request(1, shared, 2, 3));
-        let mut engine = Engine::new(&decoder, &config(128, 256)).unwrap();
-        engine.add_request(cached[1].clone()).unwrap();
-        pollster::block_on(engine.run_to_completion(|_| {})).unwrap();
-        engine.add_request(target.clone()).unwrap();
-        let out = pollster::block_on(engine.run_to_completion(|_| {})).unwrap();
-        assert_eq!(engine.stats().prefix_cache_hit_tokens, 32, "{label}");
-        assert_eq!(first_prompt(&out), want, "{label}: with prefix-cache hits");
-
-        // Prefill in chunks of 5 tokens.
-        let (out, _) = run(&decoder, &config(128, 5), &batch[..3]);
-        assert_eq!(first_prompt(&out), want, "{label}: in chunks of 5");
-
-        // A pool of 12 blocks (16 tokens each) cannot hold 24 long samples at once.
-        let (out, stats) = run(&decoder, &config(12, 256), &batch[..3]);
-        assert!(stats.preemptions > 0, "{label}: {stats:?}");
-        assert_eq!(first_prompt(&out), want, "{label}: after preemption");
+        check_batch_invariance(&tiny_llama(&gpu), &format!("tiny-llama on {label}"));
+        check_batch_invariance(&tiny_gemma3(&gpu), &format!("tiny-gemma3 on {label}"));
     }
+}
+
+fn check_batch_invariance(decoder: &Decoder, label: &str) {
+    let target = request(0, prompt(41, 0), 8, 24);
+    let (alone, _) = run(decoder, &config(128, 256), std::slice::from_ref(&target));
+    let want = first_prompt(&alone);
+    assert_eq!(want.len(), 8);
+
+    // 8 prompts x 8 samples: one step decodes 64 sequences.
+    let mut batch = vec![target.clone()];
+    batch.extend((1..8).map(|i| request(i, prompt(20 + 3 * i as usize, i), 8, 24)));
+    let (out, _) = run(decoder, &config(512, 256), &batch);
+    assert_eq!(first_prompt(&out), want, "{label}: in a batch of 64");
+
+    // Other prompts sharing its first two blocks run first and leave them cached.
+    let mut shared = target.prompt[..32].to_vec();
+    shared.extend(prompt(6, 5));
+    let mut cached = vec![target.clone()];
+    cached.push(request(1, shared, 2, 3));
+    let mut engine = Engine::new(decoder, &config(128, 256)).unwrap();
+    engine.add_request(cached[1].clone()).unwrap();
+    pollster::block_on(engine.run_to_completion(|_| {})).unwrap();
+    engine.add_request(target.clone()).unwrap();
+    let out = pollster::block_on(engine.run_to_completion(|_| {})).unwrap();
+    assert_eq!(engine.stats().prefix_cache_hit_tokens, 32, "{label}");
+    assert_eq!(first_prompt(&out), want, "{label}: with prefix-cache hits");
+
+    // Prefill in chunks of 5 tokens.
+    let (out, _) = run(decoder, &config(128, 5), &batch[..3]);
+    assert_eq!(first_prompt(&out), want, "{label}: in chunks of 5");
+
+    // A pool of 12 blocks (16 tokens each) cannot hold 24 long samples at once.
+    let (out, stats) = run(decoder, &config(12, 256), &batch[..3]);
+    assert!(stats.preemptions > 0, "{label}: {stats:?}");
+    assert_eq!(first_prompt(&out), want, "{label}: after preemption");
 }
 
 /// Tuned choices that change the kernel variant with every row-count bucket: the CPU

@@ -10,12 +10,14 @@
 // be free after), and checks what the page says in a browser without WebGPU.
 //
 // Then it loads a second, small file in a K-quant mix (KQUANT_URL, KQUANT_PATH: the tiny
-// Qwen3 in Q4_K_M's Q4_K and Q6_K, tests/fixtures) and runs the "k-quant" case on it.
+// Qwen3 in Q4_K_M's Q4_K and Q6_K, tests/fixtures) and runs the "k-quant" case on it, and
+// Gemma 3 270M Q4_K_M (GEMMA_URL, GEMMA_PATH: sliding windows, a SentencePiece vocabulary
+// and an embedding of 262,144 rows) for the "gemma3" case.
 //
 // Environment: SPROUT_BIN (the native binary), BASE_URL (where the page is served),
 // MODEL_URL (the model, relative to BASE_URL), MODEL_PATH (the same file on disk),
-// KQUANT_URL and KQUANT_PATH (the second model, the same way), OUT_DIR (results and the
-// screenshot).
+// KQUANT_URL and KQUANT_PATH, GEMMA_URL and GEMMA_PATH (the other models, the same way),
+// OUT_DIR (results and the screenshot).
 
 import { execFileSync } from "node:child_process";
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
@@ -26,9 +28,15 @@ const env = (name) => {
   if (!v) throw new Error(`web/test.mjs: ${name} is not set (run web/test.sh)`);
   return v;
 };
-const [bin, baseUrl, modelUrl, modelPath, kquantUrl, kquantPath, outDir] =
-  ["SPROUT_BIN", "BASE_URL", "MODEL_URL", "MODEL_PATH", "KQUANT_URL", "KQUANT_PATH", "OUT_DIR"]
-    .map(env);
+const [bin, baseUrl, modelUrl, modelPath, kquantUrl, kquantPath, gemmaUrl, gemmaPath, outDir] =
+  ["SPROUT_BIN", "BASE_URL", "MODEL_URL", "MODEL_PATH", "KQUANT_URL", "KQUANT_PATH", "GEMMA_URL",
+    "GEMMA_PATH", "OUT_DIR"].map(env);
+// Each case's model: the default one unless it names another.
+const models = {
+  default: { url: modelUrl, path: modelPath },
+  kquant: { url: kquantUrl, path: kquantPath },
+  gemma3: { url: gemmaUrl, path: gemmaPath },
+};
 mkdirSync(outDir, { recursive: true });
 
 // Long enough (over two 16-token KV blocks) that the group shares whole blocks.
@@ -46,6 +54,9 @@ const cases = [
   { name: "chat", chat: "Write a haiku about the sea.", n: 2, max_tokens: 24, temperature: 0.7, top_p: 0.95, seed: 5 },
   // The second model: Q4_K and Q6_K decoded in the browser's kernels, its own (Qwen3) template.
   { name: "k-quant", model: "kquant", chat: "Name a colour.", n: 2, max_tokens: 8, temperature: 0.8, top_p: 0.95, seed: 2 },
+  // Gemma 3 (a base model: a text prompt), greedy then sampled, in the browser's kernels.
+  { name: "gemma3", model: "gemma3", text: "The capital of France is", n: 2, max_tokens: 8, temperature: 0, top_p: 1, seed: 1 },
+  { name: "gemma3-sampled", model: "gemma3", text: "Once upon a time", n: 2, max_tokens: 6, temperature: 0.9, top_p: 0.95, seed: 4 },
 ];
 const CASE_TIMEOUT_MS = 10 * 60 * 1000;
 // WEB_TEST_CASES=chat,stop runs only the cases named (for a quick rerun); all by default.
@@ -71,14 +82,14 @@ async function loadModel(page, url) {
 
 function native(c) {
   const out = `${outDir}/native-${c.name}.jsonl`;
-  let input = ["--prompt", prompt];
+  let input = ["--prompt", c.text ?? prompt];
   if (c.chat) {
     const file = `${outDir}/native-${c.name}-prompts.jsonl`;
     writeFileSync(file, JSON.stringify({ messages: [{ role: "user", content: c.chat }] }) + "\n");
     input = ["--prompts", file];
   }
   const summary = execFileSync(bin, [
-    "rollout", "--model", c.model === "kquant" ? kquantPath : modelPath, ...input, "-n", String(c.n),
+    "rollout", "--model", models[c.model || "default"].path, ...input, "-n", String(c.n),
     "--max-tokens", String(c.max_tokens), "--temperature", String(c.temperature),
     "--top-p", String(c.top_p), "--seed", String(c.seed), "--out", out, "--json",
   ], { encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] });
@@ -89,7 +100,7 @@ function native(c) {
 
 async function inBrowser(page, c) {
   await page.setChecked("#chat", Boolean(c.chat));
-  await page.fill("#prompt", c.chat ?? prompt);
+  await page.fill("#prompt", c.chat ?? c.text ?? prompt);
   await page.fill("#n", String(c.n));
   await page.fill("#max-tokens", String(c.max_tokens));
   await page.fill("#temperature", String(c.temperature));
@@ -222,7 +233,7 @@ try {
   for (const c of cases.filter((c) => wanted(c.name))) {
     if ((c.model || "default") !== loaded) {
       loaded = c.model || "default";
-      await loadModel(page, loaded === "kquant" ? kquantUrl : modelUrl);
+      await loadModel(page, models[loaded].url);
     }
     const nat = native(c);
     const web = await inBrowser(page, c);

@@ -6,8 +6,9 @@
 # must equal the native engine's for the same settings (web/test.mjs). Then it stops a
 # long rollout, which must free every KV block while the page stays responsive. Leaves
 # the results and a screenshot in target/web-test. WEB_TEST_CASES=chat,stop runs only the
-# cases named (greedy, sampled, gpu-kernels, chat, k-quant, stop), for a quick rerun. The
-# k-quant case loads a second, tiny file (tests/fixtures/tiny-qwen3-q4_k_m.gguf).
+# cases named (greedy, sampled, gpu-kernels, chat, k-quant, gemma3, gemma3-sampled, stop), for
+# a quick rerun. The k-quant case loads a second, tiny file (tests/fixtures/tiny-qwen3-q4_k_m.gguf);
+# the gemma3 cases Gemma 3 270M (`sprout model-path gemma3-270m` fetches it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,9 +26,11 @@ web/build.sh
 cargo build --release -q
 model=$(target/release/sprout model-path)
 kquant="$PWD/tests/fixtures/tiny-qwen3-q4_k_m.gguf"
+gemma=$(target/release/sprout model-path gemma3-270m)
 mkdir -p web/dist/models
-ln -sf "$model" "web/dist/models/$(basename "$model")"
-ln -sf "$kquant" "web/dist/models/$(basename "$kquant")"
+for file in "$model" "$kquant" "$gemma"; do
+  ln -sf "$file" "web/dist/models/$(basename "$file")"
+done
 
 out=target/web-test
 rm -rf "$out"
@@ -47,5 +50,7 @@ MODEL_URL="models/$(basename "$model")" \
 MODEL_PATH="$model" \
 KQUANT_URL="models/$(basename "$kquant")" \
 KQUANT_PATH="$kquant" \
+GEMMA_URL="models/$(basename "$gemma")" \
+GEMMA_PATH="$gemma" \
 OUT_DIR="$out" \
   node web/test.mjs

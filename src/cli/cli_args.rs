@@ -54,8 +54,8 @@ pub enum LoadFormat {
     /// model).
     Auto,
     /// Draw random weights for the config that --model names: smollm2-135m (the default),
-    /// smollm2-360m, qwen2-0.5b, qwen3-0.6b, tiny-llama, tiny-qwen2, tiny-qwen3, or a
-    /// Hugging Face config.json (or its directory). Nothing else is read or fetched, and
+    /// smollm2-360m, qwen2-0.5b, qwen3-0.6b, gemma3-270m, gemma3-1b, tiny-llama, tiny-qwen2,
+    /// tiny-qwen3, tiny-gemma3, or a Hugging Face config.json (or its directory). Nothing else is read or fetched, and
     /// there is no tokenizer.
     Dummy,
 }

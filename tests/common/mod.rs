@@ -49,6 +49,14 @@ pub fn gemma3_path() -> PathBuf {
     }
 }
 
+/// The tiny random Gemma 3 fixture (tests/fixtures/tiny-gemma3) on `gpu`.
+#[allow(dead_code)]
+pub fn tiny_gemma3(gpu: &Arc<Gpu>) -> sprout::model::decoder::Decoder {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-gemma3");
+    let mut source = sprout::model::safetensors_dir::SafetensorsDir::open(&dir).unwrap();
+    sprout::model::decoder::Decoder::load(gpu.clone(), &mut source, &mut |_, _| {}).unwrap()
+}
+
 /// The tiny random Llama fixture (tests/fixtures/tiny-llama) on `gpu`.
 #[allow(dead_code)]
 pub fn tiny_llama(gpu: &Arc<Gpu>) -> sprout::model::decoder::Decoder {
