@@ -1,28 +1,24 @@
 #!/usr/bin/env python3
-"""Make tests/fixtures/gemma3_tokenizer.json: the token ids Hugging Face transformers gives
-for Gemma 3 270M's SentencePiece vocabulary, loaded from its GGUF file.
+"""Make tests/fixtures/gemma3_tokenizer.json: the token ids Google's sentencepiece library
+gives for Gemma 3 270M's SentencePiece vocabulary, read from its GGUF file.
 
 sprout builds its tokenizer from the same GGUF vocabulary (src/tokenizer/gguf_spm.rs);
 tests/tokenizer_gguf.rs asserts that it gives exactly these ids and decodes them back.
 
-transformers' GGUF loader (`AutoTokenizer.from_pretrained(dir, gguf_file=name)`,
-GGUFGemmaConverter) registers only pad, eos, bos and unk as added tokens; every other
-control or user-defined token (`<start_of_turn>`, `<unused0>`, `<table>`) is left to the
-Unigram model, which takes it whole in most text but not beside some markup. sprout
-registers them as added tokens, as the model's own tokenizer and llama.cpp do. So each case
-holds:
+The reference is scripts/gguf_sentencepiece.py: sentencepiece 0.2.1 run on a BPE
+ModelProto built from the file's pieces, scores and types (Gemma's own tokenizer.model is a
+SentencePiece BPE; the scores are merge priorities), with control and user-defined pieces
+(turn markers, runs of spaces, tabs and newlines) matched in the raw text first, longest
+first. Each case holds:
 
-- `ids`, `ids_with_special`: transformers' GGUF tokenizer with the file's control tokens
-  (token_type 3) registered as special added tokens and its user-defined ones (4, except
-  those made only of whitespace) as plain added tokens, all unnormalized: what sprout must
-  give, without and with BOS;
-- `transformers_ids`, `transformers_ids_with_special`: transformers' GGUF tokenizer as it
-  loads;
-- `added_tokens_differ`: whether the two differ (only where a control or user-defined
-  token stands beside text the Unigram would join it to);
-- `decoded`: transformers' `decode(ids)`, special tokens included; the script asserts it
-  is the text, except for `byte_token_lookalike` (`<0x41>` written out is the byte token,
-  which decodes to `A`).
+- `ids`, `ids_with_bos`: sentencepiece's ids without and with BOS (the file says
+  add_bos_token = true): what sprout must give;
+- `decoded`: sentencepiece's decoding of `ids`, control tokens written out; the script
+  asserts it is the text;
+- `transformers_ids`, `transformers_differs`: for information, the ids of transformers'
+  own GGUF tokenizer (`AutoTokenizer.from_pretrained(dir, gguf_file=name)`,
+  GGUFGemmaConverter: a Unigram over the scores, with only pad, eos, bos and unk as added
+  tokens), and whether they differ from `ids`.
 
 Run from the repository root with the venv described in scripts/README.md (about 40 s):
   /root/.cache/sprout/venv/bin/python scripts/make_tokenizer_fixtures.py [--gguf PATH] [--out FILE]
@@ -39,10 +35,18 @@ import os
 import sys
 from pathlib import Path
 
+from gguf_sentencepiece import GgufSentencePiece  # scripts/ is on sys.path
+
 REPO = Path(__file__).resolve().parent.parent
 GGUF_NAME = "gemma-3-270m-q4_k_m.gguf"
 GGUF_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
-PINNED = {"transformers": "4.57.6", "tokenizers": "0.22.2", "gguf": "0.19.0"}
+PINNED = {
+    "sentencepiece": "0.2.1",
+    "protobuf": "7.36.2",
+    "gguf": "0.19.0",
+    "transformers": "4.57.6",
+    "tokenizers": "0.22.2",
+}
 
 TEXTS = [
     ("empty", ""),
@@ -72,11 +76,17 @@ TEXTS = [
     ("control_beside_markup", "><mask>< and ><unused0>< <unused6241>"),
     ("user_defined", "<table><tr><td>1</td></tr></table> [multimodal]<start_of_image>"),
     ("special_lookalike", "<start_of_turn <end_of_turn> > <unused99999>"),
-    # A byte token's name in the text is that piece, which decodes to its byte: the one
-    # text here that does not round-trip (in transformers as in sprout).
+    # A byte token's name in the text is plain text, not that byte.
     ("byte_token_lookalike", "<0x41><0x0A>"),
+    ("capital", "The capital of France is"),
+    ("german", "Die Hauptstadt von Deutschland ist gr\u00f6\u00dfer als M\u00fcnchen; \u00c4pfel und \u00d6l."),
+    (
+        "code_indented",
+        "class Stack:\n    def __init__(self):\n        self.items = []\n\n"
+        "    def push(self, x):\n        if x is not None:\n            self.items.append(x)\n",
+    ),
+    ("chat_markup", "<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n"),
 ]
-NOT_ROUND_TRIPS = {"byte_token_lookalike"}
 
 
 def find_gguf(arg):
@@ -91,33 +101,6 @@ def find_gguf(arg):
     return path
 
 
-def token_types(gguf_path):
-    from gguf import GGUFReader
-
-    fields = GGUFReader(str(gguf_path)).fields
-    tokens = fields["tokenizer.ggml.tokens"]
-    types = fields["tokenizer.ggml.token_type"]
-    return [
-        (bytes(tokens.parts[t]).decode("utf-8"), int(types.parts[k][0]))
-        for t, k in zip(tokens.data, types.data)
-    ]
-
-
-def with_added_tokens(tok, gguf_path):
-    """transformers' backend tokenizer with the file's control and user-defined tokens
-    registered as added tokens (their ids are the vocabulary's)."""
-    from tokenizers import AddedToken, Tokenizer
-
-    backend = Tokenizer.from_str(tok.backend_tokenizer.to_str())
-    typed = token_types(gguf_path)
-    kept = lambda ty: [t for t, k in typed if k == ty and not t.isspace()]
-    before = backend.get_vocab_size(with_added_tokens=True)
-    backend.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in kept(3)])
-    backend.add_tokens([AddedToken(t, normalized=False, special=False) for t in kept(4)])
-    assert backend.get_vocab_size(with_added_tokens=True) == before, "an added token got a new id"
-    return backend
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--gguf")
@@ -126,50 +109,51 @@ def main():
     versions = {name: importlib.metadata.version(name) for name in PINNED}
     if versions != PINNED:
         print(f"warning: versions {versions} differ from the pinned {PINNED}", file=sys.stderr)
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     from transformers import AutoTokenizer
 
     gguf = find_gguf(args.gguf)
     sha = hashlib.sha256(gguf.read_bytes()).hexdigest()
     assert sha == GGUF_SHA256, f"{gguf} has sha256 {sha}, expected {GGUF_SHA256}"
+    ref = GgufSentencePiece(gguf)
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     assert type(tok).__name__ == "GemmaTokenizerFast", type(tok)
-    ref = with_added_tokens(tok, gguf)
     cases = []
     for name, text in TEXTS:
-        ids = ref.encode(text, add_special_tokens=False).ids
+        ids = ref.encode(text, add_special_tokens=False)
         hf_ids = tok.encode(text, add_special_tokens=False)
-        decoded = tok.decode(ids)
-        assert (decoded == text) != (name in NOT_ROUND_TRIPS), (name, decoded, text)
+        decoded = ref.decode(ids)
+        assert decoded == text, (name, decoded, text)
         cases.append(
             {
                 "name": name,
                 "text": text,
                 "ids": ids,
-                "ids_with_special": ref.encode(text).ids,
-                "transformers_ids": hf_ids,
-                "transformers_ids_with_special": tok.encode(text),
-                "added_tokens_differ": ids != hf_ids,
+                "ids_with_bos": ref.encode(text),
                 "decoded": decoded,
+                "transformers_ids": hf_ids,
+                "transformers_differs": ids != hf_ids,
             }
         )
     fixture = {
         "model": "Gemma 3 270M (base), Q4_K_M GGUF",
         "gguf_file": GGUF_NAME,
         "gguf_sha256": sha,
-        "vocab_size": tok.backend_tokenizer.get_vocab_size(with_added_tokens=True),
+        "vocab_size": ref.sp.get_piece_size(),
         "versions": versions,
         "made_by": "scripts/make_tokenizer_fixtures.py",
-        "ids": "transformers' GGUF tokenizer (AutoTokenizer.from_pretrained(dir, gguf_file=...)) "
-        "with the file's control tokens registered as special added tokens and its "
-        "non-whitespace user-defined tokens as plain added tokens; add_special_tokens=False",
-        "ids_with_special": "the same with add_special_tokens=True (BOS first, as the file's "
-        "tokenizer.ggml.add_bos_token = true says)",
-        "transformers_ids": "transformers' GGUF tokenizer as it loads (only pad, eos, bos and "
-        "unk added), add_special_tokens=False; differs from ids only where "
-        "added_tokens_differ",
-        "decoded": "transformers' decode(ids), special tokens kept; equals the text except in "
-        "byte_token_lookalike",
+        "ids": "sentencepiece (scripts/gguf_sentencepiece.py: a BPE ModelProto of the file's "
+        "pieces, scores and types; control and user-defined pieces matched in the raw text "
+        "first, longest first), no BOS",
+        "ids_with_bos": "the same with BOS first, as the file's tokenizer.ggml.add_bos_token = "
+        "true says",
+        "decoded": "sentencepiece's decoding of ids, control tokens written out; equals the text",
+        "transformers_ids": "for information: transformers' GGUF tokenizer "
+        "(AutoTokenizer.from_pretrained(dir, gguf_file=...), a Unigram over the scores, only "
+        "pad, eos, bos and unk added), add_special_tokens=False",
+        "transformers_differs": "whether transformers_ids differs from ids",
         "cases": cases,
     }
     # One line per case, so that a diff shows which text changed.
@@ -178,8 +162,9 @@ def main():
     text = head[:-2] + ',\n "cases": [\n  ' + ",\n  ".join(lines) + "\n ]\n}\n"
     json.loads(text)
     Path(args.out).write_text(text)
-    differ = [c["name"] for c in cases if c["added_tokens_differ"]]
-    print(f"wrote {args.out}: {len(cases)} texts; added tokens change the ids of {differ}")
+    differ = [c["name"] for c in cases if c["transformers_differs"]]
+    print(f"wrote {args.out}: {len(cases)} texts; transformers' GGUF tokenizer differs on "
+          f"{len(differ)}: {differ}")
 
 
 if __name__ == "__main__":

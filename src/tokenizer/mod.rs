@@ -17,6 +17,7 @@
 pub mod chat_template;
 pub mod gguf_spm;
 pub mod gguf_vocab;
+pub mod spm_merges;
 pub mod template_limits;
 pub mod vocabulary;
 
