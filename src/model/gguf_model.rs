@@ -368,8 +368,7 @@ fn config_from_gguf<R>(file: &GgufFile<R>) -> Result<ModelConfig, SproutError> {
         query_pre_attn_scalar: None,
     };
     if architecture == Architecture::Gemma3 {
-        let (window, scalar) =
-            gemma3::from_gguf(meta, &config).map_err(|m| SproutError::Model(m))?;
+        let (window, scalar) = gemma3::from_gguf(meta, &config).map_err(SproutError::Model)?;
         config.sliding_window = Some(window);
         config.query_pre_attn_scalar = Some(scalar);
     }
