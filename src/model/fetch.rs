@@ -20,6 +20,15 @@ use crate::model::named::NamedModel;
 /// Bytes between two progress lines.
 const PROGRESS_EVERY: u64 = 64 << 20;
 
+// The registry (`model::named`) is data; fetching is this module's, so the path of a named
+// model is answered here and the registry imports nothing of it.
+impl NamedModel {
+    /// The cached file's path, fetching it first if it is not cached yet.
+    pub fn path(&self) -> Result<PathBuf, SproutError> {
+        cached_or_fetch(self)
+    }
+}
+
 /// `model`'s cached path, fetching it first if it is not cached yet.
 pub fn cached_or_fetch(model: &NamedModel) -> Result<PathBuf, SproutError> {
     // One fetch at a time in this process (tests ask from several threads); other

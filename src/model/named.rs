@@ -120,13 +120,6 @@ pub fn resolve(arg: &Path) -> Result<PathBuf, SproutError> {
     }
 }
 
-impl NamedModel {
-    /// The cached file's path, fetching it first if it is not cached yet.
-    pub fn path(&self) -> Result<PathBuf, SproutError> {
-        crate::model::fetch::cached_or_fetch(self)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -98,21 +98,25 @@ pub(crate) fn missing(key: &str) -> SproutError {
     SproutError::Tokenizer(format!("the GGUF file has no `{key}`"))
 }
 
-/// Builds the tokenizer the metadata describes.
-pub fn build(meta: &GgufMetadata) -> Result<tokenizers::Tokenizer, SproutError> {
+/// Which of the GGUF vocabularies the metadata holds: `gpt2` (byte-level BPE, this
+/// module's) or `llama` (SentencePiece, `tokenizer::gguf_spm`'s); any other is an error
+/// naming it.
+pub fn model_kind(meta: &GgufMetadata) -> Result<&str, SproutError> {
     let model = meta
         .str("tokenizer.ggml.model")?
         .ok_or_else(|| missing("tokenizer.ggml.model"))?;
     match model {
-        "gpt2" => {}
-        "llama" => return crate::tokenizer::gguf_spm::build(meta),
-        _ => {
-            return Err(SproutError::Tokenizer(format!(
-                "GGUF tokenizer model `{model}` is not supported yet (only `gpt2`, byte-level \
-                 BPE, and `llama`, SentencePiece); load the model's tokenizer.json instead"
-            )));
-        }
+        "gpt2" | "llama" => Ok(model),
+        _ => Err(SproutError::Tokenizer(format!(
+            "GGUF tokenizer model `{model}` is not supported yet (only `gpt2`, byte-level \
+             BPE, and `llama`, SentencePiece); load the model's tokenizer.json instead"
+        ))),
     }
+}
+
+/// Builds the byte-level BPE tokenizer a `tokenizer.ggml.model = gpt2` vocabulary
+/// describes.
+pub fn build(meta: &GgufMetadata) -> Result<tokenizers::Tokenizer, SproutError> {
     let tokens = meta
         .strings("tokenizer.ggml.tokens")?
         .ok_or_else(|| missing("tokenizer.ggml.tokens"))?;

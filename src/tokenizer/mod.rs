@@ -55,11 +55,14 @@ impl Tokenizer {
         })
     }
 
-    /// Builds the tokenizer a GGUF file describes (see [`crate::tokenizer::gguf_vocab`]).
+    /// Builds the tokenizer a GGUF file describes: byte-level BPE
+    /// ([`crate::tokenizer::gguf_vocab`]) or SentencePiece ([`crate::tokenizer::gguf_spm`]).
     pub fn from_gguf(metadata: &GgufMetadata) -> Result<Self, SproutError> {
-        Ok(Tokenizer {
-            inner: crate::tokenizer::gguf_vocab::build(metadata)?,
-        })
+        let inner = match crate::tokenizer::gguf_vocab::model_kind(metadata)? {
+            "llama" => crate::tokenizer::gguf_spm::build(metadata)?,
+            _ => crate::tokenizer::gguf_vocab::build(metadata)?,
+        };
+        Ok(Tokenizer { inner })
     }
 
     /// Wraps a tokenizer built some other way.
