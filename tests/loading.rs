@@ -258,7 +258,8 @@ fn tiny_gguf_models_open_and_bad_ones_are_named() {
     let phi = GgufWriter::tiny_model("phi3");
     assert_eq!(
         open_err(&phi),
-        "GGUF architecture `phi3` is not supported by sprout (supported: llama, qwen2, qwen3)"
+        "GGUF architecture `phi3` is not supported by sprout (supported: llama, qwen2, qwen3, \
+         gemma3)"
     );
     let e = open_err(&GgufWriter::tiny_model("llama").without_tensor("output_norm.weight"));
     assert!(
