@@ -25,9 +25,12 @@ use common::fixtures::{
     check_close, f32s, fixtures, greedy as greedy_tokens, json, load, max_abs_diff, u32s,
 };
 use common::{gemma3_path, gpus, smollm2_path};
+use serde_json::Value;
 use sprout::generate::{logits, score};
+use sprout::model::decoder::Decoder;
 use sprout::model::gguf_model::GgufModel;
 use sprout::model::safetensors_dir::SafetensorsDir;
+use sprout::tokenizer::Tokenizer;
 
 fn check_tiny(name: &str) {
     let dir = fixtures().join(name);
@@ -198,6 +201,41 @@ fn llama_q5_k_gguf_with_q5_1_rows_matches_transformers() {
     check_gguf("tiny-llama-q5_1-q5_k");
 }
 
+/// One prompt of a real model's fixture (`text`, `prompt_ids`, `greedy_ids`,
+/// `greedy_logprobs`): its ids from the file's own tokenizer, the greedy tokens equal for the
+/// first `compared`, and their log-probs, generated and teacher-forced, within 1e-3.
+fn check_prompt(
+    label: &str,
+    decoder: &Decoder,
+    tokenizer: &Tokenizer,
+    prompt: &Value,
+    compared: usize,
+) {
+    let ids = tokenizer.encode(prompt["text"].as_str().unwrap()).unwrap();
+    assert_eq!(ids, u32s(&prompt["prompt_ids"]), "{label}: prompt ids");
+    let want = u32s(&prompt["greedy_ids"]);
+    let want_lp = f32s(&prompt["greedy_logprobs"]);
+    let g = greedy_tokens(decoder, &ids, want.len());
+    assert_eq!(
+        g.token_ids[..compared],
+        want[..compared],
+        "{label}: greedy tokens"
+    );
+    let lp = max_abs_diff(&g.logprobs[..compared], &want_lp[..compared]);
+    let full: Vec<u32> = ids.iter().chain(&want).copied().collect();
+    let scored = pollster::block_on(score(decoder, &full)).unwrap();
+    let forced = max_abs_diff(&scored[ids.len() - 1..], &want_lp);
+    println!(
+        "{label}: greedy {compared}/{}, logprobs max |diff| {lp:.2e} (generated), \
+         {forced:.2e} (teacher-forced)",
+        want.len()
+    );
+    assert!(
+        lp <= 1e-3 && forced <= 1e-3,
+        "{label}: logprobs differ by {lp} / {forced}"
+    );
+}
+
 /// Gemma 3 270M Q4_K_M (`--model gemma3-270m`: Q5_0, Q4_K, Q6_K and Q8_0 matrices, a
 /// 262,144-row tied embedding, sliding windows of 512) against transformers on the same
 /// file, five prompts: prompt ids from the file's vocabulary as sentencepiece gives them,
@@ -211,36 +249,16 @@ fn gemma3_270m_matches_transformers() {
         let tokenizer = model.tokenizer().unwrap();
         let decoder = load(&gpu, &mut model);
         for prompt in fixture["prompts"].as_array().unwrap() {
-            let name = prompt["name"].as_str().unwrap();
-            let label = format!("gemma3 {name} on {}", gpu.adapter.label());
-            let ids = u32s(&prompt["prompt_ids"]);
-            let text = prompt["text"].as_str().unwrap();
-            assert_eq!(tokenizer.encode(text).unwrap(), ids, "{label}: prompt ids");
-            let want = u32s(&prompt["greedy_ids"]);
-            let want_lp = f32s(&prompt["greedy_logprobs"]);
+            let label = format!(
+                "gemma3 {} on {}",
+                prompt["name"].as_str().unwrap(),
+                gpu.adapter.label()
+            );
             let compared = f32s(&prompt["top2_gaps"])
                 .iter()
                 .position(|&g| g < NEAR_TIE)
-                .map_or(want.len(), |i| i + 1);
-            let g = greedy_tokens(&decoder, &ids, want.len());
-            assert_eq!(
-                g.token_ids[..compared],
-                want[..compared],
-                "{label}: greedy tokens"
-            );
-            let lp = max_abs_diff(&g.logprobs[..compared], &want_lp[..compared]);
-            let full: Vec<u32> = ids.iter().chain(&want).copied().collect();
-            let scored = pollster::block_on(score(&decoder, &full)).unwrap();
-            let forced = max_abs_diff(&scored[ids.len() - 1..], &want_lp);
-            println!(
-                "{label}: greedy {compared}/{}, logprobs max |diff| {lp:.2e} (generated), \
-                 {forced:.2e} (teacher-forced)",
-                want.len()
-            );
-            assert!(
-                lp <= 1e-3 && forced <= 1e-3,
-                "{label}: logprobs differ by {lp} / {forced}"
-            );
+                .map_or(u32s(&prompt["greedy_ids"]).len(), |i| i + 1);
+            check_prompt(&label, &decoder, &tokenizer, prompt, compared);
         }
     }
 }
@@ -254,25 +272,13 @@ fn smollm2_matches_transformers() {
         let tokenizer = model.tokenizer().unwrap();
         let decoder = load(&gpu, &mut model);
         for prompt in fixture["prompts"].as_array().unwrap() {
-            let name = prompt["name"].as_str().unwrap();
-            let label = format!("{name} on {}", gpu.adapter.label());
-            let ids = tokenizer.encode(prompt["text"].as_str().unwrap()).unwrap();
-            assert_eq!(ids, u32s(&prompt["prompt_ids"]), "{label}: prompt ids");
-            let want = u32s(&prompt["greedy_ids"]);
-            let g = greedy_tokens(&decoder, &ids, want.len());
-            assert_eq!(g.token_ids, want, "{label}: greedy tokens");
-            let want_lp = f32s(&prompt["greedy_logprobs"]);
-            let lp = max_abs_diff(&g.logprobs, &want_lp);
-            let full: Vec<u32> = ids.iter().chain(&want).copied().collect();
-            let scored = pollster::block_on(score(&decoder, &full)).unwrap();
-            let forced = max_abs_diff(&scored[ids.len() - 1..], &want_lp);
-            println!(
-                "{label}: greedy 32/32, logprobs max |diff| {lp:.2e} (generated), {forced:.2e} (teacher-forced)"
+            let label = format!(
+                "{} on {}",
+                prompt["name"].as_str().unwrap(),
+                gpu.adapter.label()
             );
-            assert!(
-                lp <= 1e-3 && forced <= 1e-3,
-                "{label}: logprobs differ by {lp} / {forced}"
-            );
+            let all = u32s(&prompt["greedy_ids"]).len();
+            check_prompt(&label, &decoder, &tokenizer, prompt, all);
         }
     }
 }

@@ -41,13 +41,11 @@ use tokenizers::models::bpe::{BPE, Vocab};
 use tokenizers::normalizers::prepend::Prepend;
 use tokenizers::normalizers::replace::Replace;
 use tokenizers::normalizers::utils::Sequence as NormalizerSequence;
-use tokenizers::{AddedToken, DecoderWrapper, NormalizerWrapper};
+use tokenizers::{DecoderWrapper, NormalizerWrapper};
 
 use crate::error::SproutError;
 use crate::formats::gguf::GgufMetadata;
-use crate::tokenizer::gguf_vocab::{
-    TOKEN_TYPE_CONTROL, TOKEN_TYPE_USER_DEFINED, missing, post_processor,
-};
+use crate::tokenizer::gguf_vocab::{add_specials, missing};
 use crate::tokenizer::spm_merges::merges;
 
 /// SentencePiece's word-boundary mark, which stands for a space in pieces.
@@ -133,21 +131,7 @@ pub fn build(meta: &GgufMetadata) -> Result<tokenizers::Tokenizer, SproutError> 
     }
     tokenizer.with_decoder(Some(DecoderSequence::new(decoders)));
 
-    let added = |ty: i64| -> Vec<AddedToken> {
-        tokens
-            .iter()
-            .zip(&types)
-            .filter(|&(_, &k)| k == ty)
-            .map(|(t, _)| {
-                AddedToken::from(t.to_string(), ty == TOKEN_TYPE_CONTROL).normalized(false)
-            })
-            .collect()
-    };
-    tokenizer.add_special_tokens(&added(TOKEN_TYPE_CONTROL));
-    tokenizer.add_tokens(&added(TOKEN_TYPE_USER_DEFINED));
-    if let Some(post) = post_processor(meta, &tokens)? {
-        tokenizer.with_post_processor(Some(post));
-    }
+    add_specials(&mut tokenizer, meta, &tokens, Some(&types))?;
     Ok(tokenizer)
 }
 

@@ -162,11 +162,24 @@ pub fn build(meta: &GgufMetadata) -> Result<tokenizers::Tokenizer, SproutError> 
     tokenizer.with_pre_tokenizer(Some(pre.pre_tokenizer()?));
     tokenizer.with_decoder(Some(ByteLevelDecoder::default()));
 
-    if let Some(types) = &types {
+    add_specials(&mut tokenizer, meta, &tokens, types.as_deref())?;
+    Ok(tokenizer)
+}
+
+/// What every GGUF vocabulary adds to its model: control tokens (type 3) as special added
+/// tokens and user-defined ones (type 4) as plain added tokens, both matched in the raw
+/// text; then BOS/EOS around each text when the metadata asks for them.
+pub(crate) fn add_specials(
+    tokenizer: &mut tokenizers::Tokenizer,
+    meta: &GgufMetadata,
+    tokens: &[&str],
+    types: Option<&[i64]>,
+) -> Result<(), SproutError> {
+    if let Some(types) = types {
         let added = |ty: i64| -> Vec<AddedToken> {
             tokens
                 .iter()
-                .zip(types.iter())
+                .zip(types)
                 .filter(|&(_, &t)| t == ty)
                 .map(|(tok, _)| {
                     AddedToken::from(tok.to_string(), ty == TOKEN_TYPE_CONTROL).normalized(false)
@@ -176,14 +189,14 @@ pub fn build(meta: &GgufMetadata) -> Result<tokenizers::Tokenizer, SproutError> 
         tokenizer.add_special_tokens(&added(TOKEN_TYPE_CONTROL));
         tokenizer.add_tokens(&added(TOKEN_TYPE_USER_DEFINED));
     }
-    if let Some(post) = post_processor(meta, &tokens)? {
+    if let Some(post) = post_processor(meta, tokens)? {
         tokenizer.with_post_processor(Some(post));
     }
-    Ok(tokenizer)
+    Ok(())
 }
 
 /// BOS/EOS added around each encoded text, when the metadata asks for them.
-pub(crate) fn post_processor(
+fn post_processor(
     meta: &GgufMetadata,
     tokens: &[&str],
 ) -> Result<Option<TemplateProcessing>, SproutError> {
