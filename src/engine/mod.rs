@@ -256,7 +256,8 @@ impl<'d> Engine<'d> {
         self.in_flight.is_some() || self.scheduler.has_work()
     }
 
-    /// Queues a request after checking its tokens against the vocabulary.
+    /// Queues a request after checking its tokens (the prompt's, the completions' and those
+    /// its sampling parameters name) against the vocabulary.
     pub fn add_request(&mut self, request: Request) -> Result<RequestId, SproutError> {
         let vocab = self.decoder.config.vocab_size;
         if let Some(bad) = request.prompt.iter().find(|&&id| id as usize >= vocab) {
@@ -274,6 +275,10 @@ impl<'d> Engine<'d> {
                 "completion token {bad} is outside the vocabulary of {vocab}"
             )));
         }
+        request
+            .params
+            .validate_tokens(vocab)
+            .map_err(crate::sched::SchedError::from)?;
         if !request.params.stop.is_empty() && self.tokenizer.is_none() {
             return Err(SproutError::Shape(
                 "stop strings need the engine to have the tokenizer (Engine::with_tokenizer)"

@@ -36,8 +36,8 @@ pub use drafting::SpecStats;
 pub use drawn::{DRAWN, DrawResult};
 pub use plan::{BlockCopy, Chunk, Draw, StepPlan, Target};
 pub use request::{
-    FinishReason, FinishedSample, MAX_TOP_LOGPROBS, Request, RequestId, SamplingParams, StopMatch,
-    TopLogprob,
+    FinishReason, FinishedSample, LogitProcessing, MAX_TOP_LOGPROBS, Request, RequestId,
+    SamplingParams, StopMatch, TopLogprob,
 };
 pub use scheduler::Scheduler;
 pub use sequence::SeqId;

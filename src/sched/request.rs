@@ -38,6 +38,70 @@ pub struct SamplingParams {
     /// Alternatives per position to return with their log-probabilities (0 to
     /// [`MAX_TOP_LOGPROBS`]).
     pub top_logprobs: usize,
+    /// What is done to the logits before temperature: masks, bias and penalties.
+    pub processing: LogitProcessing,
+}
+
+/// What a request does to each row of logits before temperature and truncation, in
+/// vLLM's order: the masks (`allowed_token_ids`, `bad_words`; stop tokens before
+/// `min_tokens`), then `logit_bias`, then `repetition_penalty` (over the prompt's and the
+/// generated tokens), then `frequency_penalty` and `presence_penalty` (over the generated
+/// tokens). Each changes only the distribution sampled from: the raw log-probs stay the
+/// model's. The defaults do nothing.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LogitProcessing {
+    /// Only these tokens may be drawn (`None`: every token). Not empty.
+    pub allowed_token_ids: Option<Vec<u32>>,
+    /// Token sequences a sample must not generate: a sequence's last token is masked
+    /// wherever the generated tokens end with the rest of it (a one-token sequence is
+    /// masked everywhere). None empty.
+    pub bad_words: Vec<Vec<u32>>,
+    /// Added to a token's logit: (token, bias), each token once, biases in [-100, 100].
+    pub logit_bias: Vec<(u32, f32)>,
+    /// Greater than 0 (1: off). A token of the prompt or of the generated tokens has a
+    /// positive logit divided by it and a negative one multiplied by it.
+    pub repetition_penalty: f32,
+    /// In [-2, 2] (0: off). Subtracted from the logit of each token generated at least once.
+    pub presence_penalty: f32,
+    /// In [-2, 2] (0: off). Subtracted from a token's logit once per time it was generated.
+    pub frequency_penalty: f32,
+}
+
+impl Default for LogitProcessing {
+    fn default() -> Self {
+        LogitProcessing {
+            allowed_token_ids: None,
+            bad_words: Vec::new(),
+            logit_bias: Vec::new(),
+            repetition_penalty: 1.0,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+        }
+    }
+}
+
+impl LogitProcessing {
+    /// Whether it leaves every logit as it is.
+    pub fn is_neutral(&self) -> bool {
+        self.allowed_token_ids.is_none()
+            && self.bad_words.is_empty()
+            && self.logit_bias.is_empty()
+            && !self.has_penalties()
+    }
+
+    /// Whether a penalty is on (the logits then depend on the tokens generated so far).
+    pub fn has_penalties(&self) -> bool {
+        self.repetition_penalty != 1.0
+            || self.presence_penalty != 0.0
+            || self.frequency_penalty != 0.0
+    }
+
+    /// Whether a row's processing depends on the tokens generated before it: a penalty,
+    /// or a bad word of more than one token. Such a sample's next step cannot be planned
+    /// before its last token is known.
+    pub fn depends_on_output(&self) -> bool {
+        self.has_penalties() || self.bad_words.iter().any(|w| w.len() > 1)
+    }
 }
 
 /// The most alternatives a position may ask for (the kernel's limit).
@@ -59,15 +123,20 @@ impl Default for SamplingParams {
             min_tokens: 0,
             stop: Vec::new(),
             top_logprobs: 0,
+            processing: LogitProcessing::default(),
         }
     }
 }
 
 impl SamplingParams {
     /// Whether the draws come from the model's own distribution (temperature 1, nothing
-    /// cut), so that sampling log-probs equal the raw ones.
+    /// cut, masked, biased or penalised), so that sampling log-probs equal the raw ones.
     pub fn is_plain(&self) -> bool {
-        self.temperature == 1.0 && self.top_k == 0 && self.top_p >= 1.0 && self.min_p <= 0.0
+        self.temperature == 1.0
+            && self.top_k == 0
+            && self.top_p >= 1.0
+            && self.min_p <= 0.0
+            && self.processing.is_neutral()
     }
 
     /// The index that keys a draw of request `request_index` together with the seed, the

@@ -6,7 +6,7 @@
 //! names the parameter, its value and the rule, and the caller spells the parameter as its
 //! users write it (`--top-p`, `"top_p"`).
 
-use crate::sched::{MAX_TOP_LOGPROBS, SamplingParams};
+use crate::sched::{LogitProcessing, MAX_TOP_LOGPROBS, SamplingParams};
 
 /// A sampling parameter outside its range.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
@@ -73,6 +73,83 @@ impl SamplingParams {
         if p.stop.iter().any(String::is_empty) {
             return Err(SamplingError::new("stop", "\"\"", "a non-empty string"));
         }
+        p.processing.validate()
+    }
+
+    /// Checks that every token the parameters name (stop tokens, logit bias, allowed
+    /// tokens, bad words) is in a vocabulary of `vocab` tokens.
+    pub fn validate_tokens(&self, vocab: usize) -> Result<(), SamplingError> {
+        let x = &self.processing;
+        let named = [
+            ("stop_token_ids", self.stop_ids.iter().copied().max()),
+            ("logit_bias", x.logit_bias.iter().map(|&(t, _)| t).max()),
+            (
+                "allowed_token_ids",
+                x.allowed_token_ids.iter().flatten().copied().max(),
+            ),
+            ("bad_words", x.bad_words.iter().flatten().copied().max()),
+        ];
+        for (param, largest) in named {
+            if let Some(t) = largest.filter(|&t| t as usize >= vocab) {
+                let rule = format!("token ids below the vocabulary's size ({vocab})");
+                return Err(SamplingError::new(param, t, rule));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl LogitProcessing {
+    /// vLLM's rules: a repetition penalty above 0, presence and frequency penalties in
+    /// [-2, 2], biases in [-100, 100] (OpenAI's range; refused past it rather than
+    /// clamped) each on a token of its own, a non-empty list of allowed tokens, no empty
+    /// bad word.
+    pub fn validate(&self) -> Result<(), SamplingError> {
+        let r = self.repetition_penalty;
+        if !(r.is_finite() && r > 0.0) {
+            return Err(SamplingError::new(
+                "repetition_penalty",
+                r,
+                "a finite number > 0",
+            ));
+        }
+        for (param, v) in [
+            ("presence_penalty", self.presence_penalty),
+            ("frequency_penalty", self.frequency_penalty),
+        ] {
+            if !(-2.0..=2.0).contains(&v) {
+                return Err(SamplingError::new(param, v, "in [-2, 2]"));
+            }
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for &(token, bias) in &self.logit_bias {
+            if !(-100.0..=100.0).contains(&bias) {
+                let value = format!("{bias} (token {token})");
+                return Err(SamplingError::new("logit_bias", value, "in [-100, 100]"));
+            }
+            if !seen.insert(token) {
+                let rule = "given once per token";
+                return Err(SamplingError::new(
+                    "logit_bias",
+                    format!("token {token} twice"),
+                    rule,
+                ));
+            }
+        }
+        if self.allowed_token_ids.as_ref().is_some_and(Vec::is_empty) {
+            return Err(SamplingError::new(
+                "allowed_token_ids",
+                "[]",
+                "a non-empty list (leave it out to allow every token)",
+            ));
+        }
+        if self.bad_words.iter().any(Vec::is_empty) {
+            return Err(SamplingError::new(
+                "bad_words",
+                "a word of no tokens",
+                "words of at least one token",
+            ));
+        }
         Ok(())
     }
 }
@@ -116,6 +193,46 @@ mod tests {
             ),
             (broken(|p| p.top_logprobs = 21), "top_logprobs", "21"),
             (broken(|p| p.stop = vec!["".into()]), "stop", "\"\""),
+            (
+                broken(|p| p.processing.repetition_penalty = 0.0),
+                "repetition_penalty",
+                "0",
+            ),
+            (
+                broken(|p| p.processing.repetition_penalty = f32::NAN),
+                "repetition_penalty",
+                "NaN",
+            ),
+            (
+                broken(|p| p.processing.presence_penalty = 2.5),
+                "presence_penalty",
+                "2.5",
+            ),
+            (
+                broken(|p| p.processing.frequency_penalty = f32::NAN),
+                "frequency_penalty",
+                "NaN",
+            ),
+            (
+                broken(|p| p.processing.logit_bias = vec![(3, 101.0)]),
+                "logit_bias",
+                "101 (token 3)",
+            ),
+            (
+                broken(|p| p.processing.logit_bias = vec![(3, 1.0), (3, 2.0)]),
+                "logit_bias",
+                "token 3 twice",
+            ),
+            (
+                broken(|p| p.processing.allowed_token_ids = Some(vec![])),
+                "allowed_token_ids",
+                "[]",
+            ),
+            (
+                broken(|p| p.processing.bad_words = vec![vec![1], vec![]]),
+                "bad_words",
+                "a word of no tokens",
+            ),
         ];
         for (e, param, value) in cases {
             assert_eq!((e.param, e.value.as_str()), (param, value), "{e}");
@@ -139,5 +256,37 @@ mod tests {
         p.top_p = f32::MIN_POSITIVE;
         p.min_p = 0.999;
         p.validate().unwrap();
+        let x = &mut p.processing;
+        (x.presence_penalty, x.frequency_penalty) = (-2.0, 2.0);
+        x.repetition_penalty = f32::MIN_POSITIVE;
+        x.logit_bias = vec![(0, -100.0), (1, 100.0)];
+        x.allowed_token_ids = Some(vec![0]);
+        x.bad_words = vec![vec![0]];
+        p.validate().unwrap();
+    }
+
+    #[test]
+    fn every_token_named_must_be_in_the_vocabulary() {
+        let mut p = SamplingParams::default();
+        p.validate_tokens(10).unwrap();
+        let cases: [(fn(&mut SamplingParams), &str); 4] = [
+            (|p| p.stop_ids = vec![3, 10], "stop_token_ids"),
+            (|p| p.processing.logit_bias = vec![(12, 1.0)], "logit_bias"),
+            (
+                |p| p.processing.allowed_token_ids = Some(vec![0, 99]),
+                "allowed_token_ids",
+            ),
+            (|p| p.processing.bad_words = vec![vec![1, 10]], "bad_words"),
+        ];
+        for (change, param) in cases {
+            let mut q = SamplingParams::default();
+            change(&mut q);
+            let e = q.validate_tokens(10).unwrap_err();
+            assert_eq!(e.param, param, "{e}");
+            assert!(e.to_string().contains("(10)"), "{e}");
+            q.validate_tokens(100).unwrap();
+        }
+        p.stop_ids = vec![9];
+        p.validate_tokens(10).unwrap();
     }
 }
