@@ -40,6 +40,14 @@ pub struct LineParams {
     pub stop: Option<Vec<String>>,
     pub stop_token_ids: Option<Vec<u32>>,
     pub top_logprobs: Option<usize>,
+    /// (token, bias) pairs, from a JSON object of token ids to biases.
+    pub logit_bias: Option<Vec<(u32, f32)>>,
+    pub allowed_token_ids: Option<Vec<u32>>,
+    /// Words, tokenized by the command (`Tokenizer::bad_word_ids`).
+    pub bad_words: Option<Vec<String>>,
+    pub repetition_penalty: Option<f32>,
+    pub presence_penalty: Option<f32>,
+    pub frequency_penalty: Option<f32>,
 }
 
 impl LineParams {
@@ -61,6 +69,12 @@ impl LineParams {
             "stop_token_ids" => self.stop_token_ids.is_some(),
             "top_logprobs" => self.top_logprobs.is_some(),
             "ignore_eos" => self.ignore_eos.is_some(),
+            "logit_bias" => self.logit_bias.is_some(),
+            "allowed_token_ids" => self.allowed_token_ids.is_some(),
+            "bad_words" => self.bad_words.is_some(),
+            "repetition_penalty" => self.repetition_penalty.is_some(),
+            "presence_penalty" => self.presence_penalty.is_some(),
+            "frequency_penalty" => self.frequency_penalty.is_some(),
             _ => false,
         }
     }
@@ -108,6 +122,12 @@ struct RawLine {
     stop: Option<OneOrMany>,
     stop_token_ids: Option<Vec<u32>>,
     top_logprobs: Option<usize>,
+    logit_bias: Option<std::collections::BTreeMap<String, f32>>,
+    allowed_token_ids: Option<Vec<u32>>,
+    bad_words: Option<Vec<String>>,
+    repetition_penalty: Option<f32>,
+    presence_penalty: Option<f32>,
+    frequency_penalty: Option<f32>,
 }
 
 /// Parses one line's JSON.
@@ -140,6 +160,15 @@ pub fn parse_line(line: usize, text: &str) -> Result<PromptLine, LineError> {
         }),
         stop_token_ids: raw.stop_token_ids,
         top_logprobs: raw.top_logprobs,
+        logit_bias: match raw.logit_bias {
+            None => None,
+            Some(map) => Some(bias_pairs(map).map_err(fail)?),
+        },
+        allowed_token_ids: raw.allowed_token_ids,
+        bad_words: raw.bad_words,
+        repetition_penalty: raw.repetition_penalty,
+        presence_penalty: raw.presence_penalty,
+        frequency_penalty: raw.frequency_penalty,
     };
     if params.n == Some(0) {
         return Err(fail("\"n\" must be at least 1".into()));
@@ -149,6 +178,24 @@ pub fn parse_line(line: usize, text: &str) -> Result<PromptLine, LineError> {
         input,
         params,
     })
+}
+
+/// `"logit_bias"`'s object of token ids (JSON keys are strings) to biases, as pairs.
+fn bias_pairs(map: std::collections::BTreeMap<String, f32>) -> Result<Vec<(u32, f32)>, String> {
+    let mut pairs = Vec::with_capacity(map.len());
+    for (key, bias) in map {
+        let Ok(id) = key.trim().parse::<u32>() else {
+            return Err(format!(
+                "\"logit_bias\" keys must be token ids, not {key:?}"
+            ));
+        };
+        pairs.push((id, bias));
+    }
+    pairs.sort_by_key(|&(id, _)| id);
+    if let Some(w) = pairs.windows(2).find(|w| w[0].0 == w[1].0) {
+        return Err(format!("\"logit_bias\" names token {} twice", w[0].0));
+    }
+    Ok(pairs)
 }
 
 /// Every non-blank line of `lines` (a file's lines in order, numbered from 1), parsed or
@@ -191,6 +238,38 @@ mod tests {
         assert_eq!(l.params.min_tokens, Some(4));
         assert_eq!(l.params.top_logprobs, Some(3));
         assert_eq!(l.params.stop_token_ids, Some(vec![7]));
+        let l = parse_line(
+            2,
+            r#"{"prompt": "x", "logit_bias": {"7": -2.5, "03": 1}, "allowed_token_ids": [3, 7],
+                "bad_words": ["no"], "repetition_penalty": 1.2, "presence_penalty": -0.5,
+                "frequency_penalty": 0.5}"#,
+        )
+        .unwrap();
+        let p = &l.params;
+        assert_eq!(p.logit_bias, Some(vec![(3, 1.0), (7, -2.5)]));
+        assert_eq!(p.allowed_token_ids, Some(vec![3, 7]));
+        assert_eq!(p.bad_words, Some(vec!["no".to_string()]));
+        assert_eq!(p.repetition_penalty, Some(1.2));
+        assert_eq!(
+            (p.presence_penalty, p.frequency_penalty),
+            (Some(-0.5), Some(0.5))
+        );
+        for param in ["logit_bias", "bad_words", "frequency_penalty"] {
+            assert!(p.sets(param), "{param}");
+        }
+        for (line, error) in [
+            (
+                r#"{"prompt": "x", "logit_bias": {"a": 1}}"#,
+                "keys must be token ids",
+            ),
+            (
+                r#"{"prompt": "x", "logit_bias": {"3": 1, " 3": 2}}"#,
+                "token 3 twice",
+            ),
+        ] {
+            let e = parse_line(4, line).unwrap_err();
+            assert!(e.error.contains(error), "{}", e.error);
+        }
         let l = parse_line(2, r#"{"prompt": "x", "stop": ["a", "b"]}"#).unwrap();
         assert_eq!(l.params.stop.map(|s| s.len()), Some(2));
         let l = parse_line(2, r#"{"prompt_token_ids": [1, 2, 3]}"#).unwrap();

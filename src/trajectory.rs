@@ -50,6 +50,33 @@ pub struct SamplingRecord {
     pub stop_token_ids: Vec<u32>,
     pub stop: Vec<String>,
     pub top_logprobs: usize,
+    /// The logit processors, each written only when it does something (records of runs
+    /// without them read as before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_token_ids: Option<Vec<u32>>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bad_words: Vec<Vec<u32>>,
+    /// (token, bias) pairs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub logit_bias: Vec<(u32, f32)>,
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub repetition_penalty: f32,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub presence_penalty: f32,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub frequency_penalty: f32,
+}
+
+fn one() -> f32 {
+    1.0
+}
+
+fn is_one(x: &f32) -> bool {
+    *x == 1.0
+}
+
+fn is_zero(x: &f32) -> bool {
+    *x == 0.0
 }
 
 impl From<&SamplingParams> for SamplingRecord {
@@ -64,6 +91,12 @@ impl From<&SamplingParams> for SamplingRecord {
             stop_token_ids: p.stop_ids.clone(),
             stop: p.stop.clone(),
             top_logprobs: p.top_logprobs,
+            allowed_token_ids: p.processing.allowed_token_ids.clone(),
+            bad_words: p.processing.bad_words.clone(),
+            logit_bias: p.processing.logit_bias.clone(),
+            repetition_penalty: p.processing.repetition_penalty,
+            presence_penalty: p.processing.presence_penalty,
+            frequency_penalty: p.processing.frequency_penalty,
         }
     }
 }
@@ -77,8 +110,9 @@ pub struct SampleRecord {
     pub token_ids: Vec<u32>,
     /// The log-probability of each of `token_ids` under the model (temperature 1).
     pub logprobs: Vec<f32>,
-    /// Under the distribution each token was drawn from (after temperature, top-k, top-p
-    /// and min-p, renormalised): present when that differs from the model's own.
+    /// Under the distribution each token was drawn from (after masks, bias, penalties,
+    /// temperature, top-k, top-p and min-p, renormalised): present when that differs from
+    /// the model's own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sampling_logprobs: Option<Vec<f32>>,
     /// Per token, the most likely tokens at its position (most likely first) under the

@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 use sprout::sched::{
-    DRAWN, DrawResult, FinishReason, FinishedSample, Request, SamplingParams, SchedError,
-    Scheduler, SchedulerConfig, StepPlan,
+    DRAWN, DrawResult, FinishReason, FinishedSample, LogitProcessing, Request, RowProcessing,
+    SamplingParams, SchedError, Scheduler, SchedulerConfig, StepPlan,
 };
 use sprout::spec::SpecMode;
 
@@ -45,6 +45,46 @@ fn request(index: u32, prompt: Vec<u32>, n: usize, max_tokens: usize) -> Request
         },
         forced: Vec::new(),
     }
+}
+
+/// A hash of everything a row's processing does (0 for nothing).
+fn processing_hash(p: &RowProcessing) -> u64 {
+    if p.is_empty() {
+        return 0;
+    }
+    let mut h: u64 = 0x9e3779b97f4a7c15;
+    let mut mix = |x: u64| h = (h ^ x).wrapping_mul(0x100000001b3);
+    p.forbidden.iter().for_each(|&t| mix(t as u64));
+    p.allowed
+        .iter()
+        .flat_map(|a| a.iter())
+        .for_each(|&t| mix(t as u64 + 7));
+    for a in &p.adjusts {
+        let bits = [a.bias, a.repetition, a.subtract].map(f32::to_bits);
+        mix(a.token as u64);
+        bits.iter().for_each(|&b| mix(b as u64));
+    }
+    h
+}
+
+/// One of three sets of logit processors (or none): penalties; a bias with bad words of
+/// one and of two tokens; an allow-list.
+fn processing(preset: Option<u8>) -> LogitProcessing {
+    let mut x = LogitProcessing::default();
+    match preset {
+        None => {}
+        Some(0) => {
+            x.repetition_penalty = 1.3;
+            x.frequency_penalty = 0.5;
+            x.presence_penalty = 0.25;
+        }
+        Some(1) => {
+            x.logit_bias = vec![(2, 3.0), (5, -1.0)];
+            x.bad_words = vec![vec![4], vec![1, 2]];
+        }
+        Some(_) => x.allowed_token_ids = Some((1..25).collect()),
+    }
+    x
 }
 
 /// A model whose "KV" is the token id at each slot and whose next token is a hash of
@@ -124,8 +164,14 @@ impl FakeModel {
                 let mut mix = |x: u64| h = (h ^ x).wrapping_mul(0x100000001b3);
                 mix(d.request_index as u64);
                 mix(d.sample_index as u64 + 1000);
+                // A row's processing changes what it draws, so that processing computed
+                // from the wrong tokens (a placeholder, a draft's tokens miscounted)
+                // changes the samples.
+                let processing = processing_hash(&d.processing);
+                mix(processing);
                 let mut token = if self.repetitive {
-                    let mut h: u64 = d.sample_index as u64 % 2;
+                    // Coarsely, so that repetitive samples stay repetitive.
+                    let mut h: u64 = d.sample_index as u64 % 2 + d.processing.adjusts.len() as u64;
                     for p in pos.saturating_sub(1)..=pos {
                         let t = self.slots[self.slot(&chunk.block_table, p)].expect("written");
                         h = (h ^ (t as u64 + 1)).wrapping_mul(0x100000001b3);
@@ -135,8 +181,12 @@ impl FakeModel {
                     mix(d.position as u64 + 100_000);
                     (h % VOCAB as u64) as u32
                 };
-                if (!self.allow_stop && token == STOP) || d.forbidden.contains(&token) {
+                let p = &d.processing;
+                if (!self.allow_stop && token == STOP) || p.forbidden.contains(&token) {
                     token = 1;
+                }
+                if let Some(allowed) = p.allowed.as_deref().filter(|a| !a.contains(&token)) {
+                    token = allowed[0];
                 }
                 DrawResult {
                     token,
@@ -539,7 +589,8 @@ fn min_tokens_forbids_stop_tokens_until_reached() {
         for d in &plan.draws {
             let generated = d.position as usize - 3;
             let want: &[u32] = if generated < 3 { &[STOP] } else { &[] };
-            assert_eq!(d.forbidden, want, "draw at generated length {generated}");
+            let forbidden = &d.processing.forbidden;
+            assert_eq!(forbidden, want, "draw at generated length {generated}");
         }
         // A model that draws the stop token whatever it is told.
         let results: Vec<DrawResult> = plan
@@ -819,7 +870,8 @@ proptest! {
 
     /// Speculating with suffix drafts, always (`suffix`) or as `auto` decides, gives
     /// bitwise the samples of not speculating: with
-    /// stop tokens, min_tokens, groups forking, scoring requests, shared prefixes,
+    /// stop tokens, min_tokens, logit processors (each drafted row processed with the
+    /// tokens before it, drafted ones included), groups forking, scoring requests, shared prefixes,
     /// chunked prefills and, under a small pool, preemption; on repetitive text (drafts
     /// often accepted) and on hashed text (mostly rejected).
     #[test]
@@ -832,6 +884,7 @@ proptest! {
                 1usize..30,
                 0usize..4,
                 prop::option::weighted(0.2, prop::collection::vec(1u32..40, 1..10)),
+                prop::option::weighted(0.4, 0u8..3),
             ),
             1..8,
         ),
@@ -845,10 +898,11 @@ proptest! {
         let requests: Vec<Request> = adds
             .into_iter()
             .enumerate()
-            .map(|(i, (prefix, extra, n, max_tokens, min_tokens, forced))| {
+            .map(|(i, (prefix, extra, n, max_tokens, min_tokens, forced, preset))| {
                 let mut prompt = prefixes[prefix].clone();
                 prompt.extend(extra);
                 let mut r = request(i as u32, prompt, n, max_tokens);
+                r.params.processing = processing(preset);
                 r.params.min_tokens = min_tokens.min(max_tokens);
                 r.params.stop_ids = vec![STOP, 3];
                 if let Some(forced) = forced {
@@ -866,7 +920,8 @@ proptest! {
 
     /// Steps planned ahead give every sample exactly the tokens, log-probs and finish
     /// reason of steps planned one at a time: with stop tokens ending samples early (whose
-    /// next rows are computed for nothing), groups forking, scoring requests, shared
+    /// next rows are computed for nothing), logit processors (a penalised sample sits the
+    /// planned-ahead step out), groups forking, scoring requests, shared
     /// prefixes, chunked prefills and, under a small pool, preemption, including of a
     /// sequence whose token is still being drawn.
     #[test]
@@ -878,6 +933,7 @@ proptest! {
                 1usize..4,
                 1usize..14,
                 prop::option::weighted(0.2, prop::collection::vec(1u32..40, 1..10)),
+                prop::option::weighted(0.4, 0u8..3),
             ),
             1..8,
         ),
@@ -890,10 +946,11 @@ proptest! {
         let requests: Vec<Request> = adds
             .into_iter()
             .enumerate()
-            .map(|(i, (prefix, extra, n, max_tokens, forced))| {
+            .map(|(i, (prefix, extra, n, max_tokens, forced, preset))| {
                 let mut prompt = prefixes[prefix].clone();
                 prompt.extend(extra);
                 let mut r = request(i as u32, prompt, n, max_tokens);
+                r.params.processing = processing(preset);
                 if let Some(forced) = forced {
                     r.forced = vec![forced; n];
                 }

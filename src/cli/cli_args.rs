@@ -8,7 +8,7 @@ use sprout::engine::{EngineConfig, KvSize};
 use sprout::formats::WeightFormat;
 use sprout::model::open::ModelInfo;
 use sprout::model::source::WeightSource;
-use sprout::sched::{Adjusted, SamplingParams};
+use sprout::sched::{Adjusted, LogitProcessing, SamplingParams};
 use sprout::spec::SpecMode;
 use sprout::tokenizer::Tokenizer;
 
@@ -199,11 +199,49 @@ pub struct SamplingArgs {
     /// (0 to 20).
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub top_logprobs: usize,
+    /// Add BIAS (-100 to 100) to token ID's logit before sampling (comma-separated
+    /// ID=BIAS pairs, repeatable).
+    #[arg(long, value_delimiter = ',', value_name = "ID=BIAS", value_parser = parse_bias, allow_hyphen_values = true)]
+    pub logit_bias: Vec<(u32, f32)>,
+    /// Draw only these token ids (comma-separated); raw log-probs stay the model's.
+    #[arg(long, value_delimiter = ',', value_name = "IDS")]
+    pub allowed_token_ids: Option<Vec<u32>>,
+    /// Never generate this word (repeatable): tokenized as written and with a space
+    /// before it, its last token is masked wherever the tokens before it were generated.
+    #[arg(long = "bad-word", value_name = "TEXT")]
+    pub bad_words: Vec<String>,
+    /// Divide a positive logit (multiply a negative one) of each token of the prompt or
+    /// the generated text by this (> 0; 1: off).
+    #[arg(long, default_value_t = 1.0)]
+    pub repetition_penalty: f32,
+    /// Subtract this (-2 to 2) from the logit of each token generated at least once.
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    pub presence_penalty: f32,
+    /// Subtract this (-2 to 2) from a token's logit per time it was generated.
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    pub frequency_penalty: f32,
+}
+
+/// `ID=BIAS`, as `--logit-bias` takes it.
+fn parse_bias(text: &str) -> Result<(u32, f32), String> {
+    let (id, bias) = text
+        .split_once('=')
+        .ok_or_else(|| format!("`{text}` is not ID=BIAS"))?;
+    let id = id
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{id}` is not a token id"))?;
+    let bias = bias
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{bias}` is not a number"))?;
+    Ok((id, bias))
 }
 
 impl SamplingArgs {
     /// The parameters these flags ask for, without stop token ids (those need the model's
-    /// end-of-sequence ids: see `--ignore-eos` and `--stop-token-ids`).
+    /// end-of-sequence ids: see `--ignore-eos` and `--stop-token-ids`) or bad words (those
+    /// need the tokenizer: see [`SamplingArgs::bad_words`]).
     pub fn params(&self) -> SamplingParams {
         SamplingParams {
             temperature: self.temperature,
@@ -217,14 +255,29 @@ impl SamplingArgs {
             min_tokens: self.min_tokens,
             stop: self.stop.clone(),
             top_logprobs: self.top_logprobs,
+            processing: LogitProcessing {
+                allowed_token_ids: self.allowed_token_ids.clone(),
+                bad_words: Vec::new(),
+                logit_bias: self.logit_bias.clone(),
+                repetition_penalty: self.repetition_penalty,
+                presence_penalty: self.presence_penalty,
+                frequency_penalty: self.frequency_penalty,
+            },
         }
     }
 
     /// The sampling rules ([`SamplingParams::validate`]), with the flags' names.
     pub fn check(&self) -> Result<()> {
-        self.params()
-            .validate()
-            .map_err(|e| anyhow!(e.message_for(&format!("--{}", e.param.replace('_', "-")))))
+        if let Some(word) = self.bad_words.iter().find(|w| w.trim().is_empty()) {
+            bail!("--bad-word {word:?} has no character other than whitespace");
+        }
+        self.params().validate().map_err(|e| {
+            let flag = match e.param {
+                "bad_words" => "--bad-word".to_string(),
+                p => format!("--{}", p.replace('_', "-")),
+            };
+            anyhow!(e.message_for(&flag))
+        })
     }
 }
 

@@ -140,8 +140,13 @@ pub fn first_difference<T: Serialize>(file: &T, run: &T) -> Option<String> {
     let (Value::Object(a), Value::Object(b)) = (a, b) else {
         return None;
     };
-    a.iter().find_map(|(key, x)| {
-        let y = b.get(key).unwrap_or(&Value::Null);
+    // Both ways: a field written only when it does something may be in either alone.
+    let keys = a.keys().chain(b.keys().filter(|k| !a.contains_key(*k)));
+    keys.into_iter().find_map(|key| {
+        let (x, y) = (
+            a.get(key).unwrap_or(&Value::Null),
+            b.get(key).unwrap_or(&Value::Null),
+        );
         (x != y).then(|| format!("{key}: the file's {x}, this run's {y}"))
     })
 }
@@ -149,6 +154,16 @@ pub fn first_difference<T: Serialize>(file: &T, run: &T) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_field_in_either_record_alone_is_a_difference() {
+        let file = serde_json::json!({"a": 1});
+        let run = serde_json::json!({"a": 1, "presence_penalty": 0.5});
+        let d = first_difference(&file, &run).unwrap();
+        assert_eq!(d, "presence_penalty: the file's null, this run's 0.5");
+        assert!(first_difference(&run, &file).is_some());
+        assert_eq!(first_difference(&run, &run), None);
+    }
 
     #[test]
     fn whole_lines_end_where_they_end_and_a_torn_tail_is_counted() {

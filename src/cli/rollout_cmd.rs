@@ -28,7 +28,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 use sprout::gpu::BackendChoice;
 use sprout::prompts::{LineError, LineParams, PromptInput, PromptLine};
-use sprout::sched::{FinishedSample, Request, SamplingParams};
+use sprout::sched::{FinishedSample, LogitProcessing, Request, SamplingParams};
 use sprout::spec::SpecMode;
 use sprout::tokenizer::Tokenizer;
 use sprout::tokenizer::chat_template::ChatTemplate;
@@ -445,6 +445,27 @@ fn build_request(
         }
     }
     let base = a.params();
+    let words = p.bad_words.as_ref().unwrap_or(&a.bad_words);
+    let mut bad_words = Vec::new();
+    for word in words {
+        let spelled = match p.bad_words.is_some() {
+            true => "\"bad_words\"",
+            false => "--bad-word",
+        };
+        let ids = tokenizer
+            .bad_word_ids(word)
+            .map_err(|e| anyhow!("{spelled} {word:?}: {e}"))?;
+        bad_words.extend(ids);
+    }
+    let b = &base.processing;
+    let processing = LogitProcessing {
+        allowed_token_ids: p.allowed_token_ids.clone().or(b.allowed_token_ids.clone()),
+        bad_words,
+        logit_bias: p.logit_bias.clone().unwrap_or(b.logit_bias.clone()),
+        repetition_penalty: p.repetition_penalty.unwrap_or(b.repetition_penalty),
+        presence_penalty: p.presence_penalty.unwrap_or(b.presence_penalty),
+        frequency_penalty: p.frequency_penalty.unwrap_or(b.frequency_penalty),
+    };
     let params = SamplingParams {
         temperature: p.temperature.unwrap_or(base.temperature),
         seed: p.seed.unwrap_or(base.seed),
@@ -457,11 +478,22 @@ fn build_request(
         min_tokens: p.min_tokens.unwrap_or(base.min_tokens),
         stop: p.stop.clone().unwrap_or(base.stop),
         top_logprobs: p.top_logprobs.unwrap_or(base.top_logprobs),
+        processing,
     };
-    // The flags were checked already, so a broken rule comes from the line.
+    // The flags were checked already, so a broken rule comes from the line, or from a
+    // token id past the vocabulary (the flags' or the line's: named as the line has it
+    // when it gives the field).
+    let spelled = |param: &str| match (p.sets(param), param) {
+        (true, _) => format!("\"{param}\""),
+        (false, "bad_words") => "--bad-word".into(),
+        (false, _) => format!("--{}", param.replace('_', "-")),
+    };
     params
         .validate()
-        .map_err(|e| anyhow!(e.message_for(&format!("\"{}\"", e.param))))?;
+        .map_err(|e| anyhow!(e.message_for(&spelled(e.param))))?;
+    params
+        .validate_tokens(decoder.config.vocab_size)
+        .map_err(|e| anyhow!(e.message_for(&spelled(e.param))))?;
     Ok(Request {
         index,
         prompt,

@@ -4,7 +4,9 @@
 
 use crate::gpu::kernels::RowInfo;
 use crate::gpu::kernels::attention::{AttentionPlan, AttentionSplit};
-use crate::sched::{Chunk, SeqId, StepPlan};
+use std::sync::Arc;
+
+use crate::sched::{Chunk, SeqId, StepPlan, TokenAdjust};
 
 /// One step's inputs, row by row in chunk order.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -28,6 +30,10 @@ pub struct PackedBatch {
     /// (logits row, token) pairs whose logit is masked before drawing: each drawing row's
     /// forbidden tokens, once per row.
     pub masked: Vec<[u32; 2]>,
+    /// (logits row, adjustment): each drawing row's bias and penalties, once per row.
+    pub adjusts: Vec<(u32, TokenAdjust)>,
+    /// (logits row, its allow-list): the rows that may draw only some tokens, once each.
+    pub keep_only: Vec<(u32, Arc<[u32]>)>,
     /// Per logits row, how many alternatives to return (the most any of its draws asks).
     pub top_counts: Vec<u32>,
 }
@@ -63,6 +69,8 @@ impl PackedBatch {
         self.draw_rows.clear();
         self.target_rows.clear();
         self.masked.clear();
+        self.adjusts.clear();
+        self.keep_only.clear();
         self.top_counts.clear();
         // (chunk, row within it) of every row that needs logits, in batch order.
         let mut wanted: Vec<(usize, usize)> = plan
@@ -106,13 +114,20 @@ impl PackedBatch {
             self.target_rows.push(index((t.chunk, t.offset)));
         }
         self.top_counts.resize(self.logit_rows.len(), 0);
-        let mut masked_rows = Vec::new();
+        // The draws of one row share its processing (they are consecutive in the plan).
+        let mut processed_row = None;
         for (d, &row) in plan.draws.iter().zip(&self.draw_rows) {
             let count = &mut self.top_counts[row as usize];
             *count = (*count).max(d.top_logprobs as u32);
-            if !d.forbidden.is_empty() && !masked_rows.contains(&row) {
-                masked_rows.push(row);
-                self.masked.extend(d.forbidden.iter().map(|&t| [row, t]));
+            let p = &d.processing;
+            if p.is_empty() || processed_row == Some(row) {
+                continue;
+            }
+            processed_row = Some(row);
+            self.masked.extend(p.forbidden.iter().map(|&t| [row, t]));
+            self.adjusts.extend(p.adjusts.iter().map(|&a| (row, a)));
+            if let Some(allowed) = &p.allowed {
+                self.keep_only.push((row, allowed.clone()));
             }
         }
     }
@@ -121,7 +136,7 @@ impl PackedBatch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sched::{Chunk, Draw, RequestId, SeqId, Target};
+    use crate::sched::{Chunk, Draw, RequestId, RowProcessing, SeqId, Target};
 
     fn draw(chunk: usize, offset: usize, sample_index: u32) -> Draw {
         Draw {
@@ -137,13 +152,24 @@ mod tests {
             top_k: 0,
             top_p: 1.0,
             min_p: 0.0,
-            forbidden: vec![],
+            processing: Arc::default(),
             top_logprobs: 0,
         }
     }
 
     #[test]
     fn packs_prefill_and_decode_rows_with_their_tables() {
+        let adjust = TokenAdjust {
+            token: 4,
+            bias: 1.5,
+            repetition: 1.0,
+            subtract: 0.0,
+        };
+        let processing = Arc::new(RowProcessing {
+            forbidden: vec![2, 9],
+            allowed: Some(Arc::from(vec![2, 4, 6])),
+            adjusts: vec![adjust],
+        });
         let plan = StepPlan {
             copies: vec![],
             chunks: vec![
@@ -174,12 +200,12 @@ mod tests {
             ],
             draws: vec![
                 Draw {
-                    forbidden: vec![2, 9],
+                    processing: processing.clone(),
                     top_logprobs: 3,
                     ..draw(0, 2, 0)
                 },
                 Draw {
-                    forbidden: vec![2, 9],
+                    processing: processing.clone(),
                     ..draw(0, 2, 1)
                 },
                 Draw {
@@ -225,9 +251,12 @@ mod tests {
         assert_eq!(b.logit_rows, [2, 3, 5]);
         assert_eq!(b.draw_rows, [0, 0, 2]);
         assert_eq!(b.target_rows, [1, 0]);
-        // Row 0's two draws share their forbidden tokens (masked once) and take the larger
-        // count of alternatives; the scoring row asks for none.
+        // Row 0's two draws share their processing (packed once) and take the larger count
+        // of alternatives; the scoring row asks for none.
         assert_eq!(b.masked, [[0, 2], [0, 9]]);
+        assert_eq!(b.adjusts, [(0, adjust)]);
+        assert_eq!(b.keep_only.len(), 1);
+        assert_eq!((b.keep_only[0].0, &*b.keep_only[0].1), (0, &[2, 4, 6][..]));
         assert_eq!(b.top_counts, [3, 0, 5]);
     }
 

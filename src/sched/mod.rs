@@ -22,6 +22,7 @@ mod config;
 mod drafting;
 mod drawn;
 mod plan;
+mod processing;
 mod request;
 mod rows;
 mod scheduler;
@@ -35,6 +36,7 @@ pub use config::{SchedError, SchedulerConfig, SchedulerStats};
 pub use drafting::SpecStats;
 pub use drawn::{DRAWN, DrawResult};
 pub use plan::{BlockCopy, Chunk, Draw, StepPlan, Target};
+pub use processing::{RowProcessing, TokenAdjust};
 pub use request::{
     FinishReason, FinishedSample, LogitProcessing, MAX_TOP_LOGPROBS, Request, RequestId,
     SamplingParams, StopMatch, TopLogprob,

@@ -1,8 +1,11 @@
 //! A [`StepPlan`]: what one step computes, as plain data for the GPU runner. What comes
 //! back for its draws is in [`super::drawn`].
 
+use std::sync::Arc;
+
 use crate::kv::BlockId;
 
+use super::processing::RowProcessing;
 use super::request::RequestId;
 use super::sequence::SeqId;
 
@@ -58,9 +61,9 @@ pub struct Draw {
     pub top_k: usize,
     pub top_p: f32,
     pub min_p: f32,
-    /// Tokens that must not be drawn (the stop tokens, before `min_tokens`); the draws of
-    /// one chunk share them.
-    pub forbidden: Vec<u32>,
+    /// What is done to the row's logits before temperature (masks, bias, penalties); the
+    /// draws of one row share it.
+    pub processing: Arc<RowProcessing>,
     /// Alternatives to return with the draw (0: none).
     pub top_logprobs: usize,
 }

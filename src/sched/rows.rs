@@ -12,7 +12,10 @@
 //! random key and position name the token it draws, so that the same draw gives the same
 //! token in whatever step and batch it runs.
 
+use std::sync::Arc;
+
 use super::plan::{Chunk, Draw, Target};
+use super::processing::{Processors, RowProcessing};
 use super::request::Request;
 use super::sequence::{Role, Sequence};
 
@@ -20,6 +23,9 @@ use super::sequence::{Role, Sequence};
 /// 0` rows of logits: a scored token needs a row, and so does the last token of a
 /// sequence that draws.
 pub(crate) fn fit_rows(seq: &Sequence, budget: usize, rows_left: usize) -> usize {
+    if seq.awaiting_draw {
+        return 0;
+    }
     let want = seq.num_uncomputed().min(budget);
     let start = seq.num_computed_tokens;
     if seq.scoring {
@@ -45,12 +51,14 @@ pub(crate) fn rows_needed(seq: &Sequence, chunk: &Chunk) -> usize {
 /// Adds the draws and targets of chunk `c` of a plan, `seq`'s `chunk` of `request`. A chunk
 /// that reaches its sequence's last token draws: `n` tokens for a root (its samples), one
 /// for a sample. A scoring request's root scores the first token of each completion
-/// instead, and a scoring sample scores each of its tokens past the prompt.
+/// instead, and a scoring sample scores each of its tokens past the prompt. Each drawing
+/// row gets its logit processing from `processors`.
 pub(crate) fn add_draws_and_targets(
     c: usize,
     chunk: &Chunk,
     seq: &Sequence,
     request: &Request,
+    processors: &Processors,
     draws: &mut Vec<Draw>,
     targets: &mut Vec<Target>,
 ) {
@@ -72,17 +80,33 @@ pub(crate) fn add_draws_and_targets(
         return;
     }
     if let (Role::Sample(k), true) = (seq.role, chunk.drafted > 0) {
-        // Row i draws the token after the draft's first i tokens.
+        // Row i draws the token after the draft's first i tokens, processed as if those
+        // had been drawn.
         let first = chunk.tokens.len() - 1 - chunk.drafted;
         let generated = seq.generated().len();
         for i in 0..=chunk.drafted {
-            draws.push(make_draw(c, first + i, seq, request, k, generated + i));
+            let drafted = &chunk.tokens[first + 1..first + 1 + i];
+            let processing = row_processing(seq, request, processors, drafted);
+            draws.push(make_draw(
+                c,
+                first + i,
+                seq,
+                request,
+                k,
+                generated + i,
+                processing,
+            ));
         }
         return;
     }
     let samples = match seq.role {
         Role::Root => 0..request.n as u32,
         Role::Sample(k) => k..k + 1,
+    };
+    // A root's draws are all first tokens: they share one processing.
+    let processing = match request.forced.is_empty() {
+        true => row_processing(seq, request, processors, &[]),
+        false => Arc::default(),
     };
     for sample_index in samples {
         if !request.forced.is_empty() {
@@ -95,13 +119,33 @@ pub(crate) fn add_draws_and_targets(
             continue;
         }
         let (last, generated) = (chunk.tokens.len() - 1, seq.generated().len());
-        draws.push(make_draw(c, last, seq, request, sample_index, generated));
+        let processing = processing.clone();
+        draws.push(make_draw(
+            c,
+            last,
+            seq,
+            request,
+            sample_index,
+            generated,
+            processing,
+        ));
     }
 }
 
+/// The processing of `seq`'s row drawing the token after its generated tokens and then
+/// `drafted`.
+fn row_processing(
+    seq: &Sequence,
+    request: &Request,
+    processors: &Processors,
+    drafted: &[u32],
+) -> Arc<RowProcessing> {
+    let (generated, counts) = (seq.generated(), &seq.output_counts);
+    Arc::new(processors.for_row(&request.params, generated, counts, drafted))
+}
+
 /// The draw of sample `sample_index` of `seq`'s request from row `offset` of chunk `c`, of
-/// the token after its first `generated` ones. Stop tokens are forbidden until min_tokens
-/// (a root's draws are all first tokens, so the draws of one row share what they forbid).
+/// the token after its first `generated` ones, the row processed by `processing`.
 fn make_draw(
     c: usize,
     offset: usize,
@@ -109,12 +153,9 @@ fn make_draw(
     request: &Request,
     sample_index: u32,
     generated: usize,
+    processing: Arc<RowProcessing>,
 ) -> Draw {
     let params = &request.params;
-    let forbidden = match generated < params.min_tokens {
-        true => params.stop_ids.clone(),
-        false => Vec::new(),
-    };
     Draw {
         chunk: c,
         offset,
@@ -128,7 +169,7 @@ fn make_draw(
         top_k: params.top_k,
         top_p: params.top_p,
         min_p: params.min_p,
-        forbidden,
+        processing,
         top_logprobs: params.top_logprobs,
     }
 }

@@ -23,7 +23,8 @@
 //! `speculation` holds the engine's controls of speculative decoding.
 //!
 //! Invariants ([`Scheduler::check`]): every sequence is in exactly one queue; the block
-//! manager's own; no score is pending unless a step has been advanced and not updated.
+//! manager's own; no score is pending and no sample awaits a draw unless a step has been
+//! advanced and not updated.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
@@ -36,6 +37,7 @@ use super::block_map::SeqBlocks;
 use super::config::{SchedError, SchedulerConfig, SchedulerStats, check_request};
 use super::drafting::Drafting;
 use super::plan::{Chunk, StepPlan};
+use super::processing::Processors;
 use super::request::{FinishReason, FinishedSample, Request, RequestId};
 use super::rows;
 use super::sequence::{Role, SeqId, Sequence};
@@ -45,6 +47,8 @@ mod speculation;
 
 struct RequestState {
     request: Request,
+    /// Its logit processors, prepared once.
+    processors: Processors,
     /// Samples not yet finished (all `n` until the root forks).
     unfinished: usize,
     /// Prompt tokens the prefix cache held when the prompt was first admitted (`None`
@@ -143,6 +147,8 @@ impl Scheduler {
             num_computed_tokens: 0,
             prefilling: true,
             scoring: false,
+            awaiting_draw: false,
+            output_counts: Default::default(),
             pending_scores: 0,
         });
         self.waiting.push_back(seq);
@@ -153,6 +159,7 @@ impl Scheduler {
         self.requests.insert(
             id,
             RequestState {
+                processors: Processors::new(&request),
                 request,
                 unfinished,
                 cached_prompt_tokens: None,
@@ -250,6 +257,11 @@ impl Scheduler {
             let Some(&id) = self.waiting.get(w) else {
                 break;
             };
+            // Preempted while a step in flight draws its token: it waits for the token.
+            if self.seqs[&id].awaiting_draw {
+                w += 1;
+                continue;
+            }
             let hits = match self.admit(id, budget, &in_flight) {
                 Admission::Admitted { hits } => hits,
                 Admission::AwaitsPrefix => {
@@ -392,8 +404,9 @@ impl Scheduler {
         } = plan;
         for (c, chunk) in chunks.iter().enumerate() {
             let seq = &self.seqs[&chunk.seq];
-            let request = &self.requests[&seq.request].request;
-            rows::add_draws_and_targets(c, chunk, seq, request, draws, targets);
+            let state = &self.requests[&seq.request];
+            let (request, processors) = (&state.request, &state.processors);
+            rows::add_draws_and_targets(c, chunk, seq, request, processors, draws, targets);
         }
     }
 
@@ -603,6 +616,9 @@ impl Scheduler {
                     "{:?} has {} scores pending with no step in flight",
                     seq.id, seq.pending_scores
                 ));
+            }
+            if !self.advanced && seq.awaiting_draw {
+                return Err(format!("{:?} awaits a draw with no step in flight", seq.id));
             }
         }
         let computed = self.seqs.values();

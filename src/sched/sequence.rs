@@ -7,6 +7,8 @@
 //! *sample* sequences that share every one of its blocks (the partial last block is copied
 //! on write). A preempted sequence keeps its tokens and recomputes its KV later.
 
+use std::collections::BTreeMap;
+
 use super::drawn::{DRAWN, DrawResult};
 use super::request::{FinishReason, FinishedSample, RequestId, SamplingParams, TopLogprob};
 
@@ -46,6 +48,12 @@ pub(crate) struct Sequence {
     /// A teacher-forced sample: its tokens are given, and each is scored (its
     /// log-probability given the ones before) instead of drawn.
     pub scoring: bool,
+    /// A step in flight draws this sample's next token and it holds no placeholder for it
+    /// (`Scheduler::advance`): it takes no step until the token is applied.
+    pub awaiting_draw: bool,
+    /// How many times each token was generated (sparse: only tokens that were), for the
+    /// penalties.
+    pub output_counts: BTreeMap<u32, u32>,
     /// Scores this (scoring) sequence has coming from a step that is advanced but not yet
     /// updated: their positions are planned, so the next step must not plan them again.
     pub pending_scores: usize,
@@ -81,6 +89,8 @@ impl Sequence {
             Some(last) if *last == DRAWN | d as u32 => *last = result.token,
             _ => self.tokens.push(result.token),
         }
+        *self.output_counts.entry(result.token).or_default() += 1;
+        self.awaiting_draw = false;
         self.logprobs.push(result.logprob);
         self.sampling_logprobs.push(result.sampling_logprob);
         self.weights_versions.push(weights_version);

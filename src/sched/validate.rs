@@ -269,7 +269,8 @@ mod tests {
     fn every_token_named_must_be_in_the_vocabulary() {
         let mut p = SamplingParams::default();
         p.validate_tokens(10).unwrap();
-        let cases: [(fn(&mut SamplingParams), &str); 4] = [
+        type Change = fn(&mut SamplingParams);
+        let cases: [(Change, &str); 4] = [
             (|p| p.stop_ids = vec![3, 10], "stop_token_ids"),
             (|p| p.processing.logit_bias = vec![(12, 1.0)], "logit_bias"),
             (

@@ -90,7 +90,7 @@ mod tests {
                 top_k: 0,
                 top_p: 1.0,
                 min_p: 0.0,
-                forbidden: Vec::new(),
+                processing: Default::default(),
                 top_logprobs: 0,
             })
             .collect();

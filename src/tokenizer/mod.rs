@@ -105,6 +105,27 @@ impl Tokenizer {
         Ok(encoding.get_ids().to_vec())
     }
 
+    /// The token sequences that spell `word` as a bad word, as vLLM tokenizes one: the word
+    /// with leading whitespace stripped, and with one space before it when that begins
+    /// with another token and has as many (so that the word is banned both at the start
+    /// of a text and inside it); never special tokens. A word of nothing but whitespace
+    /// is an error.
+    pub fn bad_word_ids(&self, word: &str) -> Result<Vec<Vec<u32>>, SproutError> {
+        let word = word.trim_start();
+        if word.is_empty() {
+            return Err(SproutError::Tokenizer(
+                "a bad word must have a character other than whitespace".into(),
+            ));
+        }
+        let plain = self.encode_with(word, false)?;
+        let spaced = self.encode_with(&format!(" {word}"), false)?;
+        let mut out = vec![plain];
+        if spaced.first() != out[0].first() && spaced.len() == out[0].len() {
+            out.push(spaced);
+        }
+        Ok(out)
+    }
+
     /// The text of `ids`, special tokens included (as transformers' `decode` by default).
     pub fn decode(&self, ids: &[u32]) -> Result<String, SproutError> {
         self.decode_with(ids, false)
@@ -227,6 +248,18 @@ mod tests {
     pub(super) fn fixture(name: &str) -> Tokenizer {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
         Tokenizer::from_file(dir.join(name).join("tokenizer.json")).unwrap()
+    }
+
+    /// The ids are those of the `tokenizers` library on the same file (its Python
+    /// binding, `encode(word, add_special_tokens=False)`), under vLLM's rule.
+    #[test]
+    fn a_bad_word_is_banned_with_and_without_a_space_before_it() {
+        let t = fixture("tiny-llama");
+        // " x" is another single token: both spellings are banned.
+        assert_eq!(t.bad_word_ids("x").unwrap(), [vec![90], vec![375]]);
+        // " hello" is one token longer: only the word as written (leading spaces dropped).
+        assert_eq!(t.bad_word_ids("  hello").unwrap(), [vec![260, 359, 81]]);
+        assert!(t.bad_word_ids(" \t").is_err());
     }
 
     #[test]

@@ -175,6 +175,7 @@ fn sampling_params(
         }
     }
     let params = SamplingParams {
+        processing: Default::default(),
         temperature: f.temperature,
         top_k: f.top_k,
         top_p: f.top_p,

@@ -33,8 +33,10 @@ impl Scheduler {
     /// Applies what `plan` (submitted, not yet updated) computes, and gives each sample
     /// that draws in it a placeholder token (`DRAWN | d` for draw `d`), so that the next
     /// `schedule` can plan the step after it before its tokens are known. A sample that
-    /// will end at its length with the token drawn gets none (it takes no next step).
-    /// `update(plan, ..)` must come next, before another `advance`.
+    /// will end at its length with the token drawn gets none (it takes no next step), nor
+    /// does one whose logit processing depends on its generated tokens (penalties, bad
+    /// words of several tokens: its next row cannot be processed before the token is
+    /// known, so it sits the next step out). `update(plan, ..)` must come next, before another `advance`.
     pub fn advance(&mut self, plan: &StepPlan) {
         // How many drafted tokens a step accepts is known only from its results.
         assert!(
@@ -57,9 +59,15 @@ impl Scheduler {
             let params = &self.requests[&seq.request].request.params;
             let ends = seq.generated().len() + 1 >= params.max_tokens
                 || seq.tokens.len() + 1 >= self.config.max_model_len;
-            if !ends {
-                let seq = self.seqs.get_mut(&id).expect("looked up above");
-                seq.tokens.push(DRAWN | d as u32);
+            // A row whose processing depends on the generated tokens cannot be planned
+            // before its last token is known: the sample sits the next step out.
+            let waits = params.processing.depends_on_output();
+            let seq = self.seqs.get_mut(&id).expect("looked up above");
+            match !ends && !waits {
+                true => seq.tokens.push(DRAWN | d as u32),
+                // Without a placeholder its last token is one already drawn: were it
+                // preempted and recomputed next step, it would draw this token again.
+                false => seq.awaiting_draw = true,
             }
         }
         for target in &plan.targets {
