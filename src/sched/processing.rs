@@ -168,15 +168,22 @@ impl Processors {
         if !x.has_penalties() {
             return by_token.into_values().collect();
         }
-        let mut counted = counts.clone();
-        for &t in drafted {
-            *counted.entry(t).or_default() += 1;
-        }
+        // A drafted row counts the draft's tokens before it too (rarely any: copy then).
+        let counted = match drafted.is_empty() {
+            true => std::borrow::Cow::Borrowed(counts),
+            false => {
+                let mut counted = counts.clone();
+                for &t in drafted {
+                    *counted.entry(t).or_default() += 1;
+                }
+                std::borrow::Cow::Owned(counted)
+            }
+        };
         let repetition = x.repetition_penalty;
         for &token in &self.prompt_tokens {
             by_token.entry(token).or_insert(neutral(token)).repetition = repetition;
         }
-        for (&token, &count) in &counted {
+        for (&token, &count) in counted.iter() {
             let a = by_token.entry(token).or_insert(neutral(token));
             a.repetition = repetition;
             a.subtract = x.frequency_penalty * count as f32 + x.presence_penalty;
