@@ -217,6 +217,7 @@ impl SamplingArgs {
             min_tokens: self.min_tokens,
             stop: self.stop.clone(),
             top_logprobs: self.top_logprobs,
+            processing: Default::default(),
         }
     }
 

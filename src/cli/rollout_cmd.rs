@@ -457,6 +457,7 @@ fn build_request(
         min_tokens: p.min_tokens.unwrap_or(base.min_tokens),
         stop: p.stop.clone().unwrap_or(base.stop),
         top_logprobs: p.top_logprobs.unwrap_or(base.top_logprobs),
+        processing: base.processing,
     };
     // The flags were checked already, so a broken rule comes from the line.
     params
