@@ -3,8 +3,7 @@
 //!
 //! Request: `{prompts, n, temperature, top_p, top_k, min_p, max_tokens, logprobs,
 //! repetition_penalty, images, structured_outputs_regex, generation_kwargs}`. What sprout
-//! cannot do is refused by name (a repetition penalty other than 1, images, a regex), never
-//! ignored; of `generation_kwargs` sprout reads `seed`, `stop_token_ids`, `ignore_eos` and
+//! cannot do is refused by name (images, a regex), never ignored; of `generation_kwargs` sprout reads `seed`, `stop_token_ids`, `ignore_eos` and
 //! `min_tokens`, and refuses any other key.
 //!
 //! Response: `{prompt_ids, completion_ids, logprobs, logprob_token_ids}`, as TRL's server
@@ -53,6 +52,7 @@ fn parse(body: &[u8]) -> Result<(Vec<request::Prompt>, SamplingFields), ApiError
         "top_k",
         "min_p",
         "max_tokens",
+        "repetition_penalty",
     ] {
         if let Some(v) = obj.get(key) {
             shared.insert(key.to_string(), v.clone());
@@ -96,13 +96,6 @@ fn parse(body: &[u8]) -> Result<(Vec<request::Prompt>, SamplingFields), ApiError
 
 /// What sprout cannot do, by name.
 fn refuse_unsupported(obj: &Map<String, Value>) -> Result<(), ApiError> {
-    let penalty: f64 = field(obj, "repetition_penalty", "a number")?.unwrap_or(1.0);
-    if penalty != 1.0 {
-        return Err(ApiError::bad(
-            "repetition_penalty",
-            format!("repetition_penalty {penalty} is not supported (only 1.0, no penalty)"),
-        ));
-    }
     let images = match obj.get("images") {
         None | Some(Value::Null) => false,
         Some(Value::Array(per_prompt)) => per_prompt.iter().any(|i| !i.is_null()),
@@ -137,7 +130,7 @@ pub async fn generate(
         let state = shared;
         let (prompts, fields) = parse(&body)?;
         check_model(&state, &fields)?;
-        let prompts = tokenize(&state, &prompts)?;
+        let prompts = tokenize(&state, &prompts, true)?;
         let max_tokens = fields.max_tokens.unwrap_or(request::DEFAULT_MAX_TOKENS);
         check_context(&state, &prompts, max_tokens)?;
         Ok::<_, ApiError>(Submission {
@@ -145,6 +138,7 @@ pub async fn generate(
             fields,
             prompts,
             max_tokens,
+            echo: Vec::new(),
             arrived,
         })
     })
