@@ -276,6 +276,22 @@ fn processed_logprobs_report_the_distribution_sampled_from() {
         Some("logprobs"),
         "processed_logprobs",
     );
+    // TRL's route reports the same.
+    let trl = json!({"prompts": [PROMPT], "n": 2, "temperature": 0.6, "top_k": 20,
+                     "max_tokens": 6, "logprobs": 0, "generation_kwargs": {"seed": 9}});
+    let generated = post_to(port, "/generate/", &trl).json();
+    for (k, c) in out["choices"].as_array().unwrap().iter().enumerate() {
+        let per_token: Vec<Value> = generated["logprobs"][k]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|lps| lps[0].clone())
+            .collect();
+        assert_eq!(
+            bits(&json!(per_token)),
+            bits(&c["sprout"]["sampling_logprobs"])
+        );
+    }
 }
 
 #[test]

@@ -50,7 +50,7 @@ fn text_options(job: &Job) -> TextOptions {
 
 /// The log-probs a choice reports under `--logprobs-mode`: the model's, or those of the
 /// distribution each token was drawn from.
-fn reported<'a>(state: &AppState, s: &'a FinishedSample) -> &'a [f32] {
+pub fn reported<'a>(state: &AppState, s: &'a FinishedSample) -> &'a [f32] {
     match state.logprobs_mode {
         LogprobsMode::Raw => &s.logprobs,
         LogprobsMode::Processed => &s.sampling_logprobs,

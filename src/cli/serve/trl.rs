@@ -8,7 +8,8 @@
 //!
 //! Response: `{prompt_ids, completion_ids, logprobs, logprob_token_ids}`, as TRL's server
 //! gives them: one `prompt_ids` entry per prompt, one completion per sample (prompt-major);
-//! per token the sampled token's log-prob under the model, then with `logprobs: N > 0`
+//! per token the sampled token's log-prob under the model (under the distribution it was
+//! drawn from with `--logprobs-mode processed_logprobs`), then with `logprobs: N > 0`
 //! the N most likely tokens too (the sampled one once), most likely first. sprout adds
 //! `weights_versions` (each completion's last token's version).
 //!
@@ -147,8 +148,10 @@ pub async fn generate(
     let (job, events, pending) = submit::submit(&state, submission).await?;
     let samples = reply::collect(&job, events, pending).await?;
     let want = job.fields.logprobs;
-    let (logprobs, logprob_ids): (Vec<_>, Vec<_>) =
-        samples.iter().map(|s| per_token(s, want)).unzip();
+    let (logprobs, logprob_ids): (Vec<_>, Vec<_>) = samples
+        .iter()
+        .map(|s| per_token(s, reply::reported(&state, s), want))
+        .unzip();
     let in_force = state
         .weights_version
         .load(std::sync::atomic::Ordering::Acquire);
@@ -178,14 +181,20 @@ struct GenerateResponse<'a> {
 }
 
 /// Per token of `s`: the log-probs and their token ids, the sampled token's first with
-/// `top` = 0, else the `top` most likely and the sampled one, most likely first.
-fn per_token(s: &FinishedSample, top: Option<usize>) -> (Vec<Vec<f32>>, Vec<Vec<u32>>) {
+/// `top` = 0 (from `sampled`: the model's, or under `--logprobs-mode processed_logprobs`
+/// the distribution it was drawn from), else the `top` most likely and the sampled one,
+/// most likely first.
+fn per_token(
+    s: &FinishedSample,
+    sampled: &[f32],
+    top: Option<usize>,
+) -> (Vec<Vec<f32>>, Vec<Vec<u32>>) {
     let Some(top) = top else {
         return (Vec::new(), Vec::new());
     };
     let mut logprobs = Vec::with_capacity(s.token_ids.len());
     let mut ids = Vec::with_capacity(s.token_ids.len());
-    for (i, (&token, &lp)) in s.token_ids.iter().zip(&s.logprobs).enumerate() {
+    for (i, (&token, &lp)) in s.token_ids.iter().zip(sampled).enumerate() {
         let mut entries: Vec<(u32, f32)> = vec![(token, lp)];
         if top > 0 {
             for alt in s.top_logprobs.get(i).into_iter().flatten().take(top) {
