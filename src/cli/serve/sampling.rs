@@ -164,3 +164,44 @@ pub fn check_limits(state: &AppState, prompts: usize, n: usize) -> Result<usize,
     }
     Ok(total)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The ids vLLM gives the tiny Llama fixture's bad words (its rule run with
+    /// transformers' tokenizer on the same tokenizer.json): the spaced form is kept only
+    /// when it starts with another token and has as many.
+    #[test]
+    fn bad_words_tokenize_as_vllm_s_do() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/tiny-llama/tokenizer.json"
+        );
+        let tokenizer = Tokenizer::from_file(path).unwrap();
+        let ids = |word: &str| bad_word_ids(&tokenizer, &[word.to_string()]).unwrap();
+        assert_eq!(ids("fox"), vec![vec![72, 81, 90], vec![275, 81, 90]]);
+        assert_eq!(
+            ids(" brown"),
+            vec![vec![68, 84, 288, 80], vec![272, 84, 288, 80]]
+        );
+        assert_eq!(ids("quick fox"), vec![vec![83, 87, 75, 350, 275, 81, 90]]);
+        assert_eq!(ids("zq"), vec![vec![92, 83]]);
+        for blank in ["", "  "] {
+            let e = bad_word_ids(&tokenizer, &[blank.to_string()]).unwrap_err();
+            assert_eq!(e.param.as_deref(), Some("bad_words"));
+        }
+    }
+
+    #[test]
+    fn the_log_probs_modes_are_vllm_s_log_prob_ones() {
+        assert_eq!(parse_logprobs_mode("raw_logprobs"), Ok(LogprobsMode::Raw));
+        let processed = parse_logprobs_mode("processed_logprobs");
+        assert_eq!(processed, Ok(LogprobsMode::Processed));
+        for logits in ["raw_logits", "processed_logits"] {
+            let e = parse_logprobs_mode(logits).unwrap_err();
+            assert!(e.contains("not logits"), "{e}");
+        }
+        assert!(parse_logprobs_mode("raw").is_err());
+    }
+}
