@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+#[path = "serve_cases/fields.rs"]
+mod fields;
 #[path = "common/http.rs"]
 mod http;
 #[path = "common/server.rs"]
@@ -255,18 +257,11 @@ fn completions_whole_and_streamed_equal_the_rollout_command_bitwise() {
         assert_eq!(ids(&c["token_ids"]), ids(&r["token_ids"]));
     }
     // A stop string from a sample's text: that sample is cut before it, whole and streamed.
-    let (k, stop) = records
+    let texts: Vec<&str> = records
         .iter()
-        .enumerate()
-        .find_map(|(k, r)| {
-            let chars: Vec<char> = r["text"].as_str().unwrap().chars().collect();
-            chars
-                .windows(2)
-                .skip(1)
-                .find(|w| w.iter().all(char::is_ascii_alphanumeric))
-                .map(|w| (k, w.iter().collect::<String>()))
-        })
-        .expect("a sample with two ASCII letters or digits in a row");
+        .map(|r| r["text"].as_str().unwrap())
+        .collect();
+    let (k, stop) = stop_string_of(&texts);
     let full = records[k]["text"].as_str().unwrap();
     let cut = &full[..full.find(&stop).unwrap()];
     let mut body = json!({"prompt": PROMPT, "n": 4, "seed": 1, "max_tokens": 8, "stop": stop});
@@ -285,6 +280,39 @@ fn completions_whole_and_streamed_equal_the_rollout_command_bitwise() {
     let busy = busy.join().unwrap();
     assert_eq!(busy.status, 200, "{}", busy.body);
     assert_eq!(busy.json()["choices"].as_array().unwrap().len(), 3);
+}
+
+/// Runs `sprout serve` on the tiny model with `extra` flags to its end (for a server that
+/// must refuse to start).
+fn serve_output(extra: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_sprout"))
+        .args([
+            "serve",
+            "--model",
+            tiny_llama().to_str().unwrap(),
+            "--port",
+            "0",
+        ])
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+/// A stop string found in one of `texts` (not at its start): the text's index and two
+/// ASCII letters or digits in a row.
+fn stop_string_of(texts: &[&str]) -> (usize, String) {
+    texts
+        .iter()
+        .enumerate()
+        .find_map(|(k, text)| {
+            let chars: Vec<char> = text.chars().collect();
+            chars
+                .windows(2)
+                .skip(1)
+                .find(|w| w.iter().all(char::is_ascii_alphanumeric))
+                .map(|w| (k, w.iter().collect::<String>()))
+        })
+        .expect("a sample with two ASCII letters or digits in a row")
 }
 
 /// A ChatML template (SmolLM2-Instruct's, without its default system prompt).
@@ -471,17 +499,7 @@ fn a_chat_template_bomb_is_a_400_naming_its_bound_and_a_huge_one_is_refused() {
 
     let huge = dir.join("huge.jinja");
     std::fs::write(&huge, "x".repeat(1 << 20)).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_sprout"))
-        .args([
-            "serve",
-            "--model",
-            tiny_llama().to_str().unwrap(),
-            "--port",
-            "0",
-        ])
-        .args(["--chat-template", huge.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let out = serve_output(&["--chat-template", huge.to_str().unwrap()]);
     std::fs::remove_dir_all(&dir).ok();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
@@ -560,6 +578,14 @@ fn hostile_bodies_get_an_answer_and_leave_nothing_behind() {
         "return_token_ids",
         "stream",
         "stream_options",
+        "logit_bias",
+        "allowed_token_ids",
+        "bad_words",
+        "repetition_penalty",
+        "echo",
+        "truncate_prompt_tokens",
+        "best_of",
+        "tools",
     ];
     // SplitMix64: a fixed, reproducible sequence of bodies.
     let mut state = 0x5eed_u64;
@@ -742,12 +768,29 @@ fn bad_requests_get_their_status_and_an_openai_error() {
             Some("model"),
             "other",
         ),
-        (r#"{"prompt": "hi", "n": 9}"#, 503, None, "limit of 8"),
+        (
+            r#"{"prompt": "hi", "n": 9}"#,
+            400,
+            Some("n"),
+            "--max-samples-per-request",
+        ),
         (
             r#"{"prompt": ["a", "b"], "n": 18446744073709551615}"#,
-            503,
-            None,
-            "limit of 8",
+            400,
+            Some("n"),
+            "--max-n",
+        ),
+        (
+            r#"{"prompt": "hi", "frequency_penalty": 0.5, "best_of": 2}"#,
+            400,
+            Some("best_of"),
+            "best_of",
+        ),
+        (
+            r#"{"prompt": "hi", "suffix": "x"}"#,
+            400,
+            Some("suffix"),
+            "suffix",
         ),
         (
             r#"{"prompt": "hi", "max_tokens": 18446744073709551615}"#,
@@ -1481,7 +1524,6 @@ fn trl_s_generate_route_gives_what_the_completions_route_gives() {
 
     // What sprout cannot do is refused by name.
     let refused = [
-        ("repetition_penalty", json!(1.2), "repetition_penalty"),
         ("images", json!([["aGVsbG8="], null]), "images"),
         (
             "structured_outputs_regex",

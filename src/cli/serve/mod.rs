@@ -3,7 +3,10 @@
 //! - `engine_thread`: the OS thread that owns the GPU, the model and the engine, and runs
 //!   every request's prompts in one continuous batch (`engine_loop`: its loop);
 //! - `routes`: the HTTP routes, the API-key check, the body limit and the access log;
+//! - `fields`: every request field of both APIs and what sprout does with it (the README's
+//!   field table);
 //! - `request`: reading the two APIs' request bodies;
+//! - `sampling`: a request's fields as the engine's sampling parameters, and its limits;
 //! - `submit`: checking a request against the model, the queue limit, and queueing it;
 //! - `reply`: answering from the samples, whole or streamed;
 //! - `response`: the two APIs' response shapes;
@@ -21,12 +24,14 @@ mod admin;
 mod engine_loop;
 mod engine_thread;
 mod error;
+mod fields;
 mod messages;
 mod metrics;
 mod reply;
 mod request;
 mod response;
 mod routes;
+mod sampling;
 mod state;
 mod submit;
 mod trl;
@@ -72,13 +77,26 @@ pub struct ServeArgs {
     #[arg(long, env = "SPROUT_ADMIN_API_KEY")]
     admin_api_key: Option<String>,
     /// The most samples (each of a request's n counted) queued or running at once; a
-    /// request past it is refused with 503 and Retry-After.
+    /// request that would pass it while others run is refused with 503 and Retry-After.
     #[arg(long, default_value_t = 4096)]
     max_queued_requests: usize,
-    /// The longest prompt plus max_tokens accepted (default and at most: the model's
-    /// context length).
+    /// The most samples per prompt (`n`) one request may ask; past it: 400.
+    #[arg(long, default_value_t = 1024)]
+    max_n: usize,
+    /// The most samples (prompts times n) one request may ask; past it: 400 (default and
+    /// at most: --max-queued-requests).
+    #[arg(long)]
+    max_samples_per_request: Option<usize>,
+    /// The longest prompt plus max_tokens accepted; past it: 400 (default and at most: the
+    /// model's context length).
     #[arg(long)]
     max_model_len: Option<usize>,
+    /// What a choice's `logprobs` reports: raw_logprobs (the model's) or
+    /// processed_logprobs (the distribution sampled from, after bias, penalties,
+    /// temperature and truncation).
+    #[arg(long, default_value = "raw_logprobs", value_name = "MODE",
+          value_parser = sampling::parse_logprobs_mode)]
+    logprobs_mode: sampling::LogprobsMode,
     #[command(flatten)]
     engine: EngineArgs,
 }
@@ -92,6 +110,18 @@ pub fn run(backend: BackendChoice, args: ServeArgs) -> Result<()> {
     }
     if args.max_model_len == Some(0) {
         bail!("--max-model-len must be at least 1");
+    }
+    if args.max_n == 0 {
+        bail!("--max-n must be at least 1");
+    }
+    let max_samples = args
+        .max_samples_per_request
+        .unwrap_or(args.max_queued_requests);
+    if max_samples == 0 || max_samples > args.max_queued_requests {
+        bail!(
+            "--max-samples-per-request must be 1 to --max-queued-requests ({}), not {max_samples}",
+            args.max_queued_requests
+        );
     }
     let chat_template = match &args.chat_template {
         Some(path) => {
@@ -136,6 +166,9 @@ pub fn run(backend: BackendChoice, args: ServeArgs) -> Result<()> {
         updating: AtomicBool::new(false),
         jobs: Mutex::new(HashMap::new()),
         max_queued: args.max_queued_requests,
+        max_n: args.max_n,
+        max_samples,
+        logprobs_mode: args.logprobs_mode,
         queued: AtomicUsize::new(0),
         next_index: AtomicU32::new(0),
         base_seed: random_seed(),

@@ -22,7 +22,8 @@ use tokio::sync::mpsc;
 use crate::cli::json_out;
 use crate::cli::serve::error::{ApiError, internal};
 use crate::cli::serve::messages::Event;
-use crate::cli::serve::response::{self, Api, Asked, Body, Choice, Piece, Usage};
+use crate::cli::serve::response::{self, Api, Asked, Body, Choice, Piece, TextOptions, Usage};
+use crate::cli::serve::sampling::LogprobsMode;
 use crate::cli::serve::state::AppState;
 use crate::cli::serve::submit::{Job, Pending, cached_share};
 
@@ -36,6 +37,23 @@ fn asked_of<'a>(state: &AppState, job: &Job, prompt: &'a [u32]) -> Asked<'a> {
         tokens_as_ids: job.fields.return_tokens_as_token_ids,
         prompt,
         weights_version: state.weights_version.load(Ordering::Acquire),
+    }
+}
+
+/// How the request asked its samples' text to be written.
+fn text_options(job: &Job) -> TextOptions {
+    TextOptions {
+        skip_special_tokens: job.fields.skip_special_tokens,
+        include_stop_str: job.fields.include_stop_str_in_output,
+    }
+}
+
+/// The log-probs a choice reports under `--logprobs-mode`: the model's, or those of the
+/// distribution each token was drawn from.
+pub fn reported<'a>(state: &AppState, s: &'a FinishedSample) -> &'a [f32] {
+    match state.logprobs_mode {
+        LogprobsMode::Raw => &s.logprobs,
+        LogprobsMode::Processed => &s.sampling_logprobs,
     }
 }
 
@@ -62,11 +80,12 @@ pub async fn whole(
     let tokenizer = &state.facts.tokenizer;
     let mut choices = Vec::with_capacity(samples.len());
     for s in &samples {
+        let text = response::sample_text(tokenizer, s, text_options(&job))?;
         let piece = Piece {
             index: job.choice_index(s.request_index, s.sample_index),
-            text: response::sample_text(tokenizer, s)?,
+            text: format!("{}{text}", job.echo_of(s.request_index)),
             tokens: &s.token_ids,
-            logprobs: &s.logprobs,
+            logprobs: reported(state, s),
             top: &s.top_logprobs,
             text_offset: 0,
             first: true,
@@ -144,9 +163,10 @@ pub fn stream(
     events: mpsc::UnboundedReceiver<Event>,
     pending: Pending,
 ) -> Response {
+    let skip_special_tokens = job.fields.skip_special_tokens;
     let samples = (0..job.total_samples())
         .map(|_| StreamedSample {
-            decoder: IncrementalDecoder::new(true),
+            decoder: IncrementalDecoder::new(skip_special_tokens),
             tokens: Vec::new(),
             chars: 0,
             started: false,
@@ -249,9 +269,14 @@ impl Streaming {
         sample.tokens.push(token);
         sample.chars += text.chars().count();
         let first = !std::mem::replace(&mut sample.started, true);
+        let echo = if first {
+            self.job.echo_of(request_index)
+        } else {
+            ""
+        };
         let piece = Piece {
             index,
-            text,
+            text: format!("{echo}{text}"),
             tokens: &[token],
             logprobs: &[],
             top: &[],
@@ -273,7 +298,7 @@ impl Streaming {
         };
         let sent = sample.tokens.len();
         let text = if sent == 0 {
-            match response::sample_text(tokenizer, &s) {
+            match response::sample_text(tokenizer, &s, text_options(&self.job)) {
                 Ok(text) => text,
                 Err(e) => return self.fail(&e.message),
             }
@@ -296,11 +321,16 @@ impl Streaming {
         };
         let first = !std::mem::replace(&mut sample.started, true);
         sample.finished = true;
+        let echo = if first {
+            self.job.echo_of(s.request_index)
+        } else {
+            ""
+        };
         let piece = Piece {
             index,
-            text,
+            text: format!("{echo}{text}"),
             tokens: &s.token_ids[sent..],
-            logprobs: s.logprobs.get(sent..).unwrap_or_default(),
+            logprobs: reported(&self.state, &s).get(sent..).unwrap_or_default(),
             top: s.top_logprobs.get(sent..).unwrap_or_default(),
             text_offset: sample.chars,
             first,

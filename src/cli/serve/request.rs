@@ -1,11 +1,12 @@
 //! Reading request bodies: `POST /v1/completions` and `POST /v1/chat/completions`, every
 //! field type-checked, each error naming its field.
 //!
-//! A body is read field by field from a JSON object rather than derived, so that a wrong
-//! type is a 400 naming the field and the value, never a generic serde message. Fields
-//! this server does not know are ignored, as OpenAI-compatible servers do. Ranges are
-//! checked later, by the one set of sampling rules (`SamplingParams::validate`), except
-//! where the API's shape decides them (`n`, `top_k`, log-prob counts).
+//! A body is first screened against the field table (`fields`: refused fields, neutral-only
+//! ones at another value, fields of the other route), then read field by field from a JSON
+//! object rather than derived, so that a wrong type is a 400 naming the field and the
+//! value, never a generic serde message. Ranges are checked later, by the one set of
+//! sampling rules (`SamplingParams::validate`), except where the API's shape decides them
+//! (`n`, `top_k`, log-prob counts, `truncate_prompt_tokens`).
 
 use axum::http::StatusCode;
 use serde::de::DeserializeOwned;
@@ -14,6 +15,8 @@ use sprout::sched::MAX_TOP_LOGPROBS;
 use sprout::tokenizer::chat_template::Message;
 
 use crate::cli::serve::error::ApiError;
+use crate::cli::serve::fields::{note_read, screen};
+use crate::cli::serve::response::Api;
 
 /// A prompt as the client gave it.
 #[derive(Clone, Debug, PartialEq)]
@@ -48,6 +51,22 @@ pub struct SamplingFields {
     pub include_usage: bool,
     /// Alternatives per position; `None`: no log-probs in the choices.
     pub logprobs: Option<usize>,
+    /// What is done to the logits (token ids as given; `bad_words` still words).
+    pub logit_bias: Vec<(u32, f32)>,
+    pub allowed_token_ids: Option<Vec<u32>>,
+    pub bad_words: Vec<String>,
+    pub repetition_penalty: f32,
+    pub presence_penalty: f32,
+    pub frequency_penalty: f32,
+    /// Completions: the prompt's text goes before each completion's.
+    pub echo: bool,
+    /// Keep the prompt's last k tokens (`Some(None)`: -1, the context's length).
+    pub truncate_prompt_tokens: Option<Option<usize>>,
+    pub add_special_tokens: bool,
+    pub skip_special_tokens: bool,
+    pub include_stop_str_in_output: bool,
+    /// Who sent the request (`user`, `session_id`, ...), for its log line.
+    pub provenance: Vec<(&'static str, String)>,
 }
 
 /// A `POST /v1/completions` body.
@@ -77,12 +96,18 @@ pub(super) fn field<T: DeserializeOwned>(
     name: &str,
     what: &str,
 ) -> Result<Option<T>, ApiError> {
-    match obj.get(name) {
-        None | Some(Value::Null) => Ok(None),
+    match get(obj, name) {
+        None => Ok(None),
         Some(v) => serde_json::from_value(v.clone())
             .map(Some)
             .map_err(|_| ApiError::bad(name, format!("{name} must be {what}, not {}", short(v)))),
     }
+}
+
+/// Field `name` of `obj`, `None` when absent or null.
+pub(super) fn get<'a>(obj: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
+    note_read(name);
+    obj.get(name).filter(|v| !v.is_null())
 }
 
 /// A value's JSON text, cut short for an error message.
@@ -137,23 +162,15 @@ impl SamplingFields {
                 format!("top_k must be -1, 0 (every token) or a positive integer, not {top_k}"),
             ));
         }
-        let stop = match obj.get("stop") {
-            None | Some(Value::Null) => Vec::new(),
+        let stop = match get(obj, "stop") {
+            None => Vec::new(),
             Some(Value::String(s)) => vec![s.clone()],
             Some(_) => field(obj, "stop", "a string or a list of strings")?.unwrap_or_default(),
         };
         let stream: bool = field(obj, "stream", "a boolean")?.unwrap_or(false);
-        let include_usage = match obj.get("stream_options") {
-            None | Some(Value::Null) => false,
-            Some(Value::Object(options)) => {
-                if !stream {
-                    return Err(ApiError::bad(
-                        "stream_options",
-                        "stream_options is only allowed when stream is true",
-                    ));
-                }
-                field(options, "include_usage", "a boolean")?.unwrap_or(false)
-            }
+        let include_usage = match get(obj, "stream_options") {
+            None => false,
+            Some(Value::Object(options)) => stream_options(options, stream)?,
             Some(v) => {
                 return Err(ApiError::bad(
                     "stream_options",
@@ -192,17 +209,118 @@ impl SamplingFields {
             stream,
             include_usage,
             logprobs: None,
+            logit_bias: logit_bias(obj)?,
+            allowed_token_ids: field(obj, "allowed_token_ids", "a list of token ids")?,
+            bad_words: field(obj, "bad_words", "a list of strings")?.unwrap_or_default(),
+            repetition_penalty: field(obj, "repetition_penalty", "a number")?.unwrap_or(1.0),
+            presence_penalty: field(obj, "presence_penalty", "a number")?.unwrap_or(0.0),
+            frequency_penalty: field(obj, "frequency_penalty", "a number")?.unwrap_or(0.0),
+            echo: false,
+            truncate_prompt_tokens: truncation(obj)?,
+            add_special_tokens: field(obj, "add_special_tokens", "a boolean")?.unwrap_or(true),
+            skip_special_tokens: field(obj, "skip_special_tokens", "a boolean")?.unwrap_or(true),
+            include_stop_str_in_output: field(obj, "include_stop_str_in_output", "a boolean")?
+                .unwrap_or(false),
+            provenance: provenance(obj, &["user", "session_id"])?,
         })
     }
+}
+
+/// `stream_options`: `include_usage`; vLLM's `continuous_usage_stats` and OpenAI's
+/// `include_obfuscation` only off (sprout sends neither).
+fn stream_options(options: &Map<String, Value>, stream: bool) -> Result<bool, ApiError> {
+    let bad = |message: String| ApiError::bad("stream_options", message);
+    if !stream {
+        return Err(bad(
+            "stream_options is only allowed when stream is true".into()
+        ));
+    }
+    // Read directly (not with `field`): these are keys of stream_options, not fields.
+    let flag = |key: &str| match options.get(key) {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(on)) => Ok(*on),
+        Some(v) => Err(bad(format!(
+            "stream_options.{key} must be a boolean, not {}",
+            short(v)
+        ))),
+    };
+    for key in ["continuous_usage_stats", "include_obfuscation"] {
+        if flag(key)? {
+            return Err(bad(format!(
+                "stream_options.{key} is not supported (only false)"
+            )));
+        }
+    }
+    flag("include_usage")
+}
+
+/// `logit_bias`: an object of token ids (as strings) to numbers.
+fn logit_bias(obj: &Map<String, Value>) -> Result<Vec<(u32, f32)>, ApiError> {
+    let bad = |message: String| ApiError::bad("logit_bias", message);
+    let map = match get(obj, "logit_bias") {
+        None => return Ok(Vec::new()),
+        Some(Value::Object(map)) => map,
+        Some(v) => {
+            return Err(bad(format!(
+                "logit_bias must be an object of token ids to numbers, not {}",
+                short(v)
+            )));
+        }
+    };
+    let mut out = Vec::with_capacity(map.len());
+    for (key, value) in map {
+        let token: u32 = key
+            .trim()
+            .parse()
+            .map_err(|_| bad(format!("logit_bias keys must be token ids, not {key:?}")))?;
+        let bias = value.as_f64().filter(|b| b.is_finite()).ok_or_else(|| {
+            bad(format!(
+                "logit_bias[{key:?}] must be a number, not {}",
+                short(value)
+            ))
+        })?;
+        out.push((token, bias as f32));
+    }
+    Ok(out)
+}
+
+/// `truncate_prompt_tokens`: -1 (the context's length) or a count of at least 1.
+fn truncation(obj: &Map<String, Value>) -> Result<Option<Option<usize>>, ApiError> {
+    let k: Option<i128> = field(obj, "truncate_prompt_tokens", "an integer")?;
+    match k {
+        None => Ok(None),
+        Some(-1) => Ok(Some(None)),
+        Some(k) if k >= 1 => Ok(Some(Some(usize::try_from(k).unwrap_or(usize::MAX)))),
+        Some(k) => Err(ApiError::bad(
+            "truncate_prompt_tokens",
+            format!("truncate_prompt_tokens must be -1 or at least 1, not {k}"),
+        )),
+    }
+}
+
+/// The strings of `names` that say who sent the request.
+fn provenance(
+    obj: &Map<String, Value>,
+    names: &[&'static str],
+) -> Result<Vec<(&'static str, String)>, ApiError> {
+    let mut out = Vec::new();
+    for &name in names {
+        if let Some(value) = field::<String>(obj, name, "a string")? {
+            out.push((name, value));
+        }
+    }
+    Ok(out)
 }
 
 impl CompletionRequest {
     pub fn parse(body: &[u8]) -> Result<CompletionRequest, ApiError> {
         let obj = object(body)?;
-        let prompts = prompts(obj.get("prompt"), "prompt")?;
+        screen(&obj, Api::Completions)?;
+        let prompts = prompts(get(&obj, "prompt"), "prompt")?;
         let mut fields = SamplingFields::parse(&obj)?;
         let logprobs: Option<usize> = field(&obj, "logprobs", "a non-negative integer")?;
         fields.logprobs = logprobs.map(|k| check_top("logprobs", k)).transpose()?;
+        fields.echo = field(&obj, "echo", "a boolean")?.unwrap_or(false);
         Ok(CompletionRequest { prompts, fields })
     }
 }
@@ -210,8 +328,11 @@ impl CompletionRequest {
 impl ChatRequest {
     pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
         let obj = object(body)?;
-        let messages = messages(obj.get("messages"))?;
+        screen(&obj, Api::Chat)?;
+        let messages = messages(get(&obj, "messages"))?;
         let mut fields = SamplingFields::parse(&obj)?;
+        let who = provenance(&obj, &["safety_identifier", "prompt_cache_key"])?;
+        fields.provenance.extend(who);
         // The newer name wins, as OpenAI's API has it.
         let whole = "a non-negative integer";
         if let Some(max) = field(&obj, "max_completion_tokens", whole)? {
@@ -387,6 +508,17 @@ mod tests {
             "return_token_ids",
             "stream",
             "stream_options",
+            "logit_bias",
+            "allowed_token_ids",
+            "bad_words",
+            "repetition_penalty",
+            "presence_penalty",
+            "truncate_prompt_tokens",
+            "echo",
+            "user",
+            "best_of",
+            "tools",
+            "suffix",
         ];
         prop::collection::vec((prop::sample::select(FIELDS), any_json()), 0..8).prop_map(|fields| {
             let obj: Map<String, Value> = fields

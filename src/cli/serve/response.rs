@@ -360,13 +360,29 @@ fn chat_logprobs(
     ChatLogprobs { content }
 }
 
-/// The text of a finished sample: cut before its stop string when one ended it.
-pub fn sample_text(tokenizer: &Tokenizer, sample: &FinishedSample) -> Result<String, ApiError> {
+/// How a sample's text is written (vLLM's `skip_special_tokens` and
+/// `include_stop_str_in_output`).
+#[derive(Clone, Copy, Debug)]
+pub struct TextOptions {
+    pub skip_special_tokens: bool,
+    pub include_stop_str: bool,
+}
+
+/// The text of a finished sample: cut before its stop string when one ended it (after it,
+/// with `include_stop_str`).
+pub fn sample_text(
+    tokenizer: &Tokenizer,
+    sample: &FinishedSample,
+    options: TextOptions,
+) -> Result<String, ApiError> {
     match &sample.stopped_by {
+        Some(m) if options.include_stop_str => Ok(format!("{}{}", m.text, m.stop)),
         Some(m) => Ok(m.text.clone()),
-        None => tokenizer.decode_with(&sample.token_ids, true).map_err(|e| {
-            ApiError::status(axum::http::StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
-        }),
+        None => tokenizer
+            .decode_with(&sample.token_ids, options.skip_special_tokens)
+            .map_err(|e| {
+                ApiError::status(axum::http::StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+            }),
     }
 }
 

@@ -25,7 +25,9 @@ use crate::cli::serve::reply;
 use crate::cli::serve::request::{ChatRequest, CompletionRequest, DEFAULT_MAX_TOKENS, Prompt};
 use crate::cli::serve::response::Api;
 use crate::cli::serve::state::AppState;
-use crate::cli::serve::submit::{self, Submission, check_context, check_model, tokenize};
+use crate::cli::serve::submit::{
+    self, Submission, check_context, check_model, echo_texts, tokenize, truncate,
+};
 use crate::cli::serve::{admin, trl};
 
 /// The largest request body accepted.
@@ -192,15 +194,28 @@ fn prepare_completion(
     arrived: Instant,
 ) -> Result<Submission, ApiError> {
     let request = CompletionRequest::parse(body)?;
-    check_model(state, &request.fields)?;
-    let prompts = tokenize(state, &request.prompts)?;
-    let max_tokens = request.fields.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
+    let f = &request.fields;
+    check_model(state, f)?;
+    let mut prompts = tokenize(state, &request.prompts, f.add_special_tokens)?;
+    let cut = truncate(state, &mut prompts, f.truncate_prompt_tokens)?;
+    let max_tokens = f.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
     check_context(state, &prompts, max_tokens)?;
+    let echo = match f.echo {
+        true => echo_texts(
+            state,
+            &request.prompts,
+            &prompts,
+            cut,
+            f.skip_special_tokens,
+        )?,
+        false => Vec::new(),
+    };
     Ok(Submission {
         api: Api::Completions,
         fields: request.fields,
         prompts,
         max_tokens,
+        echo,
         arrived,
     })
 }
@@ -217,7 +232,9 @@ fn prepare_chat(state: &AppState, body: &[u8], arrived: Instant) -> Result<Submi
     let text = template
         .render(&request.messages)
         .map_err(|e| ApiError::bad("messages", e.to_string()))?;
-    let prompts = tokenize(state, &[Prompt::Text(text)])?;
+    let f = &request.fields;
+    let mut prompts = tokenize(state, &[Prompt::Text(text)], f.add_special_tokens)?;
+    truncate(state, &mut prompts, f.truncate_prompt_tokens)?;
     // Chat's default: the rest of the context.
     let room = state.max_model_len.saturating_sub(prompts[0].len());
     let max_tokens = request.fields.max_tokens.unwrap_or(room.max(1));
@@ -227,6 +244,7 @@ fn prepare_chat(state: &AppState, body: &[u8], arrived: Instant) -> Result<Submi
         fields: request.fields,
         prompts,
         max_tokens,
+        echo: Vec::new(),
         arrived,
     })
 }

@@ -6,6 +6,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize};
 
 use crate::cli::serve::engine_thread::{EngineHandle, ModelFacts};
+use crate::cli::serve::sampling::LogprobsMode;
 
 /// Everything the handlers share.
 pub struct AppState {
@@ -16,6 +17,12 @@ pub struct AppState {
     pub api_key: Option<String>,
     /// The most samples (each of `n` counted) queued or running at once.
     pub max_queued: usize,
+    /// The most samples per prompt one request may ask (`--max-n`).
+    pub max_n: usize,
+    /// The most samples (prompts times n) one request may ask; at most `max_queued`.
+    pub max_samples: usize,
+    /// Which log-probs the choices report.
+    pub logprobs_mode: LogprobsMode,
     pub queued: AtomicUsize,
     pub next_index: AtomicU32,
     /// Keys the draws of requests without a seed of their own.

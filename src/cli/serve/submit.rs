@@ -19,13 +19,14 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use axum::http::StatusCode;
-use sprout::sched::{FinishedSample, Request, SamplingParams};
+use sprout::sched::{FinishedSample, Request};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::cli::serve::error::ApiError;
 use crate::cli::serve::messages::{Command, Event};
 use crate::cli::serve::request::{Prompt, SamplingFields};
 use crate::cli::serve::response::Api;
+use crate::cli::serve::sampling;
 use crate::cli::serve::state::AppState;
 
 /// A request queued in the engine.
@@ -35,6 +36,8 @@ pub struct Job {
     pub created: u64,
     pub fields: SamplingFields,
     pub prompts: Vec<Vec<u32>>,
+    /// With `echo`: each prompt's text, put before its completions (else empty).
+    pub echo: Vec<String>,
     /// The engine index of the first prompt; prompt i has `base + i`.
     pub base: u32,
 }
@@ -52,6 +55,15 @@ impl Job {
         self.prompts
             .get(prompt)
             .map(Vec::as_slice)
+            .unwrap_or_default()
+    }
+
+    /// What goes before a sample's text: its prompt's with `echo`, else nothing.
+    pub fn echo_of(&self, request_index: u32) -> &str {
+        let prompt = request_index.wrapping_sub(self.base) as usize;
+        self.echo
+            .get(prompt)
+            .map(String::as_str)
             .unwrap_or_default()
     }
 
@@ -103,15 +115,24 @@ pub fn check_model(state: &AppState, fields: &SamplingFields) -> Result<(), ApiE
     }
 }
 
-/// Each prompt's token ids, checked: not empty and inside the vocabulary.
-pub fn tokenize(state: &AppState, prompts: &[Prompt]) -> Result<Vec<Vec<u32>>, ApiError> {
+/// Each prompt's token ids (`add_special_tokens`: with the BOS/EOS the tokenizer adds),
+/// checked: not empty and inside the vocabulary.
+pub fn tokenize(
+    state: &AppState,
+    prompts: &[Prompt],
+    add_special_tokens: bool,
+) -> Result<Vec<Vec<u32>>, ApiError> {
     let vocab = state.facts.vocab_size;
     let mut out = Vec::new();
     for prompt in prompts {
         let ids = match prompt {
-            Prompt::Text(text) => state.facts.tokenizer.encode(text).map_err(|e| {
-                ApiError::bad("prompt", format!("the prompt could not be tokenized: {e}"))
-            })?,
+            Prompt::Text(text) => state
+                .facts
+                .tokenizer
+                .encode_with(text, add_special_tokens)
+                .map_err(|e| {
+                    ApiError::bad("prompt", format!("the prompt could not be tokenized: {e}"))
+                })?,
             Prompt::Ids(ids) => ids.clone(),
         };
         if ids.is_empty() {
@@ -126,6 +147,60 @@ pub fn tokenize(state: &AppState, prompts: &[Prompt]) -> Result<Vec<Vec<u32>>, A
         out.push(ids);
     }
     Ok(out)
+}
+
+/// vLLM's `truncate_prompt_tokens`: keeps each prompt's last `k` tokens (`Some(None)`:
+/// -1, the context's length); a `k` past the context is a 400, as in vLLM. Returns
+/// whether a prompt was cut.
+pub fn truncate(
+    state: &AppState,
+    prompts: &mut [Vec<u32>],
+    k: Option<Option<usize>>,
+) -> Result<bool, ApiError> {
+    let Some(k) = k else { return Ok(false) };
+    let k = k.unwrap_or(state.max_model_len);
+    if k > state.max_model_len {
+        return Err(ApiError::bad(
+            "truncate_prompt_tokens",
+            format!(
+                "truncate_prompt_tokens must be at most the maximum context length ({}), not {k}",
+                state.max_model_len
+            ),
+        ));
+    }
+    let mut cut = false;
+    for ids in prompts {
+        if ids.len() > k {
+            ids.drain(..ids.len() - k);
+            cut = true;
+        }
+    }
+    Ok(cut)
+}
+
+/// What `echo` puts before each prompt's completions: the prompt's text as given, or,
+/// for token prompts and prompts `cut` short, the text of the tokens the model saw.
+pub fn echo_texts(
+    state: &AppState,
+    given: &[Prompt],
+    ids: &[Vec<u32>],
+    cut: bool,
+    skip_special_tokens: bool,
+) -> Result<Vec<String>, ApiError> {
+    given
+        .iter()
+        .zip(ids)
+        .map(|(prompt, ids)| match prompt {
+            Prompt::Text(text) if !cut => Ok(text.clone()),
+            _ => state
+                .facts
+                .tokenizer
+                .decode_with(ids, skip_special_tokens)
+                .map_err(|e| {
+                    ApiError::bad("echo", format!("the prompt could not be decoded: {e}"))
+                }),
+        })
+        .collect()
 }
 
 /// Refuses prompts that, with `max_tokens` more, would not fit the context.
@@ -150,53 +225,6 @@ pub fn check_context(
         }
     }
     Ok(())
-}
-
-/// The request's sampling parameters, checked by the one set of rules.
-fn sampling_params(
-    state: &AppState,
-    f: &SamplingFields,
-    max_tokens: usize,
-) -> Result<SamplingParams, ApiError> {
-    let vocab = state.facts.vocab_size;
-    let mut stop_ids = match f.ignore_eos {
-        true => Vec::new(),
-        false => state.facts.eos_token_ids.clone(),
-    };
-    for &id in &f.stop_token_ids {
-        if id as usize >= vocab {
-            return Err(ApiError::bad(
-                "stop_token_ids",
-                format!("stop token id {id} is outside the vocabulary of {vocab}"),
-            ));
-        }
-        if !stop_ids.contains(&id) {
-            stop_ids.push(id);
-        }
-    }
-    let params = SamplingParams {
-        processing: Default::default(),
-        temperature: f.temperature,
-        top_k: f.top_k,
-        top_p: f.top_p,
-        min_p: f.min_p,
-        seed: f.seed.unwrap_or(state.base_seed),
-        own_seed: f.seed.is_some(),
-        max_tokens,
-        stop_ids,
-        min_tokens: f.min_tokens,
-        stop: f.stop.clone(),
-        top_logprobs: f.logprobs.unwrap_or(0),
-    };
-    params.validate().map_err(|e| {
-        // The field's name in the API, where it differs from the parameter's.
-        let param = match e.param {
-            "top_logprobs" => "logprobs",
-            other => other,
-        };
-        ApiError::bad(param, e.message_for(param))
-    })?;
-    Ok(params)
 }
 
 /// Claims `samples` of the queue, or a 503 when that would pass `--max-queued-requests`.
@@ -228,6 +256,8 @@ pub struct Submission {
     pub fields: SamplingFields,
     pub prompts: Vec<Vec<u32>>,
     pub max_tokens: usize,
+    /// With `echo`: each prompt's text (see [`Job::echo`]).
+    pub echo: Vec<String>,
     /// When the HTTP request arrived.
     pub arrived: Instant,
 }
@@ -237,9 +267,9 @@ pub async fn submit(
     state: &Arc<AppState>,
     s: Submission,
 ) -> Result<(Job, mpsc::UnboundedReceiver<Event>, Pending), ApiError> {
-    let params = sampling_params(state, &s.fields, s.max_tokens)?;
+    let params = sampling::params(state, s.api, &s.fields, s.max_tokens)?;
     let n = s.fields.n;
-    let total = s.prompts.len().saturating_mul(n);
+    let total = sampling::check_limits(state, s.prompts.len(), n)?;
     reserve(state, total)?;
     let base = state
         .next_index
@@ -305,12 +335,25 @@ pub async fn submit(
             ));
         }
     }
+    let who: Vec<String> = s
+        .fields
+        .provenance
+        .iter()
+        .map(|(k, v)| format!("{k}={v:?}"))
+        .collect();
+    tracing::info!(
+        "queued {id}: {} prompts, n = {n}{}{}",
+        s.prompts.len(),
+        if who.is_empty() { "" } else { ", " },
+        who.join(", ")
+    );
     let job = Job {
         api: s.api,
         id,
         created,
         fields: s.fields,
         prompts: s.prompts,
+        echo: s.echo,
         base,
     };
     Ok((job, receiver, pending))

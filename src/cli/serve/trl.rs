@@ -3,13 +3,13 @@
 //!
 //! Request: `{prompts, n, temperature, top_p, top_k, min_p, max_tokens, logprobs,
 //! repetition_penalty, images, structured_outputs_regex, generation_kwargs}`. What sprout
-//! cannot do is refused by name (a repetition penalty other than 1, images, a regex), never
-//! ignored; of `generation_kwargs` sprout reads `seed`, `stop_token_ids`, `ignore_eos` and
+//! cannot do is refused by name (images, a regex), never ignored; of `generation_kwargs` sprout reads `seed`, `stop_token_ids`, `ignore_eos` and
 //! `min_tokens`, and refuses any other key.
 //!
 //! Response: `{prompt_ids, completion_ids, logprobs, logprob_token_ids}`, as TRL's server
 //! gives them: one `prompt_ids` entry per prompt, one completion per sample (prompt-major);
-//! per token the sampled token's log-prob under the model, then with `logprobs: N > 0`
+//! per token the sampled token's log-prob under the model (under the distribution it was
+//! drawn from with `--logprobs-mode processed_logprobs`), then with `logprobs: N > 0`
 //! the N most likely tokens too (the sampled one once), most likely first. sprout adds
 //! `weights_versions` (each completion's last token's version).
 //!
@@ -53,6 +53,7 @@ fn parse(body: &[u8]) -> Result<(Vec<request::Prompt>, SamplingFields), ApiError
         "top_k",
         "min_p",
         "max_tokens",
+        "repetition_penalty",
     ] {
         if let Some(v) = obj.get(key) {
             shared.insert(key.to_string(), v.clone());
@@ -96,13 +97,6 @@ fn parse(body: &[u8]) -> Result<(Vec<request::Prompt>, SamplingFields), ApiError
 
 /// What sprout cannot do, by name.
 fn refuse_unsupported(obj: &Map<String, Value>) -> Result<(), ApiError> {
-    let penalty: f64 = field(obj, "repetition_penalty", "a number")?.unwrap_or(1.0);
-    if penalty != 1.0 {
-        return Err(ApiError::bad(
-            "repetition_penalty",
-            format!("repetition_penalty {penalty} is not supported (only 1.0, no penalty)"),
-        ));
-    }
     let images = match obj.get("images") {
         None | Some(Value::Null) => false,
         Some(Value::Array(per_prompt)) => per_prompt.iter().any(|i| !i.is_null()),
@@ -137,7 +131,7 @@ pub async fn generate(
         let state = shared;
         let (prompts, fields) = parse(&body)?;
         check_model(&state, &fields)?;
-        let prompts = tokenize(&state, &prompts)?;
+        let prompts = tokenize(&state, &prompts, true)?;
         let max_tokens = fields.max_tokens.unwrap_or(request::DEFAULT_MAX_TOKENS);
         check_context(&state, &prompts, max_tokens)?;
         Ok::<_, ApiError>(Submission {
@@ -145,6 +139,7 @@ pub async fn generate(
             fields,
             prompts,
             max_tokens,
+            echo: Vec::new(),
             arrived,
         })
     })
@@ -153,8 +148,10 @@ pub async fn generate(
     let (job, events, pending) = submit::submit(&state, submission).await?;
     let samples = reply::collect(&job, events, pending).await?;
     let want = job.fields.logprobs;
-    let (logprobs, logprob_ids): (Vec<_>, Vec<_>) =
-        samples.iter().map(|s| per_token(s, want)).unzip();
+    let (logprobs, logprob_ids): (Vec<_>, Vec<_>) = samples
+        .iter()
+        .map(|s| per_token(s, reply::reported(&state, s), want))
+        .unzip();
     let in_force = state
         .weights_version
         .load(std::sync::atomic::Ordering::Acquire);
@@ -184,14 +181,20 @@ struct GenerateResponse<'a> {
 }
 
 /// Per token of `s`: the log-probs and their token ids, the sampled token's first with
-/// `top` = 0, else the `top` most likely and the sampled one, most likely first.
-fn per_token(s: &FinishedSample, top: Option<usize>) -> (Vec<Vec<f32>>, Vec<Vec<u32>>) {
+/// `top` = 0 (from `sampled`: the model's, or under `--logprobs-mode processed_logprobs`
+/// the distribution it was drawn from), else the `top` most likely and the sampled one,
+/// most likely first.
+fn per_token(
+    s: &FinishedSample,
+    sampled: &[f32],
+    top: Option<usize>,
+) -> (Vec<Vec<f32>>, Vec<Vec<u32>>) {
     let Some(top) = top else {
         return (Vec::new(), Vec::new());
     };
     let mut logprobs = Vec::with_capacity(s.token_ids.len());
     let mut ids = Vec::with_capacity(s.token_ids.len());
-    for (i, (&token, &lp)) in s.token_ids.iter().zip(&s.logprobs).enumerate() {
+    for (i, (&token, &lp)) in s.token_ids.iter().zip(sampled).enumerate() {
         let mut entries: Vec<(u32, f32)> = vec![(token, lp)];
         if top > 0 {
             for alt in s.top_logprobs.get(i).into_iter().flatten().take(top) {
