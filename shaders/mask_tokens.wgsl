@@ -11,37 +11,24 @@
 //
 // One invocation per pair; no arithmetic, so the other logits are untouched bit for bit.
 // Logits come in chunks of rows (src/gpu/kernels/logits.rs), one dispatch per chunk: a
-// dispatch masks the pairs whose row is in first_row .. first_row + rows, row
-// first_row + i at logits[i * vocab].
+// dispatch masks the pairs whose row is in its chunk. Composed with
+// shaders/common/logit_entries.wgsl (the parameters, entry_index, chunk_logit).
 
-struct Params {
-    n: u32,         // pairs
-    rows: u32,      // logits rows that may be masked (the chunk's)
-    vocab: u32,     // logits per row
-    first_row: u32, // the chunk's first row
-}
-
-@group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> pairs: array<u32>;         // [n, 2]: (row, token)
 @group(0) @binding(2) var<storage, read_write> logits: array<f32>;  // [rows, vocab]: the chunk
 
-const WG: u32 = 64u;
-const MASKED_LOGIT: f32 = -1e30;
-
-// Dispatch: ceil(n / 64) workgroups, folded into (x, y, 1).
 @compute @workgroup_size(64)
 fn mask_tokens(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let i = (wid.y * nwg.x + wid.x) * WG + lid;
+    let i = entry_index(wid, nwg, lid);
     if (i >= p.n) {
         return;
     }
-    let row = pairs[2u * i];
-    let token = pairs[2u * i + 1u];
-    if (row >= p.first_row && row - p.first_row < p.rows && token < p.vocab) {
-        logits[(row - p.first_row) * p.vocab + token] = MASKED_LOGIT;
+    let at = chunk_logit(pairs[2u * i], pairs[2u * i + 1u]);
+    if (at != NO_LOGIT) {
+        logits[at] = MASKED_LOGIT;
     }
 }

@@ -6,6 +6,7 @@ pub mod elementwise;
 pub mod embedding;
 pub mod head_norm_rope;
 pub mod kv_write;
+pub mod logit_adjust;
 pub mod mask;
 pub mod matmul;
 pub mod norm_add;

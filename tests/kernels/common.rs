@@ -5,7 +5,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use libtest_mimic::{Failed, Trial};
 use sprout::formats::WeightFormat;
-use sprout::gpu::{BackendChoice, Gpu, Tensor, list_adapters};
+use sprout::gpu::kernels::Logits;
+use sprout::gpu::{BackendChoice, Gpu, Recorder, Tensor, list_adapters};
 
 /// `k` rounded up to whole blocks of `format`: a case's row length for every format, the
 /// same for the float and 32-value formats, and whole super-blocks of 256 for the K-quants.
@@ -23,6 +24,16 @@ type CaseFn = dyn Fn(&Gpu) -> Result<Outcome, String> + Send + Sync;
 
 /// A feature a case needs (its name), and whether an adapter has it.
 type Need = (&'static str, fn(&Gpu) -> bool);
+
+impl Outcome {
+    /// A case checked bit for bit against its reference.
+    pub fn exact() -> Outcome {
+        Outcome {
+            nmse: 0.0,
+            tolerance: 0.0,
+        }
+    }
+}
 
 /// One kernel check, run once per adapter.
 pub struct Case {
@@ -269,4 +280,34 @@ pub fn read_f32(gpu: &Gpu, t: &Tensor) -> Vec<f32> {
 
 pub fn read_u32(gpu: &Gpu, t: &Tensor) -> Vec<u32> {
     pollster::block_on(gpu.read_u32(t)).expect("read-back")
+}
+
+/// `logits` (`[rows, vocab]`) changed in place by what `encode` records, once for each of
+/// `chunkings` (rows per chunk of the [`Logits`]; `None`: the largest chunks the adapter
+/// binds): the first run's values read back, once every other run gave the same bits.
+pub fn changed_in_chunks(
+    gpu: &Gpu,
+    logits: &[f32],
+    vocab: usize,
+    chunkings: &[Option<usize>],
+    encode: impl Fn(&mut Recorder, &Logits),
+) -> Result<Vec<f32>, String> {
+    let runs: Vec<Vec<f32>> = chunkings
+        .iter()
+        .map(|&chunk_rows| {
+            let l = Logits::upload(gpu, logits, vocab, chunk_rows);
+            let mut rec = gpu.recorder();
+            encode(&mut rec, &l);
+            rec.submit();
+            pollster::block_on(l.read(gpu, l.rows)).expect("read-back")
+        })
+        .collect();
+    for (chunk_rows, run) in chunkings.iter().zip(&runs).skip(1) {
+        check_bitwise(
+            &format!("in chunks of {chunk_rows:?} rows vs {:?}", chunkings[0]),
+            run,
+            &runs[0],
+        )?;
+    }
+    Ok(runs.into_iter().next().expect("at least one chunking"))
 }

@@ -13,6 +13,8 @@ mod common;
 mod embedding;
 mod fused;
 mod head_norm_rope;
+mod keep_only;
+mod logit_adjust;
 mod mask;
 mod matmul;
 mod norm_add;
@@ -36,6 +38,8 @@ fn main() {
         softmax::cases(),
         top_logprobs::cases(),
         mask::cases(),
+        keep_only::cases(),
+        logit_adjust::cases(),
         norm_add::cases(),
     ]
     .into_iter()

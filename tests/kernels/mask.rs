@@ -13,33 +13,21 @@ use sprout::reference::mask as reference;
 use sprout::reference::sample as sample_reference;
 use sprout::rng::SplitMix64;
 
-use crate::common::{Case, Outcome, check_bitwise};
-
-fn exact() -> Outcome {
-    Outcome {
-        nmse: 0.0,
-        tolerance: 0.0,
-    }
-}
+use crate::common::{Case, Outcome, changed_in_chunks, check_bitwise};
 
 /// The whole logits buffer after masking `pairs` (flattened (row, token)) in `rows` rows,
 /// checked the same with the logits in chunks of 2 rows.
-fn run(gpu: &Gpu, logits: &[f32], vocab: usize, rows: usize, pairs: &[u32]) -> Vec<f32> {
-    let [whole, chunked] = [None, Some(2)].map(|chunk_rows| {
-        let l = Logits::upload(gpu, logits, vocab, chunk_rows);
-        let p = gpu.upload(pairs);
-        let mut rec = gpu.recorder();
-        encode(gpu, &mut rec, &l, rows, &p, pairs.len() / 2);
-        rec.submit();
-        pollster::block_on(l.read(gpu, l.rows)).expect("read-back")
-    });
-    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-    assert_eq!(
-        bits(&chunked),
-        bits(&whole),
-        "masked in chunks of 2 rows vs whole"
-    );
-    whole
+fn run(
+    gpu: &Gpu,
+    logits: &[f32],
+    vocab: usize,
+    rows: usize,
+    pairs: &[u32],
+) -> Result<Vec<f32>, String> {
+    let p = gpu.upload(pairs);
+    changed_in_chunks(gpu, logits, vocab, &[None, Some(2)], |rec, l| {
+        encode(gpu, rec, l, rows, &p, pairs.len() / 2)
+    })
 }
 
 /// The buffer bitwise the reference's, and the reference changing exactly the distinct
@@ -51,7 +39,7 @@ fn check(
     rows: usize,
     pairs: &[u32],
 ) -> Result<Outcome, String> {
-    let got = run(gpu, logits, vocab, rows, pairs);
+    let got = run(gpu, logits, vocab, rows, pairs)?;
     let mut want = logits.to_vec();
     reference::mask_tokens(&mut want, vocab, rows, pairs);
     let named: BTreeSet<usize> = pairs
@@ -71,7 +59,7 @@ fn check(
         ));
     }
     check_bitwise("masked logits", &got, &want)?;
-    Ok(exact())
+    Ok(Outcome::exact())
 }
 
 /// `n` pairs over `rows` rows of `vocab`, some repeated.
@@ -189,7 +177,7 @@ fn end_to_end(gpu: &Gpu) -> Result<Outcome, String> {
             got[d]
         ));
     }
-    Ok(exact())
+    Ok(Outcome::exact())
 }
 
 pub fn cases() -> Vec<Case> {
@@ -241,7 +229,7 @@ pub fn cases() -> Vec<Case> {
         logits[3] = MASKED_LOGIT;
         let mut pairs: Vec<u32> = (0..200).flat_map(|_| [1, 42]).collect();
         pairs.extend([0, 3, 0, 3, 1, 499]);
-        let got = run(gpu, &logits, vocab, rows, &pairs);
+        let got = run(gpu, &logits, vocab, rows, &pairs)?;
         if got[vocab + 42] != MASKED_LOGIT || got[vocab + 499] != MASKED_LOGIT {
             return Err(format!(
                 "logits (1, 42) and (1, 499) are {} and {}",
@@ -263,7 +251,7 @@ pub fn cases() -> Vec<Case> {
         rec.submit();
         let after = pollster::block_on(l.read(gpu, 3)).expect("read-back");
         check_bitwise("logits after n = 0", &after, &logits)?;
-        Ok(exact())
+        Ok(Outcome::exact())
     }));
     cases.push(Case::new("mask", "masked-top-never-drawn", end_to_end));
     // More workgroups than one grid dimension holds: the dispatch folds into two

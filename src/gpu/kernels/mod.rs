@@ -5,6 +5,8 @@
 pub mod attention;
 pub mod embedding;
 pub mod head_norm_rope;
+pub mod logit_adjust;
+pub mod logit_entries;
 pub mod logits;
 pub mod mask;
 pub mod matmul;
@@ -36,7 +38,9 @@ pub fn all_modules() -> Vec<(String, String)> {
             with_weights(embedding::SOURCE, format),
         ));
     }
-    out.push(("mask_tokens".to_string(), mask::SOURCE.to_string()));
+    out.push(("mask_tokens".to_string(), mask::KERNEL.source()));
+    out.push(("keep_only".to_string(), mask::keep_only::SOURCE.to_string()));
+    out.push(("logit_adjust".to_string(), logit_adjust::KERNEL.source()));
     for shape in norm_add::NormAddShape::ALL {
         let kernel = norm_add::NormAddKernel { shape };
         out.push((kernel.name(), kernel.source()));

@@ -2,17 +2,20 @@
 //! check` share.
 //!
 //! [`SamplingFixture`] records the chain in the engine's order (`engine::runner`): the
-//! softmax statistics of every row (the raw log-probs), the mask of forbidden tokens when
-//! there is one (so it changes only the sampling distribution), each row's cut, the draws,
-//! and their raw and sampling log-probs; [`SamplingFixture::run`] reads all of it back.
+//! softmax statistics of every row (the raw log-probs), then what changes only the
+//! sampling distribution when there is any (the adjusted logits, the allowed tokens, the
+//! forbidden ones, in that order: a mask writes its constant over any adjustment), each
+//! row's cut, the draws, and their raw and sampling log-probs; [`SamplingFixture::run`]
+//! reads all of it back.
 //!
 //! Invariant: before a run, every output holds NaN (or `u32::MAX` for tokens), so a value
 //! the kernels fail to write shows instead of the value of an earlier run.
 
 use super::{RowParams, SampleKey, encode, encode_draw_logprobs, encode_truncate};
 use crate::error::SproutError;
+use crate::gpu::kernels::logit_adjust::{self, LogitAdjust};
 use crate::gpu::kernels::logits::Logits;
-use crate::gpu::kernels::mask;
+use crate::gpu::kernels::mask::{self, KeepOnly};
 use crate::gpu::kernels::softmax::{self, Extra, RowStats};
 use crate::gpu::{Gpu, Recorder, Tensor};
 
@@ -23,6 +26,10 @@ pub struct SamplingFixture {
     logits: Logits,
     params: Tensor,
     keys: Tensor,
+    /// Logits to adjust, and how many.
+    adjusts: Option<(Tensor, usize)>,
+    /// Rows keeping only some tokens, how many, and the allowed ids.
+    keep_only: Option<(Tensor, usize, Tensor)>,
     /// `(row, token)` pairs to forbid, and how many.
     masked: Option<(Tensor, usize)>,
     stats: RowStats,
@@ -73,6 +80,8 @@ impl SamplingFixture {
             logits: Logits::upload(gpu, logits, vocab, chunk_rows),
             params: gpu.upload(params),
             keys: gpu.upload(keys),
+            adjusts: None,
+            keep_only: None,
             masked: None,
             stats: RowStats::zeros(gpu, rows),
             cut: gpu.zeros(2 * rows),
@@ -80,6 +89,23 @@ impl SamplingFixture {
             logprobs: gpu.zeros(draws),
             sampling: gpu.zeros(draws),
         }
+    }
+
+    /// Adjusts the logits `adjusts` name (bias, penalties) before the masks.
+    pub fn with_adjusts(mut self, gpu: &Gpu, adjusts: &[LogitAdjust]) -> SamplingFixture {
+        self.adjusts = Some((gpu.upload(adjusts), adjusts.len()));
+        self
+    }
+
+    /// Keeps only each spec's slice of `allowed` in its row, before the cut.
+    pub fn with_keep_only(
+        mut self,
+        gpu: &Gpu,
+        specs: &[KeepOnly],
+        allowed: &[u32],
+    ) -> SamplingFixture {
+        self.keep_only = Some((gpu.upload(specs), specs.len(), gpu.upload(allowed)));
+        self
     }
 
     /// Forbids the tokens of `pairs` (`(row, token)`, flattened) before the cut.
@@ -93,6 +119,12 @@ impl SamplingFixture {
         let (l, rows, m) = (&self.logits, self.rows, self.draws);
         let (p, cut, k) = (&self.params, &self.cut, &self.keys);
         softmax::encode(gpu, rec, l, rows, &self.stats, Extra::Nothing);
+        if let Some((adjusts, n)) = &self.adjusts {
+            logit_adjust::encode(gpu, rec, l, rows, adjusts, *n);
+        }
+        if let Some((specs, n, allowed)) = &self.keep_only {
+            mask::encode_keep_only(gpu, rec, l, rows, specs, *n, allowed);
+        }
         if let Some((pairs, n)) = &self.masked {
             mask::encode(gpu, rec, l, rows, pairs, *n);
         }
