@@ -3,7 +3,9 @@
 //     l = logits[row * vocab + token] + bias
 //     m = l * (l > 0 ? pos_scale : neg_scale)        (rounded to f32)
 //     logits[row * vocab + token] = clamp(m - subtract, MASKED_LOGIT, -MASKED_LOGIT)
-// An entry whose row >= rows or token >= vocab changes nothing.
+// An entry whose row >= rows or token >= vocab changes nothing. Each entry's logit before
+// is saved (saved[i]), and `logit_restore` puts it back: the raw log-probs of the drawn
+// tokens are read after the draws from the restored logits.
 //
 // Two roundings, on every driver: the product's bits pass through an OR with a uniform
 // that is always 0, which no compiler can see through, so none can contract the multiply
@@ -34,6 +36,7 @@ struct Adjust {
 
 @group(0) @binding(1) var<storage, read> adjusts: array<Adjust>;   // [n]
 @group(0) @binding(2) var<storage, read_write> logits: array<f32>; // [rows, vocab]: the chunk
+@group(0) @binding(3) var<storage, read_write> saved: array<f32>;  // [n]: each entry's logit before
 
 @compute @workgroup_size(64)
 fn logit_adjust(
@@ -50,8 +53,28 @@ fn logit_adjust(
     if (at == NO_LOGIT) {
         return;
     }
+    saved[i] = logits[at];
     let l = logits[at] + a.bias;
     let product = l * select(a.neg_scale, a.pos_scale, l > 0.0);
     let rounded = bitcast<f32>(bitcast<u32>(product) | p.zero);
     logits[at] = clamp(rounded - a.subtract, MASKED_LOGIT, -MASKED_LOGIT);
+}
+
+// Puts back the logit each entry had before `logit_adjust` (saved there), bit for bit.
+@compute @workgroup_size(64)
+fn logit_restore(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let i = entry_index(wid, nwg, lid);
+    if (i >= p.n) {
+        return;
+    }
+    let a = adjusts[i];
+    let at = chunk_logit(a.row, a.token);
+    if (at == NO_LOGIT) {
+        return;
+    }
+    logits[at] = saved[i];
 }

@@ -14,8 +14,10 @@
 //! `DRAWN`), and its staging buffer, which the CPU maps after the next step is submitted.
 //!
 //! After the forward pass, per logits row: softmax statistics (the raw log-probs), the
-//! top alternatives, then the mask of forbidden tokens (stop tokens before `min_tokens`),
-//! which therefore changes only the sampling distribution, then truncation and the draws.
+//! top alternatives, then the row's logit processing (`sched::RowProcessing`: bias and
+//! penalties, then the allow-list, then the mask of forbidden tokens: stop tokens before
+//! `min_tokens`, bad words), which therefore changes only the sampling distribution, then
+//! truncation and the draws.
 //! Each of those kernels runs once per chunk of the logits (`gpu::kernels::Logits`), so
 //! a step may have as many logits rows as sequences, whatever the vocabulary.
 
@@ -24,9 +26,11 @@ use super::pack::PackedBatch;
 use super::paged_kv::PagedKv;
 use crate::error::SproutError;
 use crate::gpu::Gpu;
-use crate::gpu::kernels::sample::{self, RowParams, SampleKey};
+use crate::gpu::kernels::logit_adjust::{self, LogitAdjust};
+use crate::gpu::kernels::mask::{self, KeepOnly};
+use crate::gpu::kernels::sample::{self, Restore, RowParams, SampleKey};
 use crate::gpu::kernels::softmax::{self, Extra, RowStats};
-use crate::gpu::kernels::{mask, top_logprobs};
+use crate::gpu::kernels::top_logprobs;
 use crate::model::decoder::{Decoder, ForwardBuffers};
 use crate::sched::{DrawResult, StepPlan, TopLogprob};
 use web_time::Instant;
@@ -99,6 +103,12 @@ pub struct StepRunner {
     row_params: Growable,
     cut: Growable,
     masked: Growable,
+    adjusts: Growable,
+    /// The adjusted logits as they were, and a scratch output for the draws.
+    saved: Growable,
+    scratch: Growable,
+    keep_only: Growable,
+    allowed: Growable,
     top_counts: Growable,
     stats: RowStats,
     outputs: [Outputs; 2],
@@ -119,6 +129,11 @@ impl StepRunner {
             row_params: Growable::new(gpu, max_r * size_of::<RowParams>() / 4),
             cut: Growable::new(gpu, 2 * max_r),
             masked: Growable::new(gpu, 2),
+            adjusts: Growable::new(gpu, size_of::<LogitAdjust>() / 4),
+            saved: Growable::new(gpu, 1),
+            scratch: Growable::new(gpu, max_r),
+            keep_only: Growable::new(gpu, size_of::<KeepOnly>() / 4),
+            allowed: Growable::new(gpu, 1),
             top_counts: Growable::new(gpu, max_r),
             stats: RowStats::zeros(gpu, max_r),
             outputs: [Outputs::new(gpu, max_r), Outputs::new(gpu, max_r)],
@@ -197,6 +212,35 @@ impl StepRunner {
         if !p.masked.is_empty() {
             self.masked.write(gpu, &p.masked);
         }
+        let adjusts: Vec<LogitAdjust> = p
+            .adjusts
+            .iter()
+            .map(|&(row, a)| LogitAdjust::new(row, a.token, a.bias, a.repetition, a.subtract))
+            .collect();
+        if !adjusts.is_empty() {
+            self.adjusts.write(gpu, &adjusts);
+            self.saved.reserve(gpu, adjusts.len());
+            self.scratch.reserve(gpu, m);
+        }
+        if !p.keep_only.is_empty() {
+            let mut allowed: Vec<u32> = Vec::new();
+            let specs: Vec<KeepOnly> = p
+                .keep_only
+                .iter()
+                .map(|(row, ids)| {
+                    let first = allowed.len() as u32;
+                    allowed.extend_from_slice(ids);
+                    KeepOnly {
+                        row: *row,
+                        first,
+                        count: ids.len() as u32,
+                        reserved: 0,
+                    }
+                })
+                .collect();
+            self.keep_only.write(gpu, &specs);
+            self.allowed.write(gpu, &allowed);
+        }
         let set = self.next_set;
         self.next_set = 1 - set;
         // The step before wrote the other set; its drawn tokens are what `DRAWN` ids name.
@@ -251,8 +295,19 @@ impl StepRunner {
                     &out.top_logprobs.tensor,
                 );
             }
-            // Forbidden tokens leave the sampling distribution only: `stats` (hence the
-            // raw log-probs) were taken above.
+            // The processing changes the sampling distribution only: `stats` (hence the
+            // raw log-probs) were taken above. The masks come last, so that a masked logit
+            // stays exactly at its constant (a masked token's probability is 0 whatever
+            // else is done to it: the distribution is vLLM's, whose masks come first).
+            let (entries, saved) = (&self.adjusts.tensor, &self.saved.tensor);
+            if !adjusts.is_empty() {
+                logit_adjust::encode(gpu, &mut rec, logits, r, entries, adjusts.len(), saved);
+            }
+            if !p.keep_only.is_empty() {
+                let (specs, allowed) = (&self.keep_only.tensor, &self.allowed.tensor);
+                let n = p.keep_only.len();
+                mask::encode_keep_only(gpu, &mut rec, logits, r, specs, n, allowed);
+            }
             if !p.masked.is_empty() {
                 let pairs = &self.masked.tensor;
                 mask::encode(gpu, &mut rec, logits, r, pairs, p.masked.len());
@@ -273,6 +328,14 @@ impl StepRunner {
                 m,
                 logprobs,
                 sampling_logprobs,
+                // The raw log-probs are read again once the adjusted logits are put back.
+                (!adjusts.is_empty()).then_some(Restore {
+                    rows: r,
+                    adjusts: entries,
+                    n: adjusts.len(),
+                    saved,
+                    scratch: &self.scratch.tensor,
+                }),
             );
             let (d4, m4) = (4 * d as u64, 4 * m as u64);
             let staging = &out.staging;

@@ -1,5 +1,5 @@
 //! Adjusting logits (`logit_adjust::encode`): the whole buffer bitwise the reference's in
-//! several chunkings; directly, a bias alone adds, a repetition penalty alone divides a
+//! several chunkings, and the logits given again once put back (`encode_restore`); directly, a bias alone adds, a repetition penalty alone divides a
 //! positive logit (times 1/r) and multiplies a negative one, a subtraction alone
 //! subtracts, results past the finite range are clamped, and every logit no in-range
 //! entry names is untouched bit for bit; entries past the rows or the vocabulary and past
@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 
 use sprout::gpu::Gpu;
-use sprout::gpu::kernels::logit_adjust::{LogitAdjust, encode};
+use sprout::gpu::kernels::logit_adjust::{LogitAdjust, encode, encode_restore};
 use sprout::gpu::kernels::mask::{KeepOnly, MASKED_LOGIT};
 use sprout::gpu::kernels::sample::{RowParams, SampleKey, SamplingFixture};
 use sprout::reference::logit_adjust as reference;
@@ -21,7 +21,8 @@ use sprout::rng::SplitMix64;
 use crate::common::{Case, Outcome, changed_in_chunks, check_bitwise};
 
 /// The logits after the first `n` of `adjusts` in `rows` rows, the same bits in every
-/// chunking.
+/// chunking; and after those put back (`encode_restore`), which must be the logits given,
+/// bit for bit.
 fn run(
     gpu: &Gpu,
     (logits, vocab, rows): (&[f32], usize, usize),
@@ -29,9 +30,14 @@ fn run(
     n: usize,
     chunkings: &[Option<usize>],
 ) -> Result<Vec<f32>, String> {
-    let a = gpu.upload(adjusts);
+    let (a, saved) = (gpu.upload(adjusts), gpu.zeros(n.max(1)));
+    let restored = changed_in_chunks(gpu, logits, vocab, chunkings, |rec, l| {
+        encode(gpu, rec, l, rows, &a, n, &saved);
+        encode_restore(gpu, rec, l, rows, &a, n, &saved);
+    })?;
+    check_bitwise("restored logits vs the logits given", &restored, logits)?;
     changed_in_chunks(gpu, logits, vocab, chunkings, |rec, l| {
-        encode(gpu, rec, l, rows, &a, n)
+        encode(gpu, rec, l, rows, &a, n, &saved)
     })
 }
 

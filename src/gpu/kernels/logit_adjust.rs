@@ -2,11 +2,12 @@
 //! `logit_bias`, `repetition_penalty`, `presence_penalty` and `frequency_penalty`, as one
 //! [`LogitAdjust`] per (row, token) the host builds from a request and its tokens.
 //!
-//! Recorded after `softmax::encode` has written the row statistics (so raw log-probs stay
-//! those of the model) and before the masks (`mask::encode_keep_only`, `mask::encode`) and
+//! Recorded after `softmax::encode` has written the row statistics and before the masks (`mask::encode_keep_only`, `mask::encode`) and
 //! `sample::encode_truncate`: a mask then writes its constant over whatever the
 //! adjustments gave, so a masked token stays masked whatever its bias or penalty (vLLM's
-//! masks give -inf, which no bias or penalty moves).
+//! masks give -inf, which no bias or penalty moves). The logits it changes are saved, and
+//! [`encode_restore`] puts them back after the draws, so that a drawn token's raw log-prob
+//! (`sample::encode_draw_logprobs`, run again then) is the model's.
 //!
 //! Arithmetic, per entry, in f32: `l = logit + bias`, then `m = l * scale` with
 //! `scale = pos_scale` when `l > 0` and `neg_scale` otherwise, then `m - subtract`
@@ -65,6 +66,14 @@ impl LogitAdjust {
 pub const KERNEL: EntryKernel = EntryKernel {
     entry: "logit_adjust",
     source: SOURCE,
+    per_entry: true,
+};
+
+/// The kernel putting back what [`KERNEL`] saved.
+pub const RESTORE: EntryKernel = EntryKernel {
+    entry: "logit_restore",
+    source: SOURCE,
+    per_entry: true,
 };
 
 /// Records, for each of the `n` entries of `adjusts` (a Tensor of LogitAdjust words) whose
@@ -73,7 +82,9 @@ pub const KERNEL: EntryKernel = EntryKernel {
 /// l = l - subtract; logits[row, token] = l.
 /// (The product is rounded to f32 before the subtraction on every driver, and the result
 /// is clamped to `[MASKED_LOGIT, -MASKED_LOGIT]`: see the module doc.) Entries are unique
-/// per (row, token): the caller's invariant. One dispatch per chunk of the logits.
+/// per (row, token): the caller's invariant. Each entry's logit before is written to
+/// `saved[i]` (`saved` holds at least `n` f32), for [`encode_restore`]. One dispatch per
+/// chunk of the logits.
 pub fn encode(
     gpu: &Gpu,
     rec: &mut Recorder,
@@ -81,9 +92,28 @@ pub fn encode(
     rows: usize,
     adjusts: &Tensor,
     n: usize,
+    saved: &Tensor,
 ) {
     let words = size_of::<LogitAdjust>() / 4;
-    logit_entries::encode(gpu, rec, &KERNEL, logits, rows, (adjusts, words, n));
+    let entries = (adjusts, words, n);
+    logit_entries::encode(gpu, rec, &KERNEL, logits, rows, entries, Some(saved));
+}
+
+/// Records `logits[row, token] = saved[i]` for the same entries: the logits [`encode`]
+/// changed are the model's again, bit for bit (so the raw log-probs of drawn tokens can be
+/// read after the draws).
+pub fn encode_restore(
+    gpu: &Gpu,
+    rec: &mut Recorder,
+    logits: &Logits,
+    rows: usize,
+    adjusts: &Tensor,
+    n: usize,
+    saved: &Tensor,
+) {
+    let words = size_of::<LogitAdjust>() / 4;
+    let entries = (adjusts, words, n);
+    logit_entries::encode(gpu, rec, &RESTORE, logits, rows, entries, Some(saved));
 }
 
 #[cfg(test)]

@@ -7,7 +7,8 @@
 //! `Params { n, rows, vocab, first_row, zero }` (`rows` the chunk's, `zero` always 0: a
 //! value no compiler knows, for a kernel that must keep its arithmetic from being
 //! contracted), the entry an invocation takes and where its logit lies in the chunk. Their
-//! binding 1 is the entries, binding 2 the chunk.
+//! binding 1 is the entries, binding 2 the chunk, and binding 3, for a kernel that has one,
+//! one value per entry (`logit_adjust`'s saved logits).
 
 use crate::gpu::grid::grid;
 use crate::gpu::kernels::logits::Logits;
@@ -22,11 +23,13 @@ fn with_common(kernel: &str) -> String {
 }
 
 /// A kernel over entries: its entry point (also its name) and its WGSL, which binds the
-/// entries (read) and the chunk (read-write).
+/// entries (read), the chunk (read-write) and, when `per_entry`, one value per entry
+/// (read-write).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct EntryKernel {
     pub entry: &'static str,
     pub source: &'static str,
+    pub per_entry: bool,
 }
 
 impl KernelSpec for EntryKernel {
@@ -43,7 +46,11 @@ impl KernelSpec for EntryKernel {
     }
 
     fn storage(&self) -> &'static [Access] {
-        &[Access::Read, Access::ReadWrite]
+        use Access::{Read, ReadWrite};
+        match self.per_entry {
+            false => &[Read, ReadWrite],
+            true => &[Read, ReadWrite, ReadWrite],
+        }
     }
 }
 
@@ -62,7 +69,8 @@ struct Params {
 }
 
 /// Records `kernel` over the first `n` entries of `entries` (`words` 32-bit values each)
-/// for rows `0..rows` of `logits`, once per chunk.
+/// for rows `0..rows` of `logits`, once per chunk; `per_entry` (at least `n` values) is
+/// bound when the kernel has it.
 pub fn encode(
     gpu: &Gpu,
     rec: &mut Recorder,
@@ -70,6 +78,7 @@ pub fn encode(
     logits: &Logits,
     rows: usize,
     (entries, words, n): (&Tensor, usize, usize),
+    per_entry: Option<&Tensor>,
 ) {
     let what = kernel.name();
     let vocab = logits.vocab;
@@ -84,6 +93,18 @@ pub fn encode(
         "{what}: the entries hold {} values, need {words} for each of {n}",
         entries.len
     );
+    assert_eq!(
+        per_entry.is_some(),
+        kernel.per_entry,
+        "{what}: a value per entry is bound exactly when the kernel has one"
+    );
+    if let Some(values) = per_entry {
+        assert!(
+            values.len >= n,
+            "{what}: {} values for {n} entries",
+            values.len
+        );
+    }
     let n = u32::try_from(n).unwrap_or_else(|_| panic!("{what}: more than 2^32 entries"));
     let kernel = gpu.pipeline(kernel);
     for chunk in logits.chunks(rows) {
@@ -95,10 +116,12 @@ pub fn encode(
             zero: 0,
             pad: [0; 3],
         };
+        let mut buffers = vec![&entries.buffer, &chunk.tensor.buffer];
+        buffers.extend(per_entry.map(|v| &v.buffer));
         rec.dispatch(
             &kernel,
             bytemuck::bytes_of(&params),
-            &[&entries.buffer, &chunk.tensor.buffer],
+            &buffers,
             grid(gpu, (n as usize).div_ceil(WORKGROUP)),
         );
     }

@@ -34,6 +34,7 @@ pub const MASKED_LOGIT: f32 = -1e30;
 pub const KERNEL: EntryKernel = EntryKernel {
     entry: "mask_tokens",
     source: SOURCE,
+    per_entry: false,
 };
 
 /// Records `logits[pairs[2i], pairs[2i + 1]] = MASKED_LOGIT` for `i in 0..n`, where
@@ -47,5 +48,5 @@ pub fn encode(
     pairs: &Tensor,
     n: usize,
 ) {
-    logit_entries::encode(gpu, rec, &KERNEL, logits, rows, (pairs, 2, n));
+    logit_entries::encode(gpu, rec, &KERNEL, logits, rows, (pairs, 2, n), None);
 }

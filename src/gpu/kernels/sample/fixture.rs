@@ -11,7 +11,7 @@
 //! Invariant: before a run, every output holds NaN (or `u32::MAX` for tokens), so a value
 //! the kernels fail to write shows instead of the value of an earlier run.
 
-use super::{RowParams, SampleKey, encode, encode_draw_logprobs, encode_truncate};
+use super::{Restore, RowParams, SampleKey, encode, encode_draw_logprobs, encode_truncate};
 use crate::error::SproutError;
 use crate::gpu::kernels::logit_adjust::{self, LogitAdjust};
 use crate::gpu::kernels::logits::Logits;
@@ -26,8 +26,8 @@ pub struct SamplingFixture {
     logits: Logits,
     params: Tensor,
     keys: Tensor,
-    /// Logits to adjust, and how many.
-    adjusts: Option<(Tensor, usize)>,
+    /// Logits to adjust, how many, the logits saved before, and scratch for the draws.
+    adjusts: Option<(Tensor, usize, Tensor, Tensor)>,
     /// Rows keeping only some tokens, how many, and the allowed ids.
     keep_only: Option<(Tensor, usize, Tensor)>,
     /// `(row, token)` pairs to forbid, and how many.
@@ -93,7 +93,9 @@ impl SamplingFixture {
 
     /// Adjusts the logits `adjusts` name (bias, penalties) before the masks.
     pub fn with_adjusts(mut self, gpu: &Gpu, adjusts: &[LogitAdjust]) -> SamplingFixture {
-        self.adjusts = Some((gpu.upload(adjusts), adjusts.len()));
+        let n = adjusts.len();
+        let (saved, scratch) = (gpu.zeros(n.max(1)), gpu.zeros(self.draws.max(1)));
+        self.adjusts = Some((gpu.upload(adjusts), n, saved, scratch));
         self
     }
 
@@ -119,8 +121,8 @@ impl SamplingFixture {
         let (l, rows, m) = (&self.logits, self.rows, self.draws);
         let (p, cut, k) = (&self.params, &self.cut, &self.keys);
         softmax::encode(gpu, rec, l, rows, &self.stats, Extra::Nothing);
-        if let Some((adjusts, n)) = &self.adjusts {
-            logit_adjust::encode(gpu, rec, l, rows, adjusts, *n);
+        if let Some((adjusts, n, saved, _)) = &self.adjusts {
+            logit_adjust::encode(gpu, rec, l, rows, adjusts, *n, saved);
         }
         if let Some((specs, n, allowed)) = &self.keep_only {
             mask::encode_keep_only(gpu, rec, l, rows, specs, *n, allowed);
@@ -143,6 +145,15 @@ impl SamplingFixture {
             m,
             &self.logprobs,
             &self.sampling,
+            self.adjusts
+                .as_ref()
+                .map(|(adjusts, n, saved, scratch)| Restore {
+                    rows,
+                    adjusts,
+                    n: *n,
+                    saved,
+                    scratch,
+                }),
         );
     }
 

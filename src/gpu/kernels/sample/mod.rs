@@ -7,7 +7,9 @@
 //! 1. [`encode_truncate`]: per logits row `r`, with its [`RowParams`], the cut
 //!    `cut [rows, 2] = (tau, log_z)`.
 //! 2. [`encode`]: per draw `d`, with its [`SampleKey`], `tokens[d]`.
-//! 3. [`encode_draw_logprobs`]: per draw, the token's raw log-prob and its sampling log-prob.
+//! 3. [`encode_draw_logprobs`]: per draw, the token's raw log-prob and its sampling log-prob
+//!    (with logits adjusted before the draws, the raw ones read again once they are put
+//!    back: [`Restore`]).
 //!
 //! Semantics, for one row of logits `l` (vocabulary `V`) and its [`RowParams`]:
 //! - Scaled logits `s_c = l_c * inv_temperature` (one f32 multiply, `inv_temperature = 1/T`;
@@ -57,6 +59,7 @@ mod fixture;
 pub use fixture::{Drawn, SamplingFixture};
 
 use crate::gpu::grid::grid;
+use crate::gpu::kernels::logit_adjust;
 use crate::gpu::kernels::logits::{Logits, LogitsChunk};
 use crate::gpu::kernels::softmax::RowStats;
 use crate::gpu::pipelines::{Access, KernelSpec};
@@ -356,12 +359,26 @@ pub fn encode(
     }
 }
 
+/// The logits `logit_adjust::encode` changed before the draws, to put back before the raw
+/// log-probs are read: its entries (`n` of them, over logits rows `0..rows`), the logits
+/// it saved, and `m` f32 of scratch.
+pub struct Restore<'a> {
+    pub rows: usize,
+    pub adjusts: &'a Tensor,
+    pub n: usize,
+    pub saved: &'a Tensor,
+    pub scratch: &'a Tensor,
+}
+
 /// Records, for `d in 0..m` with `r = keys[d].row` and `c = tokens[d]`:
 /// `logprobs[d] = logits[r, c] - lse[r]` with `lse` from `stats` (softmax's row statistics
 /// of the same logits): bitwise the value softmax's `target_logprobs` gives; and
 /// `sampling_logprobs[d] = logits[r, c] * inv_temperature[r] - log_z[r]` with `log_z` from
 /// `cut` (0 for a greedy row): the log-prob under the distribution [`encode`] sampled from.
 /// Both are NaN for a token `>= vocab` or a row past the logits, params, cut or stats.
+/// With `restore`, the logits it names are put back after that and the raw log-probs
+/// read again from them, so that a drawn token whose logit was adjusted gets the model's
+/// (the second pass's sampling log-probs go to its scratch).
 #[allow(clippy::too_many_arguments)]
 pub fn encode_draw_logprobs(
     gpu: &Gpu,
@@ -375,6 +392,7 @@ pub fn encode_draw_logprobs(
     m: usize,
     logprobs: &Tensor,
     sampling_logprobs: &Tensor,
+    restore: Option<Restore>,
 ) {
     assert!(
         stats.stats.len >= 2 * stats.rows,
@@ -396,21 +414,31 @@ pub fn encode_draw_logprobs(
         sampling_logprobs.len
     );
     let kernel = gpu.pipeline(&SampleKernel::DrawLogprobs);
-    for chunk in draw_chunks(logits, rows) {
-        rec.dispatch(
-            &kernel,
-            bytemuck::bytes_of(&params_for(m, logits.vocab, rows, &chunk)),
-            &[
-                &chunk.tensor.buffer,
-                &params.buffer,
-                &cut.buffer,
-                &keys.buffer,
-                &tokens.buffer,
-                &stats.stats.buffer,
-                &logprobs.buffer,
-                &sampling_logprobs.buffer,
-            ],
-            grid(gpu, m.div_ceil(LOGPROB_WORKGROUP)),
-        );
+    let mut passes = vec![sampling_logprobs];
+    if let Some(r) = &restore {
+        assert!(r.scratch.len >= m, "draw_logprobs: scratch for {m} values");
+        passes.push(r.scratch);
+    }
+    for (pass, sampling_logprobs) in passes.into_iter().enumerate() {
+        if let (1, Some(r)) = (pass, &restore) {
+            logit_adjust::encode_restore(gpu, rec, logits, r.rows, r.adjusts, r.n, r.saved);
+        }
+        for chunk in draw_chunks(logits, rows) {
+            rec.dispatch(
+                &kernel,
+                bytemuck::bytes_of(&params_for(m, logits.vocab, rows, &chunk)),
+                &[
+                    &chunk.tensor.buffer,
+                    &params.buffer,
+                    &cut.buffer,
+                    &keys.buffer,
+                    &tokens.buffer,
+                    &stats.stats.buffer,
+                    &logprobs.buffer,
+                    &sampling_logprobs.buffer,
+                ],
+                grid(gpu, m.div_ceil(LOGPROB_WORKGROUP)),
+            );
+        }
     }
 }
