@@ -175,6 +175,26 @@ fn a_broken_sampling_rule_names_the_flag_or_field_and_value() {
             "21",
             "--top-logprobs must be at most 20, not 21",
         ),
+        (
+            "--repetition-penalty",
+            "0",
+            "--repetition-penalty must be a finite number > 0, not 0",
+        ),
+        (
+            "--presence-penalty",
+            "-3",
+            "--presence-penalty must be in [-2, 2], not -3",
+        ),
+        (
+            "--logit-bias",
+            "5=101",
+            "--logit-bias must be in [-100, 100], not 101 (token 5)",
+        ),
+        (
+            "--allowed-token-ids",
+            "3,384",
+            "--allowed-token-ids must be token ids below the vocabulary's size (384), not 384",
+        ),
     ] {
         let out = sprout(&["rollout", "--model", model, "--prompt", "x", flag, value]);
         assert_eq!(out.status.code(), Some(1), "{flag} {value}");
@@ -188,7 +208,9 @@ fn a_broken_sampling_rule_names_the_flag_or_field_and_value() {
     std::fs::write(
         &prompts,
         "{\"prompt\": \"fine\"}\n{\"prompt\": \"x\", \"top_p\": 1.5}\n\
-         {\"prompt\": \"x\", \"min_tokens\": 50, \"max_tokens\": 4}\n",
+         {\"prompt\": \"x\", \"min_tokens\": 50, \"max_tokens\": 4}\n\
+         {\"prompt\": \"x\", \"frequency_penalty\": 2.5}\n\
+         {\"prompt\": \"x\", \"logit_bias\": {\"999\": 1}}\n",
     )
     .unwrap();
     let out = sprout(&[
@@ -210,6 +232,53 @@ fn a_broken_sampling_rule_names_the_flag_or_field_and_value() {
         err.contains("line 3: \"min_tokens\" must be at most max_tokens (4), not 50"),
         "{err}"
     );
+    assert!(
+        err.contains("line 4: \"frequency_penalty\" must be in [-2, 2], not 2.5"),
+        "{err}"
+    );
+    assert!(
+        err.contains(
+            "line 5: \"logit_bias\" must be token ids below the vocabulary's size (384), not 999"
+        ),
+        "{err}"
+    );
+}
+
+/// The logit processors as prompts-file keys and as flags: a line's allow-list and bias
+/// take every token (its own keys win over the flags), the flags' apply to the other
+/// lines, and each record's `sampling` says what it ran with.
+#[test]
+fn logit_processors_apply_from_the_flags_and_from_the_lines() {
+    let dir = scratch("processors");
+    let lines = [
+        r#"{"prompt": "one", "allowed_token_ids": [20, 21], "temperature": 0.5}"#.to_string(),
+        r#"{"prompt": "two", "logit_bias": {"33": 100}, "repetition_penalty": 1.5}"#.to_string(),
+        r#"{"prompt": "three"}"#.to_string(),
+    ];
+    let extra = ["--allowed-token-ids", "40,41,42", "--bad-word", "x"];
+    let records = rollout_file(&dir, "processors", &lines, &extra);
+    let tokens = |index: u64| -> Vec<u64> {
+        samples_of(&records, index)
+            .iter()
+            .flat_map(|t| t.as_array().unwrap().iter().map(|v| v.as_u64().unwrap()))
+            .collect()
+    };
+    assert!(tokens(0).iter().all(|t| [20, 21].contains(t)));
+    // Line 2 keeps the flags' allow-list; its bias is on a token outside it.
+    assert!(tokens(1).iter().all(|t| [40, 41, 42].contains(t)));
+    assert!(tokens(2).iter().all(|t| [40, 41, 42].contains(t)));
+    let sampling = &records.iter().find(|r| r["prompt_index"] == 1).unwrap()["sampling"];
+    assert_eq!(sampling["logit_bias"], serde_json::json!([[33, 100.0]]));
+    assert_eq!(sampling["repetition_penalty"], 1.5);
+    // "x" and " x" are tokens 90 and 375 of the tiny tokenizer.
+    assert_eq!(sampling["bad_words"], serde_json::json!([[90], [375]]));
+    assert_eq!(
+        sampling["allowed_token_ids"],
+        serde_json::json!([40, 41, 42])
+    );
+    let other = &records.iter().find(|r| r["prompt_index"] == 2).unwrap()["sampling"];
+    assert!(other.get("repetition_penalty").is_none(), "{other}");
+    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -300,7 +369,13 @@ fn no_runtime_directory_warning_reaches_the_user() {
 fn generate_refuses_the_flags_it_would_ignore() {
     let model = tiny_llama();
     let model = model.to_str().unwrap();
-    for flag in [["--top-k", "3"], ["--stop", "x"], ["--top-logprobs", "2"]] {
+    for flag in [
+        ["--top-k", "3"],
+        ["--stop", "x"],
+        ["--top-logprobs", "2"],
+        ["--repetition-penalty", "1.2"],
+        ["--bad-word", "x"],
+    ] {
         let out = sprout(&[
             "generate", "--model", model, "--prompt", "x", flag[0], flag[1],
         ]);

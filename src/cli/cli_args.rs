@@ -266,6 +266,16 @@ impl SamplingArgs {
         }
     }
 
+    /// Every token id the flags name is in a vocabulary of `vocab` tokens, with the flags'
+    /// names.
+    pub fn check_tokens(&self, vocab: usize) -> Result<()> {
+        let mut params = self.params();
+        params.stop_ids = self.stop_token_ids.clone();
+        params
+            .validate_tokens(vocab)
+            .map_err(|e| anyhow!(e.message_for(&format!("--{}", e.param.replace('_', "-")))))
+    }
+
     /// The sampling rules ([`SamplingParams::validate`]), with the flags' names.
     pub fn check(&self) -> Result<()> {
         if let Some(word) = self.bad_words.iter().find(|w| w.trim().is_empty()) {

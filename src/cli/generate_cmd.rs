@@ -103,6 +103,12 @@ fn refuse_unused_flags(s: &SamplingArgs) -> Result<()> {
         ("--stop", !s.stop.is_empty()),
         ("--stop-token-ids", !s.stop_token_ids.is_empty()),
         ("--top-logprobs", s.top_logprobs != 0),
+        ("--logit-bias", !s.logit_bias.is_empty()),
+        ("--allowed-token-ids", s.allowed_token_ids.is_some()),
+        ("--bad-word", !s.bad_words.is_empty()),
+        ("--repetition-penalty", s.repetition_penalty != 1.0),
+        ("--presence-penalty", s.presence_penalty != 0.0),
+        ("--frequency-penalty", s.frequency_penalty != 0.0),
     ];
     match given.iter().find(|(_, given)| *given) {
         Some((flag, _)) => bail!(

@@ -150,6 +150,7 @@ pub fn run(backend: BackendChoice, args: RolloutArgs) -> Result<()> {
 
     let opened = bootstrap::open(backend, args.model.open()?, Kernels::Tuned)?;
     let (decoder, tokenizer) = (&opened.decoder, opened.tokenizer()?);
+    args.sampling.check_tokens(decoder.config.vocab_size)?;
     let mut engine = opened.engine(&config)?;
     if let Some(path) = &args.draft_corpus {
         if config.speculative == SpecMode::Off {

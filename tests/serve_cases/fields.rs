@@ -341,3 +341,56 @@ fn a_request_that_can_never_be_served_is_a_400_and_busy_is_a_503() {
     assert_eq!(parse_reply(&raw).status, 200);
     assert_eq!(post(port, &json!({"prompt": "hi", "n": 3})).status, 200);
 }
+
+/// The logit processors change what is drawn, through the server: allowed tokens only,
+/// a +100 bias taking every greedy token, a bad word never drawn in either spelling, and
+/// penalties that turn
+/// greedy decoding away from its plain path; with `sampling_logprobs` then differing from
+/// the raw `logprobs`.
+#[test]
+fn the_logit_processors_change_what_is_drawn() {
+    let server = Server::start(&[]);
+    let port = server.port;
+    let draw = |extra: Value| {
+        let mut body = json!({"prompt": PROMPT, "n": 4, "seed": 3, "max_tokens": 8,
+                              "return_token_ids": true, "ignore_eos": true});
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        let out = post(port, &body);
+        assert_eq!(out.status, 200, "{}", out.body);
+        let out = out.json();
+        let choices = out["choices"].as_array().unwrap().clone();
+        choices
+            .iter()
+            .map(|c| (ids(&c["token_ids"]), c["sprout"].clone()))
+            .collect::<Vec<_>>()
+    };
+    for (tokens, _) in draw(json!({"allowed_token_ids": [10, 11, 12]})) {
+        assert!(tokens.iter().all(|t| (10..=12).contains(t)), "{tokens:?}");
+    }
+    for (tokens, _) in draw(json!({"temperature": 0, "logit_bias": {"77": 100}})) {
+        assert_eq!(tokens, [77; 8]);
+    }
+    // "x" and " x" are the tiny tokenizer's tokens 90 and 375: both spellings are banned.
+    let biased = json!({"temperature": 0, "allowed_token_ids": [5, 90, 375],
+                        "logit_bias": {"90": 50, "375": 50}});
+    for (tokens, _) in draw(biased.clone()) {
+        assert!(tokens.iter().all(|t| [90, 375].contains(t)), "{tokens:?}");
+    }
+    let mut banned = biased;
+    banned["bad_words"] = json!(["x"]);
+    for (tokens, _) in draw(banned) {
+        assert_eq!(tokens, [5; 8]);
+    }
+    let plain = draw(json!({"temperature": 0}));
+    let penalised = draw(json!({"temperature": 0, "repetition_penalty": 1.8,
+                                "frequency_penalty": 1.5, "presence_penalty": 1.0}));
+    assert_ne!(penalised[0].0, plain[0].0);
+    for (_, sprout) in &penalised {
+        assert_ne!(
+            bits(&sprout["sampling_logprobs"]),
+            bits(&sprout["logprobs"])
+        );
+    }
+}
