@@ -83,3 +83,12 @@ pub fn poisoned() -> ApiError {
         "a lock was poisoned by an earlier failure",
     )
 }
+
+/// A value's JSON text, cut short for an error message.
+pub fn short(v: &serde_json::Value) -> String {
+    let text = v.to_string();
+    match text.char_indices().nth(60) {
+        Some((cut, _)) => format!("{}...", &text[..cut]),
+        None => text,
+    }
+}

@@ -15,8 +15,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::cli::serve::error::ApiError;
-use crate::cli::serve::request::short;
+use crate::cli::serve::error::{ApiError, short};
 use crate::cli::serve::response::Api;
 
 /// The vLLM commit whose protocol classes the table was pinned to.

@@ -25,6 +25,7 @@ mod engine_loop;
 mod engine_thread;
 mod error;
 mod fields;
+mod logprobs_mode;
 mod messages;
 mod metrics;
 mod reply;
@@ -95,8 +96,8 @@ pub struct ServeArgs {
     /// processed_logprobs (the distribution sampled from, after bias, penalties,
     /// temperature and truncation).
     #[arg(long, default_value = "raw_logprobs", value_name = "MODE",
-          value_parser = sampling::parse_logprobs_mode)]
-    logprobs_mode: sampling::LogprobsMode,
+          value_parser = logprobs_mode::parse_logprobs_mode)]
+    logprobs_mode: logprobs_mode::LogprobsMode,
     #[command(flatten)]
     engine: EngineArgs,
 }

@@ -21,9 +21,9 @@ use tokio::sync::mpsc;
 
 use crate::cli::json_out;
 use crate::cli::serve::error::{ApiError, internal};
+use crate::cli::serve::logprobs_mode::LogprobsMode;
 use crate::cli::serve::messages::Event;
 use crate::cli::serve::response::{self, Api, Asked, Body, Choice, Piece, TextOptions, Usage};
-use crate::cli::serve::sampling::LogprobsMode;
 use crate::cli::serve::state::AppState;
 use crate::cli::serve::submit::{Job, Pending, cached_share};
 

@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 use sprout::sched::MAX_TOP_LOGPROBS;
 use sprout::tokenizer::chat_template::Message;
 
-use crate::cli::serve::error::ApiError;
+use crate::cli::serve::error::{ApiError, short};
 use crate::cli::serve::fields::{note_read, screen};
 use crate::cli::serve::response::Api;
 
@@ -108,15 +108,6 @@ pub(super) fn field<T: DeserializeOwned>(
 pub(super) fn get<'a>(obj: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
     note_read(name);
     obj.get(name).filter(|v| !v.is_null())
-}
-
-/// A value's JSON text, cut short for an error message.
-pub(super) fn short(v: &Value) -> String {
-    let text = v.to_string();
-    match text.char_indices().nth(60) {
-        Some((cut, _)) => format!("{}...", &text[..cut]),
-        None => text,
-    }
 }
 
 /// The body as a JSON object.

@@ -2,42 +2,16 @@
 //! stop tokens, logit processing (bias, allowed tokens, bad words tokenized as vLLM does,
 //! penalties), all checked by the one set of rules (`SamplingParams::validate` and
 //! `validate_tokens`) and their errors spelled with the API's field names; the server's
-//! limits on what one request may ask; and which log-probs the choices report
-//! ([`LogprobsMode`]).
+//! limits on what one request may ask.
 
 use sprout::sched::{LogitProcessing, SamplingParams};
 use sprout::tokenizer::Tokenizer;
 
 use crate::cli::serve::error::ApiError;
+use crate::cli::serve::logprobs_mode::LogprobsMode;
 use crate::cli::serve::request::SamplingFields;
 use crate::cli::serve::response::Api;
 use crate::cli::serve::state::AppState;
-
-/// Which log-probs a choice's `logprobs` reports (vLLM's `--logprobs-mode`, of which sprout
-/// has the two log-prob modes: it returns no logits).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LogprobsMode {
-    /// The model's (temperature 1, nothing masked, biased, penalised or cut).
-    Raw,
-    /// The distribution each token was drawn from: after bias, penalties, temperature and
-    /// truncation (the samples' `sampling_logprobs`).
-    Processed,
-}
-
-/// Reads `--logprobs-mode`.
-pub fn parse_logprobs_mode(text: &str) -> Result<LogprobsMode, String> {
-    match text {
-        "raw_logprobs" => Ok(LogprobsMode::Raw),
-        "processed_logprobs" => Ok(LogprobsMode::Processed),
-        "raw_logits" | "processed_logits" => Err(format!(
-            "{text} is not supported: sprout reports log-probs, not logits \
-             (raw_logprobs or processed_logprobs)"
-        )),
-        other => Err(format!(
-            "{other} is not a log-probs mode (raw_logprobs or processed_logprobs)"
-        )),
-    }
-}
 
 /// The request's sampling parameters, checked by the one set of rules.
 pub fn params(
@@ -171,17 +145,5 @@ mod tests {
             let e = bad_word_ids(&tokenizer, &[blank.to_string()]).unwrap_err();
             assert_eq!(e.param.as_deref(), Some("bad_words"));
         }
-    }
-
-    #[test]
-    fn the_log_probs_modes_are_vllm_s_log_prob_ones() {
-        assert_eq!(parse_logprobs_mode("raw_logprobs"), Ok(LogprobsMode::Raw));
-        let processed = parse_logprobs_mode("processed_logprobs");
-        assert_eq!(processed, Ok(LogprobsMode::Processed));
-        for logits in ["raw_logits", "processed_logits"] {
-            let e = parse_logprobs_mode(logits).unwrap_err();
-            assert!(e.contains("not logits"), "{e}");
-        }
-        assert!(parse_logprobs_mode("raw").is_err());
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize};
 
 use crate::cli::serve::engine_thread::{EngineHandle, ModelFacts};
-use crate::cli::serve::sampling::LogprobsMode;
+use crate::cli::serve::logprobs_mode::LogprobsMode;
 
 /// Everything the handlers share.
 pub struct AppState {

@@ -80,7 +80,7 @@ fn parse(body: &[u8]) -> Result<(Vec<request::Prompt>, SamplingFields), ApiError
                 "generation_kwargs",
                 format!(
                     "generation_kwargs must be an object, not {}",
-                    request::short(v)
+                    crate::cli::serve::error::short(v)
                 ),
             ));
         }
