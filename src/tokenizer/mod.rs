@@ -114,7 +114,7 @@ impl Tokenizer {
         let word = word.trim_start();
         if word.is_empty() {
             return Err(SproutError::Tokenizer(
-                "a bad word must have a character other than whitespace".into(),
+                "a bad word must not be empty or blank".into(),
             ));
         }
         let plain = self.encode_with(word, false)?;
