@@ -38,6 +38,15 @@ struct Adjust {
 @group(0) @binding(2) var<storage, read_write> logits: array<f32>; // [rows, vocab]: the chunk
 @group(0) @binding(3) var<storage, read_write> saved: array<f32>;  // [n]: each entry's logit before
 
+// Where entry i's logit lies in the chunk: NO_LOGIT for a spare invocation (i >= n) and
+// for an entry another chunk holds or past the vocabulary.
+fn entry_logit(i: u32) -> u32 {
+    if (i >= p.n) {
+        return NO_LOGIT;
+    }
+    return chunk_logit(adjusts[i].row, adjusts[i].token);
+}
+
 @compute @workgroup_size(64)
 fn logit_adjust(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -45,14 +54,11 @@ fn logit_adjust(
     @builtin(local_invocation_index) lid: u32,
 ) {
     let i = entry_index(wid, nwg, lid);
-    if (i >= p.n) {
-        return;
-    }
-    let a = adjusts[i];
-    let at = chunk_logit(a.row, a.token);
+    let at = entry_logit(i);
     if (at == NO_LOGIT) {
         return;
     }
+    let a = adjusts[i];
     saved[i] = logits[at];
     let l = logits[at] + a.bias;
     let product = l * select(a.neg_scale, a.pos_scale, l > 0.0);
@@ -68,13 +74,8 @@ fn logit_restore(
     @builtin(local_invocation_index) lid: u32,
 ) {
     let i = entry_index(wid, nwg, lid);
-    if (i >= p.n) {
-        return;
+    let at = entry_logit(i);
+    if (at != NO_LOGIT) {
+        logits[at] = saved[i];
     }
-    let a = adjusts[i];
-    let at = chunk_logit(a.row, a.token);
-    if (at == NO_LOGIT) {
-        return;
-    }
-    logits[at] = saved[i];
 }

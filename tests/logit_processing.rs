@@ -11,10 +11,11 @@
 mod common;
 
 use common::chi_square::chi_square;
+use common::engine::{config, run};
 use common::{gpus, log_softmax_f64, tiny_llama};
-use sprout::engine::{Engine, EngineConfig, KvSize};
+use sprout::engine::EngineConfig;
 use sprout::model::decoder::Decoder;
-use sprout::sched::{FinishedSample, LogitProcessing, Request, SamplingParams, SchedulerStats};
+use sprout::sched::{FinishedSample, LogitProcessing, Request, SamplingParams};
 use sprout::spec::SpecMode;
 
 /// The tiny Llama's prompt for these tests.
@@ -31,27 +32,6 @@ fn request(index: u32, prompt: Vec<u32>, n: usize, params: SamplingParams) -> Re
         n,
         params,
         forced: Vec::new(),
-    }
-}
-
-fn run(
-    decoder: &Decoder,
-    config: &EngineConfig,
-    requests: &[Request],
-) -> (Vec<FinishedSample>, SchedulerStats) {
-    let mut engine = Engine::new(decoder, config).unwrap();
-    for r in requests {
-        engine.add_request(r.clone()).unwrap();
-    }
-    let out = pollster::block_on(engine.run_to_completion(|_| {})).unwrap();
-    (out, engine.stats().clone())
-}
-
-fn config(blocks: usize, max_batch_tokens: usize) -> EngineConfig {
-    EngineConfig {
-        kv: KvSize::Blocks(blocks),
-        max_batch_tokens,
-        ..EngineConfig::default()
     }
 }
 

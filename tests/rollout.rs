@@ -10,14 +10,15 @@
 
 mod common;
 
+use common::engine::{config, run};
 use common::{gpus, log_softmax_f64, smollm2, tiny_gemma3, tiny_llama};
-use sprout::engine::{Engine, EngineConfig, KvSize};
+use sprout::engine::{Engine, EngineConfig};
 use sprout::gpu::Gpu;
 use sprout::gpu::kernels::attention::AttentionVariant;
 use sprout::gpu::kernels::matmul::{MatmulShape, XLoads};
 use sprout::gpu::tuning::{AttentionChoice, KernelChoices, MatmulChoice, MatmulKey, ROW_BUCKETS};
 use sprout::model::decoder::Decoder;
-use sprout::sched::{FinishedSample, Request, SamplingParams, SchedulerStats};
+use sprout::sched::{FinishedSample, Request, SamplingParams};
 
 fn request(index: u32, prompt: Vec<u32>, n: usize, max_tokens: usize) -> Request {
     Request {
@@ -41,27 +42,6 @@ fn prompt(len: usize, salt: u32) -> Vec<u32> {
     (0..len as u32)
         .map(|i| 3 + (i * 7 + salt * 13) % 300)
         .collect()
-}
-
-fn run(
-    decoder: &Decoder,
-    config: &EngineConfig,
-    requests: &[Request],
-) -> (Vec<FinishedSample>, SchedulerStats) {
-    let mut engine = Engine::new(decoder, config).unwrap();
-    for r in requests {
-        engine.add_request(r.clone()).unwrap();
-    }
-    let out = pollster::block_on(engine.run_to_completion(|_| {})).unwrap();
-    (out, engine.stats().clone())
-}
-
-fn config(blocks: usize, max_batch_tokens: usize) -> EngineConfig {
-    EngineConfig {
-        kv: KvSize::Blocks(blocks),
-        max_batch_tokens,
-        ..EngineConfig::default()
-    }
 }
 
 /// The samples of request index 0, with log-probs as bits (bitwise comparison).

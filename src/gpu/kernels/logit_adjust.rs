@@ -94,9 +94,7 @@ pub fn encode(
     n: usize,
     saved: &Tensor,
 ) {
-    let words = size_of::<LogitAdjust>() / 4;
-    let entries = (adjusts, words, n);
-    logit_entries::encode(gpu, rec, &KERNEL, logits, rows, entries, Some(saved));
+    encode_entries(gpu, rec, &KERNEL, logits, rows, (adjusts, n, saved));
 }
 
 /// Records `logits[row, token] = saved[i]` for the same entries: the logits [`encode`]
@@ -111,9 +109,21 @@ pub fn encode_restore(
     n: usize,
     saved: &Tensor,
 ) {
-    let words = size_of::<LogitAdjust>() / 4;
-    let entries = (adjusts, words, n);
-    logit_entries::encode(gpu, rec, &RESTORE, logits, rows, entries, Some(saved));
+    encode_entries(gpu, rec, &RESTORE, logits, rows, (adjusts, n, saved));
+}
+
+/// Records `kernel` (adjusting or restoring) over the first `n` entries of `adjusts`, with
+/// their saved logits.
+fn encode_entries(
+    gpu: &Gpu,
+    rec: &mut Recorder,
+    kernel: &EntryKernel,
+    logits: &Logits,
+    rows: usize,
+    (adjusts, n, saved): (&Tensor, usize, &Tensor),
+) {
+    let entries = (adjusts, size_of::<LogitAdjust>() / 4, n);
+    logit_entries::encode(gpu, rec, kernel, logits, rows, entries, Some(saved));
 }
 
 #[cfg(test)]
