@@ -71,6 +71,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 ..SamplingParams::default()
             },
             forced: Vec::new(),
+            cache_salt: None,
         })?;
     }
 

@@ -65,6 +65,7 @@ pub async fn generate(
             ..SamplingParams::default()
         },
         forced: Vec::new(),
+        cache_salt: None,
     })?;
     let samples = engine
         .run_to_completion(|step| {

@@ -38,6 +38,7 @@ fn run(decoder: &Decoder) -> Vec<FinishedSample> {
                     ..SamplingParams::default()
                 },
                 forced: Vec::new(),
+                cache_salt: None,
             })
             .unwrap();
     }
@@ -171,6 +172,7 @@ fn a_large_vocabulary_runs_the_same_in_parts_and_chunks() {
                         ..SamplingParams::default()
                     },
                     forced: Vec::new(),
+                    cache_salt: None,
                 })
                 .unwrap();
             let mut draws = Vec::new();

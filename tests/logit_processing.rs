@@ -32,6 +32,7 @@ fn request(index: u32, prompt: Vec<u32>, n: usize, params: SamplingParams) -> Re
         n,
         params,
         forced: Vec::new(),
+        cache_salt: None,
     }
 }
 

@@ -19,6 +19,7 @@ fn request(prompt: Vec<u32>, n: usize, params: SamplingParams) -> Request {
         n,
         params,
         forced: Vec::new(),
+        cache_salt: None,
     }
 }
 

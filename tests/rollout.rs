@@ -34,6 +34,7 @@ fn request(index: u32, prompt: Vec<u32>, n: usize, max_tokens: usize) -> Request
             ..SamplingParams::default()
         },
         forced: Vec::new(),
+        cache_salt: None,
     }
 }
 

@@ -69,6 +69,7 @@ fn first_token_p_value(
             n,
             params,
             forced: Vec::new(),
+            cache_salt: None,
         })
         .unwrap();
     let out = pollster::block_on(engine.run_to_completion(|_| {})).unwrap();

@@ -44,6 +44,7 @@ fn request(index: u32, prompt: Vec<u32>, n: usize, max_tokens: usize) -> Request
             ..SamplingParams::default()
         },
         forced: Vec::new(),
+        cache_salt: None,
     }
 }
 
@@ -996,5 +997,43 @@ fn a_recomputed_scorer_scores_every_target_despite_cached_siblings() {
     assert_eq!(out.len(), 3);
     for sample in out {
         assert_eq!(sample.logprobs, expected_scores(&prompt, &[1, 1, 1]));
+    }
+}
+
+/// vLLM's `cache_salt`: a request reuses a cached prefix only from requests of its own
+/// salt (unsalted ones share among themselves), and its forks (the samples) keep it.
+#[test]
+fn a_cache_salt_shares_blocks_only_within_the_salt() {
+    let c = config(64, 16, 256);
+    let mut s = Scheduler::new(c.clone());
+    let mut model = FakeModel::new(&c, true);
+    let prompt: Vec<u32> = (100..135).collect(); // two full blocks and three tokens
+    let salted = |index: u32, salt: Option<&str>| Request {
+        cache_salt: salt.map(str::to_string),
+        ..request(index, prompt.clone(), 2, 4)
+    };
+    // Each request runs alone, so that the ones before it have cached their blocks.
+    let order = [
+        (Some("policy-1"), 0),
+        (Some("policy-1"), 32),
+        (Some("policy-2"), 0),
+        (None, 0),
+        (None, 32),
+        (Some("policy-2"), 32),
+        (Some(""), 0),
+    ];
+    for (i, (salt, hit)) in order.into_iter().enumerate() {
+        let id = s.add_request(salted(i as u32, salt)).unwrap();
+        let plan = s.schedule();
+        assert_eq!(
+            s.cached_prompt_tokens(id),
+            Some(hit),
+            "request {i} with salt {salt:?}"
+        );
+        let results = model.run(&plan);
+        s.update(&plan, &results.0, &results.1).unwrap();
+        let finished = drain(&mut s, &mut model);
+        assert_eq!(finished.len(), 2, "request {i}: both samples finish");
+        s.check().unwrap();
     }
 }

@@ -137,6 +137,7 @@ fn drafts_are_accepted_on_repetitive_text_and_the_pool_empties() {
                 ..SamplingParams::default()
             },
             forced: Vec::new(),
+            cache_salt: None,
         };
         let mut runs = Vec::new();
         for speculative in [SpecMode::Off, SpecMode::Suffix] {

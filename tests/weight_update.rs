@@ -120,6 +120,7 @@ fn request(index: u32, seed: u64, max_tokens: usize) -> Request {
             ..SamplingParams::default()
         },
         forced: Vec::new(),
+        cache_salt: None,
     }
 }
 

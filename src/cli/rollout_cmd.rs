@@ -501,5 +501,6 @@ fn build_request(
         n: p.n.unwrap_or(args.n),
         params,
         forced: Vec::new(),
+        cache_salt: None,
     })
 }

@@ -298,6 +298,7 @@ pub fn run(backend: BackendChoice, args: ScoreArgs) -> Result<()> {
                 ..SamplingParams::default()
             },
             forced,
+            cache_salt: None,
         };
         match engine.add_request(request) {
             Ok(_) => members.push(group),

@@ -173,6 +173,7 @@ mod tests {
             logprobs: vec![-1.0; 4],
             sampling_logprobs: vec![-2.0; 4],
             top_logprobs: vec![vec![]; 4],
+            ranks: Vec::new(),
             weights_versions: vec![0; 4],
             finish_reason: FinishReason::Length,
             stopped_by: None,

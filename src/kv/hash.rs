@@ -7,6 +7,9 @@ use sha2::{Digest, Sha256};
 /// the hashed bytes ever changes, so that old and new names can never collide.
 const DOMAIN_TAG: &[u8] = b"sprout-kv-block-v1";
 
+/// Domain separation tag of a cache salt's root (see [`BlockHash::salt_root`]).
+const SALT_TAG: &[u8] = b"sprout-kv-salt-v1";
+
 /// The name of a full KV block: its contents (tokens and everything before them) under one
 /// weights version. See [`BlockHash::chain`] for the exact definition.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
@@ -38,6 +41,20 @@ impl BlockHash {
         for &token in tokens {
             hasher.update(token.to_le_bytes());
         }
+        BlockHash(hasher.finalize().into())
+    }
+
+    /// The parent that a salted sequence's first block chains on, in place of the 32 zero
+    /// bytes: SHA-256 over the 17 ASCII bytes `b"sprout-kv-salt-v1"`, the salt's length in
+    /// bytes as a `u32` (little-endian) and its UTF-8 bytes. Sequences with different
+    /// salts (or one salted and one not) name every block differently, so they never share
+    /// a cached block (vLLM's `cache_salt`); equal salts share as unsalted sequences do.
+    pub fn salt_root(salt: &str) -> BlockHash {
+        let len = u32::try_from(salt.len()).expect("a salt is shorter than 4 GiB");
+        let mut hasher = Sha256::new();
+        hasher.update(SALT_TAG);
+        hasher.update(len.to_le_bytes());
+        hasher.update(salt.as_bytes());
         BlockHash(hasher.finalize().into())
     }
 

@@ -39,6 +39,9 @@ struct SeqTable {
     blocks: Vec<BlockId>,
     /// The hashes of the sequence's first full blocks, as many as have been needed.
     hashes: Vec<BlockHash>,
+    /// What the first block chains on: its request's cache salt ([`BlockHash::salt_root`]),
+    /// or nothing.
+    root: Option<BlockHash>,
 }
 
 impl SeqTable {
@@ -54,7 +57,8 @@ impl SeqTable {
         while self.hashes.len() < blocks {
             let b = self.hashes.len();
             let block = &tokens[b * block_size..(b + 1) * block_size];
-            let hash = BlockHash::chain(self.hashes.last(), block, weights_version);
+            let parent = self.hashes.last().or(self.root.as_ref());
+            let hash = BlockHash::chain(parent, block, weights_version);
             self.hashes.push(hash);
         }
     }
@@ -106,6 +110,18 @@ impl BlockManager {
     /// under other weights are never a prefix-cache hit for them.
     pub fn set_weights_version(&mut self, version: u64) {
         self.weights_version = version;
+    }
+
+    /// Salts sequence `id`, which has no blocks named yet: its chain begins at `root`
+    /// ([`BlockHash::salt_root`]), so that it shares blocks only with sequences of the
+    /// same salt. Its forks inherit the salt.
+    pub fn salt(&mut self, id: SeqId, root: BlockHash) {
+        let table = self.tables.entry(id).or_default();
+        debug_assert!(
+            table.hashes.is_empty(),
+            "{id:?} is salted after naming blocks"
+        );
+        table.root = Some(root);
     }
 
     /// Sequence `id`'s block table (empty for a sequence that holds no blocks).

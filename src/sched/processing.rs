@@ -220,6 +220,7 @@ mod tests {
                 ..SamplingParams::default()
             },
             forced: Vec::new(),
+            cache_salt: None,
         }
     }
 

@@ -161,6 +161,10 @@ pub struct Request {
     /// Teacher forcing: when not empty, the `n` completions to score instead of sampling
     /// (`forced[k]` is sample k's tokens; each gets the log-probability of every token).
     pub forced: Vec<Vec<u32>>,
+    /// vLLM's `cache_salt`: the request's blocks are named under this salt
+    /// ([`crate::kv::BlockHash::salt_root`]), so that it shares prefix-cache blocks only
+    /// with requests of the same salt; `None` shares with every unsalted request.
+    pub cache_salt: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -190,6 +194,10 @@ pub struct FinishedSample {
     /// Per token, the `top_logprobs` most likely tokens of its position (most likely
     /// first) with their log-probabilities under the model; empty when none were asked.
     pub top_logprobs: Vec<Vec<TopLogprob>>,
+    /// Per scored token (teacher forcing only; empty when sampling), its 1-based rank under
+    /// the model: its place in the order of the position's logits (largest first, lowest
+    /// id first among equal ones), the order of `top_logprobs`.
+    pub ranks: Vec<u32>,
     /// Per token, the weights version it was drawn or scored under (they differ only when
     /// the weights were updated while the sample ran).
     pub weights_versions: Vec<u64>,

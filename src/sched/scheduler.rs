@@ -152,6 +152,9 @@ impl Scheduler {
             pending_scores: 0,
         });
         self.waiting.push_back(seq);
+        if let Some(salt) = &request.cache_salt {
+            self.blocks.salt(seq, BlockHash::salt_root(salt));
+        }
         if request.forced.is_empty() {
             self.drafting.add_request(id, &request.prompt);
         }

@@ -152,6 +152,7 @@ impl Sequence {
             logprobs: self.logprobs,
             sampling_logprobs: self.sampling_logprobs,
             top_logprobs: self.top_logprobs,
+            ranks: Vec::new(),
             weights_versions: self.weights_versions,
             finish_reason: reason,
             stopped_by: None,

@@ -374,6 +374,7 @@ async fn run_rollout(
                 ..options.params()
             },
             forced: Vec::new(),
+            cache_salt: None,
         })
         .map_err(|e| fail(&e))?;
 

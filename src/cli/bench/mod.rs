@@ -513,6 +513,7 @@ fn requests(
                     n: workload.g,
                     params: params(n),
                     forced: Vec::new(),
+                    cache_salt: None,
                 };
                 (request, specs)
             })
@@ -528,6 +529,7 @@ fn requests(
                 n: 1,
                 params: params(s.target.unwrap_or(n)),
                 forced: Vec::new(),
+                cache_salt: None,
             };
             (request, vec![s])
         })

@@ -121,6 +121,7 @@ pub fn run(opened: &Opened) -> Result<Vec<CaseResult>> {
                 n: spec.n,
                 params: spec.params.clone(),
                 forced: Vec::new(),
+                cache_salt: None,
             })?;
         }
     }
@@ -158,6 +159,7 @@ fn score(opened: &Opened, config: &EngineConfig, prompts: &[Vec<u32>]) -> Result
                 ..SamplingParams::default()
             },
             forced,
+            cache_salt: None,
         })?;
     }
     let finished = pollster::block_on(engine.run_to_completion(|_| {}))?;

@@ -45,6 +45,7 @@ fn requests(prompts: &[Vec<u32>], n: usize, params: &SamplingParams) -> Vec<Requ
             n,
             params: params.clone(),
             forced: Vec::new(),
+            cache_salt: None,
         })
         .collect()
 }
@@ -132,6 +133,7 @@ pub fn score(
                 ..SamplingParams::default()
             },
             forced: g.completions.clone(),
+            cache_salt: None,
         })
         .collect();
     let template = format!("{label:<6} scoring {{bar:30}} {{pos}}/{{len}} samples");

@@ -304,6 +304,7 @@ pub async fn submit(
             n,
             params: params.clone(),
             forced: Vec::new(),
+            cache_salt: None,
         })
         .collect();
     // A stop string can cut tokens already drawn, and the alternatives come with the
