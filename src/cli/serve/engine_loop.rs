@@ -241,7 +241,7 @@ impl<'e> EngineLoop<'e> {
             for sample in self.engine.abort(l.id).unwrap_or_default() {
                 count_finish(&l, &sample, &self.metrics, now);
                 if notify {
-                    let _ = l.client.events.send(Event::Finished(sample));
+                    let _ = l.client.events.send(Event::Finished(Box::new(sample)));
                 }
             }
         }
@@ -303,7 +303,7 @@ impl<'e> EngineLoop<'e> {
         for sample in step.finished {
             if let Some(l) = self.live.get(&sample.request_index) {
                 count_finish(l, &sample, metrics, now);
-                outbox.push((l.client.events.clone(), Event::Finished(sample)));
+                outbox.push((l.client.events.clone(), Event::Finished(Box::new(sample))));
             }
         }
         self.live

@@ -69,7 +69,7 @@ pub enum Event {
         sample_index: u32,
         token: u32,
     },
-    Finished(FinishedSample),
+    Finished(Box<FinishedSample>),
     /// The engine failed; the request's unfinished samples will not come.
     Failed(String),
 }

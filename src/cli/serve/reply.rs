@@ -118,7 +118,7 @@ pub async fn collect(
     let mut samples: Vec<FinishedSample> = Vec::new();
     while samples.len() < job.total_samples() {
         match events.recv().await {
-            Some(Event::Finished(s)) => samples.push(s),
+            Some(Event::Finished(s)) => samples.push(*s),
             Some(Event::Token { .. }) => {}
             Some(Event::Failed(e)) => return Err(internal(e)),
             None => return Err(internal("the engine stopped before the request finished")),
@@ -245,7 +245,7 @@ impl Streaming {
                 sample_index,
                 token,
             }) => self.token(request_index, sample_index, token),
-            Some(Event::Finished(s)) => self.finished(s),
+            Some(Event::Finished(s)) => self.finished(*s),
             Some(Event::Failed(e)) => self.fail(&e),
             None => self.fail("the engine stopped before the request finished"),
         }
