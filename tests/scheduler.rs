@@ -676,6 +676,8 @@ enum Op {
         max_tokens: usize,
         /// Score these completions (one per sample, cycled) instead of sampling.
         forced: Option<Vec<Vec<u32>>>,
+        /// The request's cache salt: none, or one of two.
+        salt: Option<bool>,
     },
     Step,
     Abort(usize),
@@ -694,13 +696,15 @@ fn op() -> impl Strategy<Value = Op> {
                 0.3,
                 prop::collection::vec(prop::collection::vec(1u32..6, 1..12), 1..4)
             ),
+            prop::option::weighted(0.3, any::<bool>()),
         )
-            .prop_map(|(prefix, extra, n, max_tokens, forced)| Op::Add {
+            .prop_map(|(prefix, extra, n, max_tokens, forced, salt)| Op::Add {
                 prefix,
                 extra,
                 n,
                 max_tokens,
                 forced,
+                salt,
             }),
         Just(Op::Step),
         Just(Op::Step),
@@ -713,7 +717,7 @@ fn op() -> impl Strategy<Value = Op> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
 
-    /// Random adds (sampling and scoring requests), steps, aborts and early finishes under
+    /// Random adds (sampling and scoring requests, some with cache salts), steps, aborts and early finishes under
     /// a small pool (so preemption happens): after every operation the reference counts
     /// equal the block-table uses, no block is both free and used, and the hash map is
     /// consistent; at the end every request has returned all its samples, every scored
@@ -735,10 +739,11 @@ proptest! {
         let mut got: Vec<FinishedSample> = Vec::new();
         for op in ops {
             match op {
-                Op::Add { prefix, extra, n, max_tokens, forced } => {
+                Op::Add { prefix, extra, n, max_tokens, forced, salt } => {
                     let mut prompt = prefixes[prefix].clone();
                     prompt.extend(extra);
                     let mut r = request(ids.len() as u32, prompt, n, max_tokens);
+                    r.cache_salt = salt.map(|b| format!("salt-{b}"));
                     if let Some(forced) = forced {
                         r.forced = (0..n).map(|k| forced[k % forced.len()].clone()).collect();
                     }
