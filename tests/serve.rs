@@ -1194,6 +1194,46 @@ fn a_trainer_pauses_resumes_aborts_and_resets_the_prefix_cache() {
         Some("mode"),
         "later",
     );
+    assert_error(
+        &admin(
+            port,
+            "POST",
+            "/pause?mode=keep&wait_for_inflight_requests=true",
+            "",
+        ),
+        400,
+        Some("wait_for_inflight_requests"),
+        "contradicts mode=keep",
+    );
+    assert_error(
+        &admin(port, "POST", "/pause?clear_kv=true", ""),
+        400,
+        None,
+        "clear_kv",
+    );
+
+    // clear_cache (vLLM's default: true): an abort or wait pause forgets the prefix
+    // cache; clear_cache=false and keep pauses do not.
+    let long_prompt = json!({"prompt": PROMPT.repeat(8), "max_tokens": 2});
+    let cached = |port| {
+        post(port, &long_prompt).json()["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64()
+    };
+    for (query, kept) in [
+        ("wait_for_inflight_requests=true&clear_cache=false", true),
+        ("mode=keep", true),
+        ("mode=wait", false),
+    ] {
+        assert_eq!(post(port, &long_prompt).status, 200);
+        let paused = admin(port, "POST", &format!("/pause?{query}"), "");
+        assert_eq!(paused.status, 200, "{query}: {}", paused.body);
+        assert_eq!(
+            paused.json()["forgotten_blocks"].as_u64() > Some(0),
+            !kept,
+            "{query}"
+        );
+        assert_eq!(admin(port, "POST", "/resume", "").status, 200);
+        assert_eq!(cached(port) > Some(0), kept, "{query}");
+    }
 
     // reset: a prompt whose blocks were cached is computed again.
     let long_prompt = json!({"prompt": PROMPT.repeat(8), "max_tokens": 2});

@@ -81,29 +81,60 @@ async fn ask<T>(
     answer.await.map_err(|_| stopped())
 }
 
+/// `/pause`'s query: vLLM's keys, and no others.
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct PauseQuery {
     mode: Option<String>,
+    /// vLLM's older spelling of `mode=wait` (true) or `mode=abort` (false).
+    wait_for_inflight_requests: Option<bool>,
+    /// Forget the prefix cache once the requests in flight are gone (vLLM's default:
+    /// true); not with `mode=keep`, whose requests keep their blocks.
+    clear_cache: Option<bool>,
 }
 
-/// `?mode=abort` (the default, as vLLM's), `wait` or `keep`.
+impl PauseQuery {
+    /// The mode asked for, by name or by vLLM's older flag; both at once must agree.
+    fn mode(&self) -> Result<(PauseMode, &'static str), ApiError> {
+        let named = match self.mode.as_deref() {
+            None => None,
+            Some("abort") => Some((PauseMode::Abort, "abort")),
+            Some("wait") => Some((PauseMode::Wait, "wait")),
+            Some("keep") => Some((PauseMode::Keep, "keep")),
+            Some(other) => {
+                return Err(ApiError::bad(
+                    "mode",
+                    format!("mode must be abort, wait or keep, not {other:?}"),
+                ));
+            }
+        };
+        let flagged = self.wait_for_inflight_requests.map(|wait| match wait {
+            true => (PauseMode::Wait, "wait"),
+            false => (PauseMode::Abort, "abort"),
+        });
+        match (named, flagged) {
+            (Some(m), Some(f)) if m.0 != f.0 => Err(ApiError::bad(
+                "wait_for_inflight_requests",
+                format!(
+                    "wait_for_inflight_requests={} contradicts mode={}",
+                    f.0 == PauseMode::Wait,
+                    m.1
+                ),
+            )),
+            (m, f) => Ok(m.or(f).unwrap_or((PauseMode::Abort, "abort"))),
+        }
+    }
+}
+
+/// `?mode=abort` (the default, as vLLM's), `wait` or `keep`; `clear_cache` (default true)
+/// forgets the prefix cache after an `abort` or `wait` pause, as vLLM does.
 async fn pause(
     State(state): State<Arc<AppState>>,
     query: Result<Query<PauseQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let query = query.map_err(|e| ApiError::bad("mode", e.body_text()))?;
-    let name = query.0.mode.unwrap_or_else(|| "abort".into());
-    let mode = match name.as_str() {
-        "abort" => PauseMode::Abort,
-        "wait" => PauseMode::Wait,
-        "keep" => PauseMode::Keep,
-        other => {
-            return Err(ApiError::bad(
-                "mode",
-                format!("mode must be abort, wait or keep, not {other:?}"),
-            ));
-        }
-    };
+    let query = query.map_err(|e| ApiError::status(StatusCode::BAD_REQUEST, e.body_text()))?;
+    let (mode, name) = query.0.mode()?;
+    let clear = query.0.clear_cache.unwrap_or(true) && mode != PauseMode::Keep;
     ask(&state, |reply| Command::Pause { mode, reply })
         .await
         .map_err(|_| {
@@ -113,7 +144,13 @@ async fn pause(
             )
         })?;
     state.paused.store(true, Ordering::Relaxed);
-    Ok(Json(json!({"paused": true, "mode": name})))
+    let forgotten = match clear {
+        true => ask(&state, |reply| Command::ResetPrefixCache { reply }).await?,
+        false => 0,
+    };
+    Ok(Json(
+        json!({"paused": true, "mode": name, "forgotten_blocks": forgotten}),
+    ))
 }
 
 async fn resume(State(state): State<Arc<AppState>>) -> Result<Json<Value>, ApiError> {
