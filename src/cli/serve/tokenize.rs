@@ -82,18 +82,16 @@ fn chat_options(obj: &Map<String, Value>) -> Result<(), ApiError> {
         if rule.chat == Some(Treatment::Neutral) && rule.is_neutral(value) {
             continue;
         }
-        let accepted = match rule.neutral.is_empty() {
-            true => "null only".to_string(),
-            false => rule.neutral.join(" or "),
-        };
-        return Err(ApiError::bad(
-            name,
-            format!(
-                "{name} is accepted only as {accepted}, not {}: {}",
+        let message = match rule.neutral.is_empty() {
+            true => format!("{name} is not supported by sprout: {}", rule.does),
+            false => format!(
+                "{name} is accepted only as {}, not {}: {}",
+                rule.neutral.join(" or "),
                 short(value),
                 rule.does
             ),
-        ));
+        };
+        return Err(ApiError::bad(name, message));
     }
     Ok(())
 }
