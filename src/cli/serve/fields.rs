@@ -326,16 +326,16 @@ pub fn markdown() -> String {
         Some(Treatment::Refused) => "refused",
         None => "-",
     };
+    let top: Vec<String> = GENERATE_TOP.iter().map(|n| format!("`{n}`")).collect();
     let mut out = format!(
         "Pinned to OpenAI's completions and chat-completions references and to vLLM's \
          `CompletionRequest`, `ChatCompletionRequest`, `GenerateRequest` and `SamplingParams` \
          (vLLM commit {VLLM_COMMIT}, `vllm/entrypoints/openai/completion/protocol.py`, \
          `vllm/entrypoints/openai/chat_completion/protocol.py`, \
          `vllm/entrypoints/serve/disagg/protocol.py` and `vllm/sampling_params.py`). On \
-         /inference/v1/generate the fields of `GenerateRequest` (`token_ids`, \
-         `sampling_params`, `model`, `request_id`, `stream`, `stream_options`, `cache_salt`, \
-         `priority`, `kv_transfer_params`, `features`) are at the top level and the others \
-         inside `sampling_params`.\n\n"
+         /inference/v1/generate the fields of `GenerateRequest` ({}) are at the top level \
+         and the others inside `sampling_params`.\n\n",
+        top.join(", ")
     );
     out.push_str(
         "| Field | /v1/completions | /v1/chat/completions | /inference/v1/generate | Neutral values | What sprout does |\n\
