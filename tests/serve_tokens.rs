@@ -277,7 +277,7 @@ fn assert_partial(token_ids: &[u64], logprobs: usize, reason: Option<&str>, max:
 }
 
 #[test]
-fn an_aborted_generation_returns_what_was_drawn_whole_and_streamed() {
+fn an_aborted_generation_returns_what_was_drawn_whole_and_streamed_and_at_exit() {
     let server = start(&[]);
     let port = server.port;
     let max = 240;
@@ -329,6 +329,31 @@ fn an_aborted_generation_returns_what_was_drawn_whole_and_streamed() {
     // The server goes on serving.
     let after = ok(port, "/inference/v1/generate", &request(false, "after"));
     assert_eq!(after["choices"][0]["finish_reason"], "length");
+
+    // By SIGTERM, streamed: the client gets what was drawn, and the server exits 0.
+    let before = generated(port);
+    let body = request(true, "at-exit");
+    let streaming = std::thread::spawn(move || post(port, "/inference/v1/generate", &body));
+    await_tokens(port, before);
+    let mut server = server;
+    let pid = server.child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let reply = streaming.join().unwrap();
+    let (streamed, _) = gather(&reply.body, 1);
+    let s = &streamed[0];
+    assert_partial(
+        &s.token_ids,
+        s.logprobs.len(),
+        s.finish_reason.as_deref(),
+        max,
+    );
+    assert_eq!(server.child.wait().unwrap().code(), Some(0));
 }
 
 #[test]
