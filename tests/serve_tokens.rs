@@ -276,6 +276,21 @@ fn assert_partial(token_ids: &[u64], logprobs: usize, reason: Option<&str>, max:
     assert_eq!(logprobs, token_ids.len());
 }
 
+/// Streams `body`, runs `cut` once tokens come, and checks the stream ends with what was
+/// drawn.
+fn assert_stream_cut(port: u16, body: &Value, max: usize, cut: impl FnOnce()) {
+    let before = generated(port);
+    let body = body.clone();
+    let streaming = std::thread::spawn(move || post(port, "/inference/v1/generate", &body));
+    await_tokens(port, before);
+    cut();
+    let reply = streaming.join().unwrap();
+    let (streamed, _) = gather(&reply.body, 1);
+    let s = &streamed[0];
+    let reason = s.finish_reason.as_deref();
+    assert_partial(&s.token_ids, s.logprobs.len(), reason, max);
+}
+
 #[test]
 fn an_aborted_generation_returns_what_was_drawn_whole_and_streamed_and_at_exit() {
     let server = start(&[]);
@@ -286,27 +301,11 @@ fn an_aborted_generation_returns_what_was_drawn_whole_and_streamed_and_at_exit()
                "sampling_params": {"max_tokens": max, "ignore_eos": true, "logprobs": 0}})
     };
     // By id, streamed.
-    let before = generated(port);
-    let body = request(true, "long-stream");
-    let streaming = std::thread::spawn(move || post(port, "/inference/v1/generate", &body));
-    await_tokens(port, before);
-    let aborted = http(
-        port,
-        "POST",
-        "/abort_requests",
-        &[],
-        br#"{"request_ids": ["long-stream"]}"#,
-    );
-    assert_eq!(aborted.status, 200, "{}", aborted.body);
-    let reply = streaming.join().unwrap();
-    let (streamed, _) = gather(&reply.body, 1);
-    let s = &streamed[0];
-    assert_partial(
-        &s.token_ids,
-        s.logprobs.len(),
-        s.finish_reason.as_deref(),
-        max,
-    );
+    assert_stream_cut(port, &request(true, "long-stream"), max, || {
+        let body = br#"{"request_ids": ["long-stream"]}"#;
+        let aborted = http(port, "POST", "/abort_requests", &[], body);
+        assert_eq!(aborted.status, 200, "{}", aborted.body);
+    });
 
     // By a pause that aborts, whole.
     let before = generated(port);
@@ -331,28 +330,12 @@ fn an_aborted_generation_returns_what_was_drawn_whole_and_streamed_and_at_exit()
     assert_eq!(after["choices"][0]["finish_reason"], "length");
 
     // By SIGTERM, streamed: the client gets what was drawn, and the server exits 0.
-    let before = generated(port);
-    let body = request(true, "at-exit");
-    let streaming = std::thread::spawn(move || post(port, "/inference/v1/generate", &body));
-    await_tokens(port, before);
     let mut server = server;
     let pid = server.child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
-    let reply = streaming.join().unwrap();
-    let (streamed, _) = gather(&reply.body, 1);
-    let s = &streamed[0];
-    assert_partial(
-        &s.token_ids,
-        s.logprobs.len(),
-        s.finish_reason.as_deref(),
-        max,
-    );
+    assert_stream_cut(port, &request(true, "at-exit"), max, || {
+        let kill = Command::new("kill").args(["-TERM", &pid]).status();
+        assert!(kill.unwrap().success());
+    });
     assert_eq!(server.child.wait().unwrap().code(), Some(0));
 }
 
