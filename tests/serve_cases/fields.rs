@@ -1,4 +1,5 @@
-//! The request-field table (README's "Every request field") against a running server: each
+//! The request-field table (README's "Every request field") against a running server, on
+//! the completions, chat and generate routes: each
 //! neutral-only field accepted at its neutral values and refused by name at another, each
 //! refused field and each field of the other route refused by name, a sample of the
 //! implemented fields accepted and their bad values refused by name; what `echo`,
@@ -13,6 +14,7 @@ struct Row {
     field: String,
     completions: String,
     chat: String,
+    generate: String,
     neutral: Vec<Value>,
 }
 
@@ -36,7 +38,7 @@ fn field_table() -> Vec<Row> {
                     .trim_matches('`')
                     .to_string()
             };
-            let neutral = cells[3]
+            let neutral = cells[4]
                 .split(", `")
                 .map(|v| v.trim_matches('`'))
                 .filter(|v| !v.is_empty())
@@ -46,6 +48,7 @@ fn field_table() -> Vec<Row> {
                 field: unquote(cells[0]),
                 completions: cells[1].to_string(),
                 chat: cells[2].to_string(),
+                generate: cells[3].to_string(),
                 neutral,
             }
         })
@@ -55,12 +58,40 @@ fn field_table() -> Vec<Row> {
 }
 
 const ROUTES: [&str; 2] = ["/v1/completions", "/v1/chat/completions"];
+const GENERATE: &str = "/inference/v1/generate";
 
 /// The smallest body of `route`, one token long.
 fn base(route: &str) -> Value {
     match route {
         "/v1/completions" => json!({"prompt": PROMPT, "max_tokens": 1}),
+        GENERATE => json!({"token_ids": [0, 72], "sampling_params": {"max_tokens": 1}}),
         _ => json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}),
+    }
+}
+
+/// The fields of a generate body's top level, as the README's table names them (the
+/// others go in `sampling_params`).
+fn generate_top() -> Vec<String> {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let from = "the fields of `GenerateRequest` (";
+    let start = readme
+        .find(from)
+        .expect("the table names no top-level fields")
+        + from.len();
+    let end = readme[start..].find(')').unwrap() + start;
+    readme[start..end]
+        .split(',')
+        .map(|name| name.trim().trim_matches('`').to_string())
+        .collect()
+}
+
+/// `body` with `field` set to `value`: on generate, the fields of vLLM's `SamplingParams`
+/// go in `sampling_params`.
+fn set(route: &str, body: &mut Value, field: &str, value: Value) {
+    match route == GENERATE && !generate_top().iter().any(|top| top == field) {
+        true => body["sampling_params"][field] = value,
+        false => body[field] = value,
     }
 }
 
@@ -86,7 +117,8 @@ fn every_field_of_the_table_is_treated_as_it_says() {
     let odd = json!({"not": "neutral"});
     let mut checked = 0;
     for row in field_table() {
-        for (route, treatment) in ROUTES.iter().zip([&row.completions, &row.chat]) {
+        let treatments = [&row.completions, &row.chat, &row.generate];
+        for (route, treatment) in ROUTES.iter().chain([&GENERATE]).zip(treatments) {
             let mut body = base(route);
             let why = format!("{} on {route} ({treatment})", row.field);
             match treatment.as_str() {
@@ -94,7 +126,7 @@ fn every_field_of_the_table_is_treated_as_it_says() {
                 "neutral only" => {
                     assert!(!row.neutral.is_empty(), "{why}");
                     for value in &row.neutral {
-                        body[&row.field] = value.clone();
+                        set(route, &mut body, &row.field, value.clone());
                         let reply = post_to(port, route, &body);
                         assert_eq!(reply.status, 200, "{why} = {value}: {}", reply.body);
                     }
@@ -102,13 +134,13 @@ fn every_field_of_the_table_is_treated_as_it_says() {
                 "refused" | "-" => {}
                 other => panic!("{why}: unknown treatment {other}"),
             }
-            body[&row.field] = odd.clone();
+            set(route, &mut body, &row.field, odd.clone());
             let reply = post_to(port, route, &body);
             assert_error(&reply, 400, Some(&row.field), &row.field);
             checked += 1;
         }
     }
-    assert!(checked > 60, "{checked}");
+    assert!(checked > 120, "{checked}");
 
     // A sample of the implemented fields: accepted at values that ask for something.
     let table = field_table();

@@ -1,5 +1,6 @@
-//! The field table walked through the parsers: each field treated as the table says, the
-//! parsers reading exactly the implemented fields, and the README's table the code's.
+//! The field table walked through the parsers of its three routes: each field treated as
+//! the table says, the parsers reading exactly the implemented fields, and the README's
+//! table the code's.
 
 use std::collections::BTreeSet;
 
@@ -7,15 +8,17 @@ use axum::http::StatusCode;
 use serde_json::{Value, json};
 
 use super::*;
+use crate::cli::serve::generate::GenerateRequest;
 use crate::cli::serve::request::{ChatRequest, CompletionRequest};
 
-const APIS: [Api; 2] = [Api::Completions, Api::Chat];
+const APIS: [Api; 3] = [Api::Completions, Api::Chat, Api::Generate];
 
 /// The smallest body `api` accepts.
 fn base(api: Api) -> Map<String, Value> {
     let body = match api {
         Api::Completions => json!({"prompt": "x"}),
         Api::Chat => json!({"messages": [{"role": "user", "content": "x"}]}),
+        Api::Generate => json!({"token_ids": [1, 2], "sampling_params": {}}),
     };
     body.as_object().unwrap().clone()
 }
@@ -26,18 +29,32 @@ fn parse(api: Api, body: &Map<String, Value>) -> Result<(), ApiError> {
     match api {
         Api::Completions => CompletionRequest::parse(&bytes).map(|_| ()),
         Api::Chat => ChatRequest::parse(&bytes).map(|_| ()),
+        Api::Generate => GenerateRequest::parse(&bytes).map(|_| ()),
     }
 }
 
 /// `base` with `name` set to `value`, and what an implemented field needs beside it.
 fn with(api: Api, name: &str, value: Value) -> Map<String, Value> {
-    let mut body = base(api);
-    match name {
-        "top_logprobs" => body.insert("logprobs".into(), json!(true)),
-        "stream_options" => body.insert("stream".into(), json!(true)),
-        _ => None,
+    let body = match name {
+        "top_logprobs" => placed(base(api), api, "logprobs", json!(true)),
+        "stream_options" => placed(base(api), api, "stream", json!(true)),
+        _ => base(api),
     };
-    body.insert(name.to_string(), value);
+    placed(body, api, name, value)
+}
+
+/// `body` with `name` set to `value`: on generate, a field of `SamplingParams` goes in
+/// `sampling_params`.
+fn placed(mut body: Map<String, Value>, api: Api, name: &str, value: Value) -> Map<String, Value> {
+    match api == Api::Generate && !GENERATE_TOP.contains(&name) {
+        true => {
+            let params = body["sampling_params"].as_object_mut().unwrap();
+            params.insert(name.to_string(), value);
+        }
+        false => {
+            body.insert(name.to_string(), value);
+        }
+    }
     body
 }
 
@@ -86,8 +103,7 @@ fn every_field_is_treated_as_the_table_says() {
             if base(api).contains_key(rule.name) {
                 continue;
             }
-            let mut null = base(api);
-            null.insert(rule.name.to_string(), Value::Null);
+            let null = placed(base(api), api, rule.name, Value::Null);
             let why = format!("{} = null on {api:?}", rule.name);
             assert!(parse(api, &null).is_ok(), "{why}");
         }
@@ -99,12 +115,13 @@ fn the_table_is_well_formed() {
     let mut names = BTreeSet::new();
     for rule in FIELDS {
         assert!(names.insert(rule.name), "{} twice", rule.name);
+        let routes = [rule.completions, rule.chat, rule.generate];
         assert!(
-            rule.completions.is_some() || rule.chat.is_some(),
+            routes.iter().any(Option::is_some),
             "{}: on no route",
             rule.name
         );
-        let neutral_somewhere = [rule.completions, rule.chat].contains(&Some(Treatment::Neutral));
+        let neutral_somewhere = routes.contains(&Some(Treatment::Neutral));
         assert_eq!(
             neutral_somewhere,
             !rule.neutral.is_empty(),
@@ -142,9 +159,9 @@ fn fields_no_api_defines_are_ignored_and_numbers_compare_by_value() {
         let body = with(api, "no_such_field", json!({"anything": [1, 2]}));
         parse(api, &body).unwrap();
         // `1.0` is the neutral `1`; `"1"` is not.
-        parse(api, &with(api, "length_penalty", json!(1.0))).unwrap();
-        let text = parse(api, &with(api, "length_penalty", json!("1")));
-        refused_naming(text, "length_penalty", "a string 1");
+        parse(api, &with(api, "priority", json!(0.0))).unwrap();
+        let text = parse(api, &with(api, "priority", json!("0")));
+        refused_naming(text, "priority", "a string 0");
     }
 }
 
@@ -161,5 +178,23 @@ fn the_readme_s_field_table_is_the_code_s() {
     assert!(
         readme[start..stop] == expected,
         "the README's field table differs from fields::FIELDS; it should read:\n{expected}"
+    );
+}
+
+#[test]
+fn generate_holds_each_field_to_its_place() {
+    let mut top = base(Api::Generate);
+    top.insert("temperature".into(), json!(0.5));
+    refused_naming(
+        parse(Api::Generate, &top),
+        "temperature",
+        "at the top level",
+    );
+    let mut inside = base(Api::Generate);
+    inside["sampling_params"]["cache_salt"] = json!("s");
+    refused_naming(
+        parse(Api::Generate, &inside),
+        "cache_salt",
+        "in sampling_params",
     );
 }

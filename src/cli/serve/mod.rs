@@ -3,8 +3,8 @@
 //! - `engine_thread`: the OS thread that owns the GPU, the model and the engine, and runs
 //!   every request's prompts in one continuous batch (`engine_loop`: its loop);
 //! - `routes`: the HTTP routes, the API-key check, the body limit and the access log;
-//! - `fields`: every request field of both APIs and what sprout does with it (the README's
-//!   field table);
+//! - `fields`: every request field of the completions, chat and generate APIs and what
+//!   sprout does with it (the README's field table);
 //! - `request`: reading the two APIs' request bodies;
 //! - `sampling`: a request's fields as the engine's sampling parameters, and its limits;
 //! - `submit`: checking a request against the model, the queue limit, and queueing it;
@@ -13,6 +13,10 @@
 //! - `metrics`: `/metrics`, under vLLM's names;
 //! - `admin`: pause, resume, abort, prefix-cache reset and weight updates, for a trainer;
 //! - `trl`: `/generate/` in the schema of TRL's vLLM server;
+//! - `generate`: `/inference/v1/generate`, vLLM's tokens-in, tokens-out route;
+//! - `tokenize`: `/tokenize` and `/detokenize`;
+//! - `render`: `/v1/chat/completions/render` and `/v1/completions/render`: what a request
+//!   would run (its prompt ids and sampling parameters), as a generate request;
 //! - `error`: refusals in OpenAI's error body.
 //!
 //! The HTTP side runs on a tokio runtime; it tokenizes, checks and shapes, and talks to
@@ -25,9 +29,11 @@ mod engine_loop;
 mod engine_thread;
 mod error;
 mod fields;
+mod generate;
 mod logprobs_mode;
 mod messages;
 mod metrics;
+mod render;
 mod reply;
 mod request;
 mod response;
@@ -35,6 +41,7 @@ mod routes;
 mod sampling;
 mod state;
 mod submit;
+mod tokenize;
 mod trl;
 mod update;
 

@@ -5,6 +5,8 @@
 //! drawn (text held back while it ends inside a character); with either, its content goes
 //! out in one chunk when it finishes. Each sample's last chunk carries its finish reason
 //! and sprout's fields; after the last sample, usage (when asked for) and `[DONE]`.
+//! Generate's bodies and chunks take vLLM's token shapes (`TokensBody`) around the same
+//! choices.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -23,7 +25,9 @@ use crate::cli::json_out;
 use crate::cli::serve::error::{ApiError, internal};
 use crate::cli::serve::logprobs_mode::LogprobsMode;
 use crate::cli::serve::messages::Event;
-use crate::cli::serve::response::{self, Api, Asked, Body, Choice, Piece, TextOptions, Usage};
+use crate::cli::serve::response::{
+    self, Api, Asked, Body, Choice, Piece, TextOptions, TokensBody, TokensWhole, Usage,
+};
 use crate::cli::serve::state::AppState;
 use crate::cli::serve::submit::{Job, Pending, cached_share};
 
@@ -69,6 +73,34 @@ fn usage(job: &Job, completion_tokens: usize, cached_tokens: usize) -> Usage {
     Usage::new(prompt_tokens, completion_tokens, cached_tokens)
 }
 
+/// A body of `job`'s API as one line of JSON: the whole response (`chunk`: `None`), or a
+/// stream chunk (`Some(first)`: whether it is the stream's first).
+fn body_line(
+    state: &AppState,
+    job: &Job,
+    choices: Vec<Choice>,
+    usage: Option<Usage>,
+    chunk: Option<bool>,
+) -> anyhow::Result<String> {
+    if job.api == Api::Generate {
+        return json_out::to_line(&TokensBody {
+            request_id: &job.id,
+            choices,
+            whole: chunk.is_none().then(TokensWhole::default),
+            usage,
+        });
+    }
+    json_out::to_line(&Body {
+        id: &job.id,
+        object: job.api.object(chunk.is_some()),
+        created: job.created,
+        model: &state.served_name,
+        prompt_token_ids: top_prompt(job).filter(|_| chunk != Some(false)),
+        choices,
+        usage,
+    })
+}
+
 /// Waits for every sample, then answers with all of them.
 pub async fn whole(
     state: &AppState,
@@ -96,16 +128,8 @@ pub async fn whole(
     }
     let completion_tokens = samples.iter().map(|s| s.token_ids.len()).sum();
     let cached_tokens = samples.iter().map(cached_share).sum();
-    let body = Body {
-        id: &job.id,
-        object: job.api.object(false),
-        created: job.created,
-        model: &state.served_name,
-        prompt_token_ids: top_prompt(&job),
-        choices,
-        usage: Some(usage(&job, completion_tokens, cached_tokens)),
-    };
-    let text = json_out::to_line(&body).map_err(internal)?;
+    let usage = usage(&job, completion_tokens, cached_tokens);
+    let text = body_line(state, &job, choices, Some(usage), None).map_err(internal)?;
     Ok(([(header::CONTENT_TYPE, "application/json")], text).into_response())
 }
 
@@ -207,16 +231,7 @@ pub fn stream(
 impl Streaming {
     fn chunk(&mut self, choices: Vec<Choice>, usage: Option<Usage>) {
         let first = !std::mem::replace(&mut self.began, true);
-        let body = Body {
-            id: &self.job.id,
-            object: self.job.api.object(true),
-            created: self.job.created,
-            model: &self.state.served_name,
-            prompt_token_ids: top_prompt(&self.job).filter(|_| first),
-            choices,
-            usage,
-        };
-        match json_out::to_line(&body) {
+        match body_line(&self.state, &self.job, choices, usage, Some(first)) {
             Ok(line) => self.out.push_back(format!("data: {line}\n\n")),
             Err(e) => self.fail(&e.to_string()),
         }

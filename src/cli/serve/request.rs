@@ -67,6 +67,9 @@ pub struct SamplingFields {
     pub include_stop_str_in_output: bool,
     /// Who sent the request (`user`, `session_id`, ...), for its log line.
     pub provenance: Vec<(&'static str, String)>,
+    /// vLLM's `cache_salt`: the request's prompt blocks are shared only with requests of
+    /// the same salt (`None`: with every unsalted request).
+    pub cache_salt: Option<String>,
 }
 
 /// A `POST /v1/completions` body.
@@ -85,6 +88,9 @@ pub struct ChatRequest {
 
 /// The longest `request_id` accepted.
 pub const MAX_REQUEST_ID_BYTES: usize = 256;
+
+/// The longest `cache_salt` accepted.
+pub const MAX_CACHE_SALT_BYTES: usize = 1024;
 
 /// OpenAI's default for `max_tokens` in completions.
 pub const DEFAULT_MAX_TOKENS: usize = 16;
@@ -141,6 +147,19 @@ pub(super) fn check_top(name: &str, k: usize) -> Result<usize, ApiError> {
 impl SamplingFields {
     /// The shared fields of `obj`; `logprobs` is left for the API to read.
     pub(super) fn parse(obj: &Map<String, Value>) -> Result<SamplingFields, ApiError> {
+        let mut fields = SamplingFields::sampling(obj)?;
+        fields.envelope(obj)?;
+        fields.return_token_ids = field(obj, "return_token_ids", "a boolean")?.unwrap_or(false);
+        fields.return_tokens_as_token_ids =
+            field(obj, "return_tokens_as_token_ids", "a boolean")?.unwrap_or(false);
+        fields.add_special_tokens = field(obj, "add_special_tokens", "a boolean")?.unwrap_or(true);
+        fields.provenance = provenance(obj, &["user", "session_id"])?;
+        Ok(fields)
+    }
+
+    /// The fields of `obj` that vLLM's `SamplingParams` names alike (all but `logprobs`,
+    /// whose type differs by API); the rest at their defaults.
+    pub(super) fn sampling(obj: &Map<String, Value>) -> Result<SamplingFields, ApiError> {
         // i128 holds every JSON integer, so a huge n is refused by the queue, not here.
         let n: i128 = field(obj, "n", "an integer")?.unwrap_or(1);
         if n < 1 {
@@ -158,30 +177,10 @@ impl SamplingFields {
             Some(Value::String(s)) => vec![s.clone()],
             Some(_) => field(obj, "stop", "a string or a list of strings")?.unwrap_or_default(),
         };
-        let stream: bool = field(obj, "stream", "a boolean")?.unwrap_or(false);
-        let include_usage = match get(obj, "stream_options") {
-            None => false,
-            Some(Value::Object(options)) => stream_options(options, stream)?,
-            Some(v) => {
-                return Err(ApiError::bad(
-                    "stream_options",
-                    format!("stream_options must be an object, not {}", short(v)),
-                ));
-            }
-        };
         let whole = "a non-negative integer";
-        let request_id: Option<String> = field(obj, "request_id", "a string")?;
-        if let Some(id) = &request_id
-            && (id.is_empty() || id.len() > MAX_REQUEST_ID_BYTES)
-        {
-            return Err(ApiError::bad(
-                "request_id",
-                format!("request_id must be 1 to {MAX_REQUEST_ID_BYTES} bytes long"),
-            ));
-        }
         Ok(SamplingFields {
-            model: field(obj, "model", "a string")?,
-            request_id,
+            model: None,
+            request_id: None,
             n: usize::try_from(n).unwrap_or(usize::MAX),
             max_tokens: field(obj, "max_tokens", whole)?,
             temperature: field(obj, "temperature", "a number")?.unwrap_or(1.0),
@@ -194,11 +193,10 @@ impl SamplingFields {
                 .unwrap_or_default(),
             min_tokens: field(obj, "min_tokens", whole)?.unwrap_or(0),
             ignore_eos: field(obj, "ignore_eos", "a boolean")?.unwrap_or(false),
-            return_token_ids: field(obj, "return_token_ids", "a boolean")?.unwrap_or(false),
-            return_tokens_as_token_ids: field(obj, "return_tokens_as_token_ids", "a boolean")?
-                .unwrap_or(false),
-            stream,
-            include_usage,
+            return_token_ids: false,
+            return_tokens_as_token_ids: false,
+            stream: false,
+            include_usage: false,
             logprobs: None,
             logit_bias: logit_bias(obj)?,
             allowed_token_ids: field(obj, "allowed_token_ids", "a list of token ids")?,
@@ -208,12 +206,46 @@ impl SamplingFields {
             frequency_penalty: field(obj, "frequency_penalty", "a number")?.unwrap_or(0.0),
             echo: false,
             truncate_prompt_tokens: truncation(obj)?,
-            add_special_tokens: field(obj, "add_special_tokens", "a boolean")?.unwrap_or(true),
+            add_special_tokens: true,
             skip_special_tokens: field(obj, "skip_special_tokens", "a boolean")?.unwrap_or(true),
             include_stop_str_in_output: field(obj, "include_stop_str_in_output", "a boolean")?
                 .unwrap_or(false),
-            provenance: provenance(obj, &["user", "session_id"])?,
+            provenance: Vec::new(),
+            cache_salt: None,
         })
+    }
+
+    /// The fields of `obj` about the request rather than its sampling, which every API
+    /// has at its top level: `model`, `request_id`, `stream`, `stream_options`,
+    /// `cache_salt`.
+    pub(super) fn envelope(&mut self, obj: &Map<String, Value>) -> Result<(), ApiError> {
+        self.stream = field(obj, "stream", "a boolean")?.unwrap_or(false);
+        self.include_usage = match get(obj, "stream_options") {
+            None => false,
+            Some(Value::Object(options)) => stream_options(options, self.stream)?,
+            Some(v) => {
+                return Err(ApiError::bad(
+                    "stream_options",
+                    format!("stream_options must be an object, not {}", short(v)),
+                ));
+            }
+        };
+        self.model = field(obj, "model", "a string")?;
+        self.request_id = bounded(obj, "request_id", MAX_REQUEST_ID_BYTES)?;
+        self.cache_salt = bounded(obj, "cache_salt", MAX_CACHE_SALT_BYTES)?;
+        Ok(())
+    }
+}
+
+/// String field `name` of `obj`, 1 to `max` bytes long.
+fn bounded(obj: &Map<String, Value>, name: &str, max: usize) -> Result<Option<String>, ApiError> {
+    let value: Option<String> = field(obj, name, "a string")?;
+    match &value {
+        Some(text) if text.is_empty() || text.len() > max => Err(ApiError::bad(
+            name,
+            format!("{name} must be 1 to {max} bytes long, not {}", text.len()),
+        )),
+        _ => Ok(value),
     }
 }
 
@@ -390,7 +422,7 @@ pub(super) fn prompts(value: Option<&Value>, name: &str) -> Result<Vec<Prompt>, 
 
 /// `messages`: a non-empty list of `{"role": ..., "content": ...}`, the content a string,
 /// null, or a list of text parts (`{"type": "text", "text": ...}`, joined).
-fn messages(value: Option<&Value>) -> Result<Vec<Message>, ApiError> {
+pub(super) fn messages(value: Option<&Value>) -> Result<Vec<Message>, ApiError> {
     let bad = |message: String| ApiError::bad("messages", message);
     let items = match value {
         None | Some(Value::Null) => return Err(bad("messages is required".into())),

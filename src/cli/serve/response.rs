@@ -1,5 +1,5 @@
-//! What clients are sent: the bodies and stream chunks of both APIs, in the shapes vLLM's
-//! clients parse.
+//! What clients are sent: the bodies and stream chunks of the three APIs, in the shapes
+//! vLLM's clients parse.
 //!
 //! A sample reaches a client as pieces ([`Piece`]): the whole sample in one (a whole
 //! response, or a stream that could not send tokens as they came), or its tokens one by
@@ -21,13 +21,16 @@ use crate::cli::serve::error::ApiError;
 pub enum Api {
     Completions,
     Chat,
+    /// vLLM's `/inference/v1/generate`: token ids in, token ids out.
+    Generate,
 }
 
 impl Api {
-    /// The `object` of a whole response, or of a stream chunk.
+    /// The `object` of a whole response, or of a stream chunk (generate's bodies have
+    /// none: [`TokensBody`]).
     pub fn object(self, stream: bool) -> &'static str {
         match (self, stream) {
-            (Api::Completions, _) => "text_completion",
+            (Api::Completions | Api::Generate, _) => "text_completion",
             (Api::Chat, false) => "chat.completion",
             (Api::Chat, true) => "chat.completion.chunk",
         }
@@ -38,6 +41,7 @@ impl Api {
         match self {
             Api::Completions => "cmpl",
             Api::Chat => "chatcmpl",
+            Api::Generate => "gen",
         }
     }
 }
@@ -48,6 +52,18 @@ impl Api {
 pub enum Choice {
     Text(TextChoice),
     Chat(ChatChoice),
+    Tokens(TokensChoice),
+}
+
+/// A generate choice: token ids, and their log-probs keyed `token_id:ID`.
+#[derive(Serialize)]
+pub struct TokensChoice {
+    pub index: usize,
+    pub logprobs: Option<ChatLogprobs>,
+    pub finish_reason: Option<FinishReason>,
+    pub token_ids: Vec<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sprout: Option<SproutFields>,
 }
 
 /// A completions choice.
@@ -197,6 +213,26 @@ pub struct Body<'a> {
     pub usage: Option<Usage>,
 }
 
+/// A generate response (`whole`) or stream chunk, in vLLM's `GenerateResponse` and
+/// `GenerateStreamResponse` shapes.
+#[derive(Serialize)]
+pub struct TokensBody<'a> {
+    pub request_id: &'a str,
+    pub choices: Vec<Choice>,
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub whole: Option<TokensWhole>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+}
+
+/// What a whole generate response has besides its choices: vLLM's prompt log-probs and
+/// KV transfer parameters, which sprout does not produce (null).
+#[derive(Serialize, Default)]
+pub struct TokensWhole {
+    pub prompt_logprobs: Option<()>,
+    pub kv_transfer_params: Option<()>,
+}
+
 /// Part of one sample, to be sent as one choice.
 pub struct Piece<'a> {
     /// The choice's index: `prompt * n + sample`.
@@ -239,6 +275,15 @@ pub fn choice(tokenizer: &Tokenizer, asked: &Asked, piece: Piece) -> Choice {
         .map(|s| sprout_fields(s, asked.weights_version));
     let token_ids = asked.return_token_ids.then(|| piece.tokens.to_vec());
     match asked.api {
+        Api::Generate => Choice::Tokens(TokensChoice {
+            index: piece.index,
+            logprobs: asked
+                .logprobs
+                .then(|| chat_logprobs(&name, piece.tokens, piece.logprobs, piece.top)),
+            finish_reason,
+            token_ids: piece.tokens.to_vec(),
+            sprout,
+        }),
         Api::Completions => Choice::Text(TextChoice {
             index: piece.index,
             logprobs: asked.logprobs.then(|| {

@@ -1,6 +1,7 @@
 //! The HTTP routes: `POST /v1/completions`, `POST /v1/chat/completions`,
 //! `GET /v1/models`, `GET /health`, `GET /metrics`, with the API-key check, the body
-//! limit and one access-log line per request.
+//! limit and one access-log line per request; the API key guards the token routes
+//! (`generate`, `tokenize`, `render`) as it guards `/v1`.
 //!
 //! A completion or chat handler reads its body (`request`), turns it into checked token
 //! ids, queues it (`submit`) and answers from its samples (`reply`).
@@ -18,6 +19,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::json;
+use sprout::tokenizer::chat_template::Message;
 
 use crate::cli::serve::error::ApiError;
 use crate::cli::serve::error::internal;
@@ -28,7 +30,7 @@ use crate::cli::serve::state::AppState;
 use crate::cli::serve::submit::{
     self, Submission, check_context, check_model, echo_texts, tokenize, truncate,
 };
-use crate::cli::serve::{admin, trl};
+use crate::cli::serve::{admin, generate, render, tokenize, trl};
 
 /// The largest request body accepted.
 pub const MAX_BODY_BYTES: usize = 16 << 20;
@@ -40,6 +42,11 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/models", get(models))
         .route("/generate/", post(trl::generate))
         .route("/generate", post(trl::generate))
+        .route("/inference/v1/generate", post(generate::generate))
+        .route("/tokenize", post(tokenize::tokenize))
+        .route("/detokenize", post(tokenize::detokenize))
+        .route("/v1/chat/completions/render", post(render::chat))
+        .route("/v1/completions/render", post(render::completions))
         .route_layer(middleware::from_fn_with_state(state.clone(), check_key));
     Router::new()
         .route("/health", get(health))
@@ -179,16 +186,25 @@ async fn handle(
     body: Result<Bytes, BytesRejection>,
     prepare: fn(&AppState, &[u8], Instant) -> Result<Submission, ApiError>,
 ) -> Result<Response, ApiError> {
-    let arrived = Instant::now();
-    let body = body_bytes(body)?;
-    let shared = state.clone();
-    let submission = tokio::task::spawn_blocking(move || prepare(&shared, &body, arrived))
-        .await
-        .map_err(internal)??;
+    let submission = prepared(&state, body, prepare).await?;
     answer(state, submission).await
 }
 
-fn prepare_completion(
+/// What `prepare` makes of a body, run off the async workers (see [`handle`]).
+pub async fn prepared<T: Send + 'static>(
+    state: &Arc<AppState>,
+    body: Result<Bytes, BytesRejection>,
+    prepare: fn(&AppState, &[u8], Instant) -> Result<T, ApiError>,
+) -> Result<T, ApiError> {
+    let arrived = Instant::now();
+    let body = body_bytes(body)?;
+    let shared = state.clone();
+    tokio::task::spawn_blocking(move || prepare(&shared, &body, arrived))
+        .await
+        .map_err(internal)?
+}
+
+pub fn prepare_completion(
     state: &AppState,
     body: &[u8],
     arrived: Instant,
@@ -221,36 +237,51 @@ fn prepare_completion(
 }
 
 fn prepare_chat(state: &AppState, body: &[u8], arrived: Instant) -> Result<Submission, ApiError> {
+    chat_submission(state, body, arrived).map(|(_, submission)| submission)
+}
+
+/// A chat body's submission, and the prompt's text as the template rendered it.
+pub fn chat_submission(
+    state: &AppState,
+    body: &[u8],
+    arrived: Instant,
+) -> Result<(String, Submission), ApiError> {
     let request = ChatRequest::parse(body)?;
     check_model(state, &request.fields)?;
-    let Some(template) = &state.facts.chat_template else {
-        return Err(ApiError::bad(
-            "messages",
-            "this model has no chat template; start the server with --chat-template FILE",
-        ));
-    };
-    let text = template
-        .render(&request.messages)
-        .map_err(|e| ApiError::bad("messages", e.to_string()))?;
+    let text = render_messages(state, &request.messages)?;
     let f = &request.fields;
-    let mut prompts = tokenize(state, &[Prompt::Text(text)], f.add_special_tokens)?;
+    let mut prompts = tokenize(state, &[Prompt::Text(text.clone())], f.add_special_tokens)?;
     truncate(state, &mut prompts, f.truncate_prompt_tokens)?;
     // Chat's default: the rest of the context.
     let room = state.max_model_len.saturating_sub(prompts[0].len());
     let max_tokens = request.fields.max_tokens.unwrap_or(room.max(1));
     check_context(state, &prompts, max_tokens)?;
-    Ok(Submission {
+    let submission = Submission {
         api: Api::Chat,
         fields: request.fields,
         prompts,
         max_tokens,
         echo: Vec::new(),
         arrived,
-    })
+    };
+    Ok((text, submission))
+}
+
+/// `messages` rendered by the server's chat template.
+pub fn render_messages(state: &AppState, messages: &[Message]) -> Result<String, ApiError> {
+    let Some(template) = &state.facts.chat_template else {
+        return Err(ApiError::bad(
+            "messages",
+            "this model has no chat template; start the server with --chat-template FILE",
+        ));
+    };
+    template
+        .render(messages)
+        .map_err(|e| ApiError::bad("messages", e.to_string()))
 }
 
 /// Queues a checked request and answers it, whole or streamed.
-async fn answer(state: Arc<AppState>, submission: Submission) -> Result<Response, ApiError> {
+pub async fn answer(state: Arc<AppState>, submission: Submission) -> Result<Response, ApiError> {
     let (job, events, pending) = submit::submit(&state, submission).await?;
     if job.fields.stream {
         Ok(reply::stream(state, job, events, pending))

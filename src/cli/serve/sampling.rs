@@ -21,7 +21,7 @@ pub fn params(
     max_tokens: usize,
 ) -> Result<SamplingParams, ApiError> {
     let alternatives = match api {
-        Api::Completions => "logprobs",
+        Api::Completions | Api::Generate => "logprobs",
         Api::Chat => "top_logprobs",
     };
     if f.echo && f.logprobs.is_some() {

@@ -100,8 +100,13 @@ impl Drop for Pending {
 
 /// Refuses a request for a model this server does not serve.
 pub fn check_model(state: &AppState, fields: &SamplingFields) -> Result<(), ApiError> {
-    match &fields.model {
-        Some(model) if *model != state.served_name => Err(ApiError {
+    check_model_name(state, fields.model.as_deref())
+}
+
+/// Refuses a `model` this server does not serve (absent: the served one).
+pub fn check_model_name(state: &AppState, model: Option<&str>) -> Result<(), ApiError> {
+    match model {
+        Some(model) if model != state.served_name => Err(ApiError {
             param: Some("model".into()),
             ..ApiError::status(
                 StatusCode::NOT_FOUND,
@@ -304,7 +309,7 @@ pub async fn submit(
             n,
             params: params.clone(),
             forced: Vec::new(),
-            cache_salt: None,
+            cache_salt: s.fields.cache_salt.clone(),
         })
         .collect();
     // A stop string can cut tokens already drawn, and the alternatives come with the
