@@ -6,7 +6,7 @@
 
 use sprout::gpu::Gpu;
 use sprout::gpu::kernels::Logits;
-use sprout::gpu::kernels::target_rank::{TargetRankShape, encode_with};
+use sprout::gpu::kernels::target_rank::{TargetRankShape, TargetRanks, encode_with};
 use sprout::reference::target_rank as reference;
 use sprout::reference::top_logprobs::top_ids;
 use sprout::rng::SplitMix64;
@@ -32,7 +32,14 @@ fn run(
     let t = gpu.upload(targets.as_flattened());
     let ranks = gpu.upload(&vec![UNWRITTEN; targets.len().max(1)]);
     let mut rec = gpu.recorder();
-    encode_with(gpu, &mut rec, &l, rows, &t, targets.len(), &ranks, shape);
+    let op = TargetRanks {
+        logits: &l,
+        rows,
+        targets: &t,
+        n: targets.len(),
+        ranks: &ranks,
+    };
+    encode_with(gpu, &mut rec, &op, shape);
     rec.submit();
     let mut got = read_u32(gpu, &ranks);
     got.truncate(targets.len());

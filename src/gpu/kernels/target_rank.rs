@@ -98,35 +98,32 @@ impl KernelSpec for TargetRankKernel {
     }
 }
 
-/// Records, with the adapter's default shape ([`TargetRankShape::default_for`]), for each
-/// entry `e < n` of `targets` (`[n, 2]` u32: a logits row and a token) the token's rank
-/// in that row of rows `0..rows` of `logits` into `ranks[e]` (u32; 0 for a row `>= rows`
-/// or a token `>= vocab`).
-pub fn encode(
-    gpu: &Gpu,
-    rec: &mut Recorder,
-    logits: &Logits,
-    rows: usize,
-    targets: &Tensor,
-    n: usize,
-    ranks: &Tensor,
-) {
-    let shape = TargetRankShape::default_for(gpu.cpu_shaped_defaults());
-    encode_with(gpu, rec, logits, rows, targets, n, ranks, shape);
+/// One dispatch's inputs and output: for each entry `e < n` of `targets` (`[n, 2]` u32: a
+/// logits row and a token), the token's rank in that row of rows `0..rows` of `logits`,
+/// into `ranks[e]` (u32; 0 for a row `>= rows` or a token `>= vocab`).
+pub struct TargetRanks<'a> {
+    pub logits: &'a Logits,
+    pub rows: usize,
+    pub targets: &'a Tensor,
+    pub n: usize,
+    pub ranks: &'a Tensor,
 }
 
-/// [`encode`] with `shape`. Panics (naming the problem) when a buffer is too small.
-#[allow(clippy::too_many_arguments)]
-pub fn encode_with(
-    gpu: &Gpu,
-    rec: &mut Recorder,
-    logits: &Logits,
-    rows: usize,
-    targets: &Tensor,
-    n: usize,
-    ranks: &Tensor,
-    shape: TargetRankShape,
-) {
+/// Records `op` with the adapter's default shape ([`TargetRankShape::default_for`]).
+pub fn encode(gpu: &Gpu, rec: &mut Recorder, op: &TargetRanks) {
+    let shape = TargetRankShape::default_for(gpu.cpu_shaped_defaults());
+    encode_with(gpu, rec, op, shape);
+}
+
+/// Records `op` with `shape`. Panics (naming the problem) when a buffer is too small.
+pub fn encode_with(gpu: &Gpu, rec: &mut Recorder, op: &TargetRanks, shape: TargetRankShape) {
+    let TargetRanks {
+        logits,
+        rows,
+        targets,
+        n,
+        ranks,
+    } = *op;
     let vocab = logits.vocab;
     assert!(vocab > 0, "target_rank: the vocabulary is empty");
     assert!(
