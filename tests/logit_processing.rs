@@ -11,11 +11,11 @@
 mod common;
 
 use common::chi_square::chi_square;
-use common::engine::{config, run};
+use common::engine::{config, request, run};
 use common::{gpus, log_softmax_f64, tiny_llama};
 use sprout::engine::EngineConfig;
 use sprout::model::decoder::Decoder;
-use sprout::sched::{FinishedSample, LogitProcessing, Request, SamplingParams};
+use sprout::sched::{FinishedSample, LogitProcessing, SamplingParams};
 use sprout::spec::SpecMode;
 
 /// The tiny Llama's prompt for these tests.
@@ -23,17 +23,6 @@ fn prompt(len: usize, salt: u32) -> Vec<u32> {
     (0..len as u32)
         .map(|i| 3 + (i * 11 + salt * 29) % 350)
         .collect()
-}
-
-fn request(index: u32, prompt: Vec<u32>, n: usize, params: SamplingParams) -> Request {
-    Request {
-        index,
-        prompt,
-        n,
-        params,
-        forced: Vec::new(),
-        cache_salt: None,
-    }
 }
 
 /// The model's logits for the token after `context`.

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use proptest::prelude::*;
 use sprout::sched::{
     DRAWN, DrawResult, FinishReason, FinishedSample, LogitProcessing, Request, RowProcessing,
-    SamplingParams, SchedError, Scheduler, SchedulerConfig, StepPlan,
+    SamplingParams, SchedError, Scheduler, SchedulerConfig, ScoreResult, StepPlan,
 };
 use sprout::spec::SpecMode;
 
@@ -131,13 +131,28 @@ impl FakeModel {
         -(h as f32) / 100.0
     }
 
-    fn run(&mut self, plan: &StepPlan) -> (Vec<DrawResult>, Vec<f32>) {
+    /// The fake model's score of `token` after a context: its log-prob, and a rank from
+    /// another hash of the same two (so that a rank recorded for the wrong token or
+    /// position shows).
+    fn score(context: u64, token: u32) -> ScoreResult {
+        let h = (context.rotate_left(17) ^ (token as u64).wrapping_mul(0xff51afd7ed558ccd)) % 997;
+        ScoreResult {
+            logprob: Self::logprob(context, token),
+            rank: h as u32 + 1,
+        }
+    }
+
+    fn run(&mut self, plan: &StepPlan) -> (Vec<DrawResult>, Vec<ScoreResult>) {
         self.run_after(plan, &[])
     }
 
     /// Runs `plan`, whose tokens may name the draws of the plan run before (`before`), as
     /// the GPU reads them when a step is planned ahead.
-    fn run_after(&mut self, plan: &StepPlan, before: &[DrawResult]) -> (Vec<DrawResult>, Vec<f32>) {
+    fn run_after(
+        &mut self,
+        plan: &StepPlan,
+        before: &[DrawResult],
+    ) -> (Vec<DrawResult>, Vec<ScoreResult>) {
         let bs = self.block_size;
         for copy in &plan.copies {
             for i in 0..bs {
@@ -203,7 +218,7 @@ impl FakeModel {
             .map(|t| {
                 let chunk = &plan.chunks[t.chunk];
                 let context = self.context(&chunk.block_table, chunk.start + t.offset);
-                Self::logprob(context, t.token)
+                Self::score(context, t.token)
             })
             .collect();
         (draws, scores)
@@ -243,7 +258,7 @@ fn drain(s: &mut Scheduler, model: &mut FakeModel) -> Vec<FinishedSample> {
 /// applied (the engine's overlap): advance, schedule the next, run it, then update.
 fn drain_ahead(s: &mut Scheduler, model: &mut FakeModel) -> Vec<FinishedSample> {
     let mut out = Vec::new();
-    type Step = (StepPlan, (Vec<DrawResult>, Vec<f32>));
+    type Step = (StepPlan, (Vec<DrawResult>, Vec<ScoreResult>));
     let mut in_flight: Option<Step> = None;
     let mut last_draws: Vec<DrawResult> = Vec::new();
     for _ in 0..100_000 {
@@ -652,19 +667,32 @@ fn finishing_one_sample_leaves_its_siblings_unchanged() {
     assert_eq!(early[&(0, 1)].0, full[&(0, 1)].0[..3]);
 }
 
-/// The fake model's log-probability of each of `completion`'s tokens after `prompt` and
-/// the tokens before it, computed without any paging.
-fn expected_scores(prompt: &[u32], completion: &[u32]) -> Vec<f32> {
+/// The fake model's score of each of `completion`'s tokens after `prompt` and the tokens
+/// before it, computed without any paging.
+fn expected_scores(prompt: &[u32], completion: &[u32]) -> Vec<ScoreResult> {
     let mut context: u64 = 0xcbf29ce484222325;
     for &x in prompt {
         context = (context ^ (x as u64 + 1)).wrapping_mul(0x100000001b3);
     }
     let mut out = Vec::new();
     for &t in completion {
-        out.push(FakeModel::logprob(context, t));
+        out.push(FakeModel::score(context, t));
         context = (context ^ (t as u64 + 1)).wrapping_mul(0x100000001b3);
     }
     out
+}
+
+/// A scored sample's log-probs and ranks, token by token (it has a rank per log-prob).
+fn scores_of(sample: &FinishedSample) -> Vec<ScoreResult> {
+    assert_eq!(
+        sample.logprobs.len(),
+        sample.ranks.len(),
+        "a rank per log-prob"
+    );
+    let pairs = sample.logprobs.iter().zip(&sample.ranks);
+    pairs
+        .map(|(&logprob, &rank)| ScoreResult { logprob, rank })
+        .collect()
 }
 
 #[derive(Clone, Debug)]
@@ -789,16 +817,15 @@ proptest! {
         prop_assert_eq!(s.pool().num_used(), 0);
         for sample in &got {
             let (_, r) = ids.iter().find(|(id, _)| *id == sample.request).unwrap();
+            // Ranks are the scored tokens'; a drawn one has none.
+            prop_assert!(!r.forced.is_empty() || sample.ranks.is_empty());
             if r.forced.is_empty() || sample.finish_reason == FinishReason::Abort {
                 continue;
             }
             // Only aborts end a scoring sample early (`generated` is None for it).
             let completion = &r.forced[sample.sample_index as usize];
             prop_assert_eq!(&sample.token_ids, completion);
-            prop_assert_eq!(
-                &sample.logprobs,
-                &expected_scores(&r.prompt, completion)
-            );
+            prop_assert_eq!(scores_of(sample), expected_scores(&r.prompt, completion));
         }
     }
 }
@@ -1001,7 +1028,7 @@ fn a_recomputed_scorer_scores_every_target_despite_cached_siblings() {
     assert!(s.stats().preemptions > 0, "{:?}", s.stats());
     assert_eq!(out.len(), 3);
     for sample in out {
-        assert_eq!(sample.logprobs, expected_scores(&prompt, &[1, 1, 1]));
+        assert_eq!(scores_of(&sample), expected_scores(&prompt, &[1, 1, 1]));
     }
 }
 

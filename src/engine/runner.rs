@@ -5,8 +5,8 @@
 //! submit the next step while the GPU runs this one. The inputs are written with
 //! `queue.write_buffer` into buffers allocated up front (grown, rarely, when a step needs
 //! more draws or table entries than any before), and only the drawn tokens, their
-//! log-probabilities and the alternatives asked for come back, through a staging buffer:
-//! never the logits.
+//! log-probabilities, the alternatives asked for and the scored tokens' ranks come back,
+//! through a staging buffer: never the logits.
 //!
 //! The buffers a step's draws write and the CPU reads back come in two sets used in turn,
 //! so that a step never overwrites what the step before it wrote before that is read: its
@@ -14,7 +14,7 @@
 //! `DRAWN`), and its staging buffer, which the CPU maps after the next step is submitted.
 //!
 //! After the forward pass, per logits row: softmax statistics (the raw log-probs), the
-//! top alternatives, then the row's logit processing (`sched::RowProcessing`: bias and
+//! top alternatives, each target's rank (only in steps that score), then the row's logit processing (`sched::RowProcessing`: bias and
 //! penalties, then the allow-list, then the mask of forbidden tokens: stop tokens before
 //! `min_tokens`, bad words), which therefore changes only the sampling distribution, then
 //! truncation and the draws.
@@ -30,9 +30,10 @@ use crate::gpu::kernels::logit_adjust::{self, LogitAdjust};
 use crate::gpu::kernels::mask::{self, KeepOnly};
 use crate::gpu::kernels::sample::{self, Restore, RowParams, SampleKey};
 use crate::gpu::kernels::softmax::{self, Extra, RowStats};
+use crate::gpu::kernels::target_rank::{self, TargetRanks};
 use crate::gpu::kernels::top_logprobs;
 use crate::model::decoder::{Decoder, ForwardBuffers};
-use crate::sched::{DrawResult, StepPlan, TopLogprob};
+use crate::sched::{DrawResult, ScoreResult, StepPlan, TopLogprob};
 use web_time::Instant;
 
 // The embedding kernel resolves the ids the scheduler marks as drawn by the step before.
@@ -57,6 +58,7 @@ struct Outputs {
     sampling_logprobs: Growable,
     top_ids: Growable,
     top_logprobs: Growable,
+    ranks: Growable,
     staging: wgpu::Buffer,
     staging_size: u64,
 }
@@ -69,6 +71,7 @@ impl Outputs {
             sampling_logprobs: Growable::new(gpu, max_r),
             top_ids: Growable::new(gpu, 1),
             top_logprobs: Growable::new(gpu, 1),
+            ranks: Growable::new(gpu, 1),
             staging: gpu.staging(8 * max_r as u64),
             staging_size: 8 * max_r as u64,
         }
@@ -110,6 +113,8 @@ pub struct StepRunner {
     keep_only: Growable,
     allowed: Growable,
     top_counts: Growable,
+    /// Per target, its (logits row, token), for the ranks.
+    rank_targets: Growable,
     stats: RowStats,
     outputs: [Outputs; 2],
     /// The set the next step writes.
@@ -135,6 +140,7 @@ impl StepRunner {
             keep_only: Growable::new(gpu, size_of::<KeepOnly>() / 4),
             allowed: Growable::new(gpu, 1),
             top_counts: Growable::new(gpu, max_r),
+            rank_targets: Growable::new(gpu, 1),
             stats: RowStats::zeros(gpu, max_r),
             outputs: [Outputs::new(gpu, max_r), Outputs::new(gpu, max_r)],
             next_set: 0,
@@ -145,13 +151,12 @@ impl StepRunner {
         &self.kv
     }
 
-    /// Runs `plan` and returns one result per draw and one log-prob per target, in the
-    /// plan's order.
+    /// Runs `plan` and returns one result per draw and one per target, in the plan's order.
     pub async fn run(
         &mut self,
         decoder: &Decoder,
         plan: &StepPlan,
-    ) -> Result<(Vec<DrawResult>, Vec<f32>, RunTimings), SproutError> {
+    ) -> Result<(Vec<DrawResult>, Vec<ScoreResult>, RunTimings), SproutError> {
         let submitted = self.submit(decoder, plan)?;
         self.finish(decoder, submitted).await
     }
@@ -255,14 +260,22 @@ impl StepRunner {
             let buffer = &out.tokens.tensor.buffer;
             gpu.queue
                 .write_buffer(buffer, at, bytemuck::cast_slice(&given));
+            let pairs: Vec<[u32; 2]> = plan
+                .targets
+                .iter()
+                .zip(&p.target_rows)
+                .map(|(t, &row)| [row, t.token])
+                .collect();
+            self.rank_targets.write(gpu, &pairs);
+            out.ranks.reserve(gpu, n_targets);
         }
         if n_max > 0 {
             out.top_ids.reserve(gpu, r * n_max);
             out.top_logprobs.reserve(gpu, r * n_max);
         }
-        // Read back: drawn tokens [d], log-probs [m], sampling log-probs [d], then the
-        // alternatives' ids and log-probs [r, n_max] each.
-        let words = 3 * d + n_targets + 2 * r * n_max;
+        // Read back: drawn tokens [d], log-probs [m], sampling log-probs [d], the
+        // alternatives' ids and log-probs [r, n_max] each, then the targets' ranks.
+        let words = 3 * d + n_targets + 2 * r * n_max + n_targets;
         let size = 4 * words as u64;
         if size > out.staging_size {
             out.staging_size = size.next_power_of_two();
@@ -294,6 +307,17 @@ impl StepRunner {
                     &out.top_ids.tensor,
                     &out.top_logprobs.tensor,
                 );
+            }
+            // Ranks too: a step that only draws has no targets and records nothing here.
+            if n_targets > 0 {
+                let op = TargetRanks {
+                    logits,
+                    rows: r,
+                    targets: &self.rank_targets.tensor,
+                    n: n_targets,
+                    ranks: &out.ranks.tensor,
+                };
+                target_rank::encode(gpu, &mut rec, &op);
             }
             // The processing changes the sampling distribution only: `stats` (hence the
             // raw log-probs) were taken above. The masks come last, so that a masked logit
@@ -343,11 +367,15 @@ impl StepRunner {
             enc.copy_buffer_to_buffer(&tokens.buffer, 0, staging, 0, d4);
             enc.copy_buffer_to_buffer(&logprobs.buffer, 0, staging, d4, m4);
             enc.copy_buffer_to_buffer(&sampling_logprobs.buffer, 0, staging, d4 + m4, d4);
+            let (top_at, top_len) = (2 * d4 + m4, 4 * (r * n_max) as u64);
             if n_max > 0 {
-                let (at, len) = (2 * d4 + m4, 4 * (r * n_max) as u64);
                 let (ids, lps) = (&out.top_ids.tensor, &out.top_logprobs.tensor);
-                enc.copy_buffer_to_buffer(&ids.buffer, 0, staging, at, len);
-                enc.copy_buffer_to_buffer(&lps.buffer, 0, staging, at + len, len);
+                enc.copy_buffer_to_buffer(&ids.buffer, 0, staging, top_at, top_len);
+                enc.copy_buffer_to_buffer(&lps.buffer, 0, staging, top_at + top_len, top_len);
+            }
+            if n_targets > 0 {
+                let (at, len) = (top_at + 2 * top_len, 4 * n_targets as u64);
+                enc.copy_buffer_to_buffer(&out.ranks.tensor.buffer, 0, staging, at, len);
             }
         }
         let dispatches = rec.dispatches();
@@ -366,13 +394,13 @@ impl StepRunner {
         })
     }
 
-    /// Waits for a submitted step and returns one result per draw and one log-prob per
-    /// target, in its plan's order.
+    /// Waits for a submitted step and returns one result per draw and one per target, in
+    /// its plan's order.
     pub async fn finish(
         &mut self,
         decoder: &Decoder,
         s: Submitted,
-    ) -> Result<(Vec<DrawResult>, Vec<f32>, RunTimings), SproutError> {
+    ) -> Result<(Vec<DrawResult>, Vec<ScoreResult>, RunTimings), SproutError> {
         let waiting = Instant::now();
         let staging = &self.outputs[s.set].staging;
         let bytes = decoder.gpu.read_staged(staging, s.size).await?;
@@ -402,8 +430,12 @@ impl StepRunner {
                 }
             })
             .collect();
+        let ranks_at = top_at + 2 * r * n_max;
         let scores = (0..s.targets)
-            .map(|i| f32::from_bits(w[2 * d + i]))
+            .map(|i| ScoreResult {
+                logprob: f32::from_bits(w[2 * d + i]),
+                rank: w[ranks_at + i],
+            })
             .collect();
         Ok((draws, scores, timings))
     }

@@ -89,6 +89,7 @@ pub fn apply(sample: &mut FinishedSample, cut: Cut) {
     sample.logprobs.truncate(keep);
     sample.sampling_logprobs.truncate(keep);
     sample.top_logprobs.truncate(keep);
+    sample.ranks.truncate(keep);
     sample.weights_versions.truncate(keep);
     sample.finish_reason = FinishReason::Stop;
     sample.stopped_by = Some(cut.stop);

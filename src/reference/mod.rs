@@ -14,4 +14,5 @@ pub mod rmsnorm;
 pub mod rope;
 pub mod sample;
 pub mod softmax;
+pub mod target_rank;
 pub mod top_logprobs;

@@ -1,7 +1,7 @@
-//! What a step's draws give back: [`DrawResult`], and the [`DRAWN`] placeholder a sequence
-//! holds for a token the GPU has drawn but the CPU has not read yet. Its own file so that
-//! the plan (which names sequences) and the sequence (which records draws) both import it
-//! and not each other.
+//! What a step's draws and targets give back: [`DrawResult`], [`ScoreResult`], and the
+//! [`DRAWN`] placeholder a sequence holds for a token the GPU has drawn but the CPU has
+//! not read yet. Its own file so that the plan (which names sequences) and the sequence
+//! (which records draws and scores) both import it and not each other.
 
 use super::request::TopLogprob;
 
@@ -21,4 +21,14 @@ pub struct DrawResult {
     pub sampling_logprob: f32,
     /// The draw's `top_logprobs` most likely tokens, most likely first.
     pub top: Vec<TopLogprob>,
+}
+
+/// What the runner returns for each [`super::plan::Target`], in order.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ScoreResult {
+    /// The given token's log-probability under the model (temperature 1).
+    pub logprob: f32,
+    /// Its 1-based rank among its position's logits: its place in the order of
+    /// `top_logprobs` (logit descending, lowest id first among equal logits).
+    pub rank: u32,
 }

@@ -34,7 +34,7 @@ pub use adjusted::{Adjusted, request_adjustments};
 pub use block_map::{BlockUse, SeqBlocks, block_map};
 pub use config::{SchedError, SchedulerConfig, SchedulerStats};
 pub use drafting::SpecStats;
-pub use drawn::{DRAWN, DrawResult};
+pub use drawn::{DRAWN, DrawResult, ScoreResult};
 pub use plan::{BlockCopy, Chunk, Draw, StepPlan, Target};
 pub use processing::{RowProcessing, TokenAdjust};
 pub use request::{

@@ -144,6 +144,7 @@ impl Scheduler {
             sampling_logprobs: Vec::new(),
             top_logprobs: Vec::new(),
             weights_versions: Vec::new(),
+            ranks: Vec::new(),
             num_computed_tokens: 0,
             prefilling: true,
             scoring: false,

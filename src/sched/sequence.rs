@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use super::drawn::{DRAWN, DrawResult};
+use super::drawn::{DRAWN, DrawResult, ScoreResult};
 use super::request::{FinishReason, FinishedSample, RequestId, SamplingParams, TopLogprob};
 
 /// The scheduler's name for a sequence.
@@ -40,6 +40,8 @@ pub(crate) struct Sequence {
     pub top_logprobs: Vec<Vec<TopLogprob>>,
     /// ... and the weights version it was drawn or scored under.
     pub weights_versions: Vec<u64>,
+    /// ... and its rank under the model (scoring only).
+    pub ranks: Vec<u32>,
     /// Tokens whose K and V are in the pool (`tokens[..num_computed_tokens]`).
     pub num_computed_tokens: usize,
     /// Whether this sequence's current stay in the running set began with a prefill
@@ -99,14 +101,20 @@ impl Sequence {
         }
     }
 
-    /// Takes the log-prob of the next given token, scored under `weights_version`
+    /// Takes the log-prob and rank of the next given token, scored under `weights_version`
     /// (`pending`: a step planned ahead counted it pending); returns whether every given
     /// token is scored now (scoring only).
-    pub fn record_score(&mut self, logprob: f32, weights_version: u64, pending: bool) -> bool {
+    pub fn record_score(
+        &mut self,
+        score: ScoreResult,
+        weights_version: u64,
+        pending: bool,
+    ) -> bool {
         if pending {
             self.pending_scores -= 1;
         }
-        self.logprobs.push(logprob);
+        self.logprobs.push(score.logprob);
+        self.ranks.push(score.rank);
         self.weights_versions.push(weights_version);
         self.logprobs.len() == self.tokens.len() - self.prompt_len
     }
@@ -152,7 +160,7 @@ impl Sequence {
             logprobs: self.logprobs,
             sampling_logprobs: self.sampling_logprobs,
             top_logprobs: self.top_logprobs,
-            ranks: Vec::new(),
+            ranks: self.ranks,
             weights_versions: self.weights_versions,
             finish_reason: reason,
             stopped_by: None,

@@ -2,7 +2,7 @@
 
 use sprout::engine::{Engine, EngineConfig, KvSize};
 use sprout::model::decoder::Decoder;
-use sprout::sched::{FinishedSample, Request, SchedulerStats};
+use sprout::sched::{FinishedSample, Request, SamplingParams, SchedulerStats};
 
 /// Runs `requests` to completion on one engine: the samples, and the scheduler's stats.
 pub fn run(
@@ -25,5 +25,18 @@ pub fn config(blocks: usize, max_batch_tokens: usize) -> EngineConfig {
         kv: KvSize::Blocks(blocks),
         max_batch_tokens,
         ..EngineConfig::default()
+    }
+}
+
+/// Request `index`: `n` samples of `prompt` under `params`, drawn (no completions forced)
+/// and unsalted.
+pub fn request(index: u32, prompt: Vec<u32>, n: usize, params: SamplingParams) -> Request {
+    Request {
+        index,
+        prompt,
+        n,
+        params,
+        forced: Vec::new(),
+        cache_salt: None,
     }
 }

@@ -20,6 +20,7 @@ mod matmul;
 mod norm_add;
 mod sample;
 mod softmax;
+mod target_rank;
 mod top_logprobs;
 
 use common::Case;
@@ -37,6 +38,7 @@ fn main() {
         sample::cases(),
         softmax::cases(),
         top_logprobs::cases(),
+        target_rank::cases(),
         mask::cases(),
         keep_only::cases(),
         logit_adjust::cases(),

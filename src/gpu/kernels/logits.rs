@@ -120,6 +120,21 @@ impl Logits {
             })
     }
 
+    /// [`Logits::chunks`], or the first chunk with no rows when there are none: what a
+    /// kernel whose entries name rows (draws, targets) dispatches over, so that even with
+    /// no rows one dispatch marks the entries whose rows are past them.
+    pub fn entry_chunks(&self, rows: usize) -> Vec<LogitsChunk<'_>> {
+        let mut chunks: Vec<LogitsChunk> = self.chunks(rows).collect();
+        if chunks.is_empty() {
+            chunks.push(LogitsChunk {
+                first_row: 0,
+                rows: 0,
+                tensor: &self.chunks[0],
+            });
+        }
+        chunks
+    }
+
     /// Rows `0..rows` read back (`[rows, vocab]`).
     pub async fn read(&self, gpu: &Gpu, rows: usize) -> Result<Vec<f32>, SproutError> {
         let mut out = Vec::with_capacity(rows.min(self.rows) * self.vocab);

@@ -15,6 +15,7 @@ pub mod rope;
 pub mod row_info;
 pub mod sample;
 pub mod softmax;
+pub mod target_rank;
 pub mod top_logprobs;
 
 pub use logits::{Logits, LogitsChunk};
@@ -69,6 +70,10 @@ pub fn all_modules() -> Vec<(String, String)> {
     out.push(("sample".to_string(), SampleKernel::Sample.source()));
     out.push(("softmax".to_string(), SoftmaxKernel::RowStats.source()));
     out.push(("top_logprobs".to_string(), TopLogprobsKernel.source()));
+    for shape in target_rank::TargetRankShape::ALL {
+        let kernel = target_rank::TargetRankKernel { shape };
+        out.push((kernel.name(), kernel.source()));
+    }
     out
 }
 

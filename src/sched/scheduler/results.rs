@@ -21,7 +21,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::sched::drawn::{DRAWN, DrawResult};
+use crate::sched::drawn::{DRAWN, DrawResult, ScoreResult};
 use crate::sched::plan::{Chunk, StepPlan};
 use crate::sched::request::{FinishReason, FinishedSample};
 use crate::sched::sequence::{Role, SeqId};
@@ -81,15 +81,15 @@ impl Scheduler {
         self.advanced = true;
     }
 
-    /// Applies a step's results (`results[i]` for `plan.draws[i]`, `scores[i]` the
-    /// log-prob for `plan.targets[i]`) and returns the samples that finished. Results of
+    /// Applies a step's results (`results[i]` for `plan.draws[i]`, `scores[i]` for
+    /// `plan.targets[i]`) and returns the samples that finished. Results of
     /// sequences that are gone (finished or aborted since the step was planned) are
     /// ignored.
     pub fn update(
         &mut self,
         plan: &StepPlan,
         results: &[DrawResult],
-        scores: &[f32],
+        scores: &[ScoreResult],
     ) -> Result<Vec<FinishedSample>, SchedError> {
         if results.len() != plan.draws.len() || scores.len() != plan.targets.len() {
             return Err(SchedError::ResultCount {
@@ -144,7 +144,7 @@ impl Scheduler {
         if !drafts.is_empty() {
             self.drafting.record_verifying_step();
         }
-        for (target, &logprob) in plan.targets.iter().zip(scores) {
+        for (target, &score) in plan.targets.iter().zip(scores) {
             let parent = plan.chunks[target.chunk].seq;
             if !self.seqs.contains_key(&parent) {
                 continue;
@@ -160,7 +160,7 @@ impl Scheduler {
                 Role::Sample(_) => (parent, advanced),
             };
             let s = self.seqs.get_mut(&seq).expect("sequence exists");
-            if s.record_score(logprob, plan.weights_version, was_pending) {
+            if s.record_score(score, plan.weights_version, was_pending) {
                 finished.push(self.finish(seq, FinishReason::Length));
             }
         }

@@ -246,20 +246,6 @@ fn readable_rows(what: &str, logits: &Logits, params: &Tensor, cut: &Tensor) -> 
     logits.rows.min(params.len / PARAM_WORDS).min(cut.len / 2)
 }
 
-/// The chunks a per-draw dispatch runs on: those holding the readable rows, and at least
-/// the first (whose dispatch also serves the draws from rows past them).
-fn draw_chunks(logits: &Logits, rows: usize) -> Vec<LogitsChunk<'_>> {
-    let mut chunks: Vec<LogitsChunk> = logits.chunks(rows).collect();
-    if chunks.is_empty() {
-        chunks.push(LogitsChunk {
-            first_row: 0,
-            rows: 0,
-            tensor: &logits.chunks[0],
-        });
-    }
-    chunks
-}
-
 /// The kernel's parameters for one chunk.
 fn params_for(m: usize, vocab: usize, rows: usize, chunk: &LogitsChunk) -> Params {
     Params {
@@ -343,7 +329,7 @@ pub fn encode(
     let rows = readable_rows("sample", logits, params, cut);
     check_draws("sample", keys, tokens, m);
     let kernel = gpu.pipeline(&SampleKernel::Sample);
-    for chunk in draw_chunks(logits, rows) {
+    for chunk in logits.entry_chunks(rows) {
         rec.dispatch(
             &kernel,
             bytemuck::bytes_of(&params_for(m, logits.vocab, rows, &chunk)),
@@ -423,7 +409,7 @@ pub fn encode_draw_logprobs(
         if let (1, Some(r)) = (pass, &restore) {
             logit_adjust::encode_restore(gpu, rec, logits, r.rows, r.adjusts, r.n, r.saved);
         }
-        for chunk in draw_chunks(logits, rows) {
+        for chunk in logits.entry_chunks(rows) {
             rec.dispatch(
                 &kernel,
                 bytemuck::bytes_of(&params_for(m, logits.vocab, rows, &chunk)),
