@@ -51,6 +51,9 @@ pub struct SamplingFields {
     pub include_usage: bool,
     /// Alternatives per position; `None`: no log-probs in the choices.
     pub logprobs: Option<usize>,
+    /// vLLM's `prompt_logprobs`: each prompt token's log-prob and this many alternatives
+    /// (`None`: not asked).
+    pub prompt_logprobs: Option<usize>,
     /// What is done to the logits (token ids as given; `bad_words` still words).
     pub logit_bias: Vec<(u32, f32)>,
     pub allowed_token_ids: Option<Vec<u32>>,
@@ -170,6 +173,7 @@ impl SamplingFields {
             }
         };
         let whole = "a non-negative integer";
+        let prompt_logprobs = prompt_logprobs(obj, stream)?;
         let request_id: Option<String> = field(obj, "request_id", "a string")?;
         if let Some(id) = &request_id
             && (id.is_empty() || id.len() > MAX_REQUEST_ID_BYTES)
@@ -200,6 +204,7 @@ impl SamplingFields {
             stream,
             include_usage,
             logprobs: None,
+            prompt_logprobs,
             logit_bias: logit_bias(obj)?,
             allowed_token_ids: field(obj, "allowed_token_ids", "a list of token ids")?,
             bad_words: field(obj, "bad_words", "a list of strings")?.unwrap_or_default(),
@@ -214,6 +219,20 @@ impl SamplingFields {
                 .unwrap_or(false),
             provenance: provenance(obj, &["user", "session_id"])?,
         })
+    }
+}
+
+/// `prompt_logprobs`: at most [`MAX_TOP_LOGPROBS`] alternatives, and not in a stream
+/// (vLLM refuses it there too: its chunks have no place for them).
+fn prompt_logprobs(obj: &Map<String, Value>, stream: bool) -> Result<Option<usize>, ApiError> {
+    let k: Option<usize> = field(obj, "prompt_logprobs", "a non-negative integer")?;
+    match k {
+        Some(_) if stream => Err(ApiError::bad(
+            "prompt_logprobs",
+            "prompt_logprobs are not available when stream is true",
+        )),
+        Some(k) => check_top("prompt_logprobs", k).map(Some),
+        None => Ok(None),
     }
 }
 
@@ -496,6 +515,7 @@ mod tests {
             "ignore_eos",
             "logprobs",
             "top_logprobs",
+            "prompt_logprobs",
             "return_token_ids",
             "stream",
             "stream_options",
@@ -575,6 +595,18 @@ mod tests {
             (r#"{"prompt": "x", "n": 0}"#, "n"),
             (r#"{"prompt": "x", "temperature": "hot"}"#, "temperature"),
             (r#"{"prompt": "x", "logprobs": 21}"#, "logprobs"),
+            (
+                r#"{"prompt": "x", "prompt_logprobs": 21}"#,
+                "prompt_logprobs",
+            ),
+            (
+                r#"{"prompt": "x", "prompt_logprobs": -1}"#,
+                "prompt_logprobs",
+            ),
+            (
+                r#"{"prompt": "x", "prompt_logprobs": 0, "stream": true}"#,
+                "prompt_logprobs",
+            ),
             (r#"{"prompt": "x", "stop": 3}"#, "stop"),
             (r#"{"prompt": "x", "top_k": -2}"#, "top_k"),
             (r#"{"prompt": "x", "stream_options": {}}"#, "stream_options"),
