@@ -202,8 +202,6 @@ fn every_field_of_the_table_is_treated_as_it_says() {
             assert_error(&reply, 400, Some(field), says);
         }
     }
-    let echoed = json!({"prompt": PROMPT, "max_tokens": 1, "echo": true, "logprobs": 0});
-    assert_error(&post(port, &echoed), 400, Some("echo"), "log-probs");
 }
 
 #[test]

@@ -152,7 +152,7 @@ mod tests {
                 "top_logprobs",
             ),
             (
-                r#"{"token_ids": [1], "sampling_params": {"prompt_logprobs": 1}}"#,
+                r#"{"token_ids": [1], "sampling_params": {"prompt_logprobs": 21}}"#,
                 "prompt_logprobs",
             ),
             (
@@ -162,6 +162,10 @@ mod tests {
             (
                 r#"{"token_ids": [1], "sampling_params": {"output_kind": 3}}"#,
                 "output_kind",
+            ),
+            (
+                r#"{"token_ids": [1], "stream": true, "sampling_params": {"prompt_logprobs": 0}}"#,
+                "prompt_logprobs",
             ),
             (r#"{"token_ids": [1], "priority": 1}"#, "priority"),
             (

@@ -8,6 +8,8 @@
 //! - `request`: reading the two APIs' request bodies;
 //! - `sampling`: a request's fields as the engine's sampling parameters, and its limits;
 //! - `submit`: checking a request against the model, the queue limit, and queueing it;
+//! - `prompt_logprobs`: the prompt's own log-probs (`prompt_logprobs`, `echo` with
+//!   `logprobs`), from a teacher-forced scoring request queued beside the samples;
 //! - `reply`: answering from the samples, whole or streamed;
 //! - `response`: the two APIs' response shapes;
 //! - `metrics`: `/metrics`, under vLLM's names;
@@ -33,6 +35,7 @@ mod generate;
 mod logprobs_mode;
 mod messages;
 mod metrics;
+mod prompt_logprobs;
 mod render;
 mod reply;
 mod request;

@@ -7,6 +7,14 @@
 //! and sprout's fields; after the last sample, usage (when asked for) and `[DONE]`.
 //! Generate's bodies and chunks take vLLM's token shapes (`TokensBody`) around the same
 //! choices.
+//!
+//! The prompt's log-probs (`prompt_logprobs`, `echo` with `logprobs`) come from each
+//! prompt's scoring request (`prompt_logprobs`), whose finished sample is told apart from
+//! the sampling ones by its engine index and is never a choice. A choice that carries them
+//! waits for them: in a stream, a sample that finishes before its prompt's score is held
+//! until the score comes (`prompt_logprobs` themselves are refused with `stream`, as vLLM
+//! does). With `max_tokens` 0 nothing is sampled: each prompt's choices hold the prompt
+//! alone, once its score has come.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -25,23 +33,70 @@ use crate::cli::json_out;
 use crate::cli::serve::error::{ApiError, internal};
 use crate::cli::serve::logprobs_mode::LogprobsMode;
 use crate::cli::serve::messages::Event;
+use crate::cli::serve::prompt_logprobs::{Position, PromptScore, unsampled};
 use crate::cli::serve::response::{
     self, Api, Asked, Body, Choice, Piece, TextOptions, TokensBody, TokensWhole, Usage,
 };
 use crate::cli::serve::state::AppState;
 use crate::cli::serve::submit::{Job, Pending, cached_share};
 
-/// What the request asked each choice to carry, for a sample of `prompt`.
-fn asked_of<'a>(state: &AppState, job: &Job, prompt: &'a [u32]) -> Asked<'a> {
+/// The prompt of a sample, as its index among the job's prompts.
+fn prompt_number(job: &Job, request_index: u32) -> usize {
+    request_index.wrapping_sub(job.base) as usize
+}
+
+/// The scores of prompt `p`, when the request asked for the prompt's log-probs.
+fn score_of<'a>(
+    job: &'a Job,
+    scores: &'a [Option<FinishedSample>],
+    p: usize,
+) -> Option<PromptScore<'a>> {
+    (!job.scored.is_empty()).then(|| PromptScore {
+        prompt: job.prompts.get(p).map(Vec::as_slice).unwrap_or_default(),
+        sample: scores.get(p).and_then(Option::as_ref),
+    })
+}
+
+/// What the request asked each choice to carry, for a sample of engine request
+/// `request_index`.
+fn asked_of<'a>(
+    state: &AppState,
+    job: &'a Job,
+    scores: &'a [Option<FinishedSample>],
+    request_index: u32,
+) -> Asked<'a> {
+    let f = &job.fields;
+    let p = prompt_number(job, request_index);
     Asked {
         api: job.api,
-        stream: job.fields.stream,
-        logprobs: job.fields.logprobs.is_some(),
-        return_token_ids: job.fields.return_token_ids,
-        tokens_as_ids: job.fields.return_tokens_as_token_ids,
-        prompt,
+        stream: f.stream,
+        logprobs: f.logprobs.is_some(),
+        return_token_ids: f.return_token_ids,
+        tokens_as_ids: f.return_tokens_as_token_ids,
+        prompt: job.prompt_of(request_index),
+        score: score_of(job, scores, p),
+        prompt_logprobs: f.prompt_logprobs,
+        echo_logprobs: f.logprobs.filter(|_| f.echo),
         weights_version: state.weights_version.load(Ordering::Acquire),
     }
+}
+
+/// Chat and generate with `prompt_logprobs` name their (one) prompt's log-probs at the top of
+/// the body.
+fn top_prompt_logprobs(
+    state: &AppState,
+    job: &Job,
+    scores: &[Option<FinishedSample>],
+) -> Option<Vec<Option<Position>>> {
+    let k = job
+        .fields
+        .prompt_logprobs
+        .filter(|_| matches!(job.api, Api::Chat | Api::Generate))?;
+    let name = response::namer(
+        &state.facts.tokenizer,
+        job.fields.return_tokens_as_token_ids,
+    );
+    score_of(job, scores, 0).map(|score| score.vllm(&name, k))
 }
 
 /// How the request asked its samples' text to be written.
@@ -81,12 +136,16 @@ fn body_line(
     choices: Vec<Choice>,
     usage: Option<Usage>,
     chunk: Option<bool>,
+    prompt_logprobs: Option<Vec<Option<Position>>>,
 ) -> anyhow::Result<String> {
     if job.api == Api::Generate {
         return json_out::to_line(&TokensBody {
             request_id: &job.id,
             choices,
-            whole: chunk.is_none().then(TokensWhole::default),
+            whole: chunk.is_none().then(|| TokensWhole {
+                prompt_logprobs,
+                kv_transfer_params: None,
+            }),
             usage,
         });
     }
@@ -96,6 +155,7 @@ fn body_line(
         created: job.created,
         model: &state.served_name,
         prompt_token_ids: top_prompt(job).filter(|_| chunk != Some(false)),
+        prompt_logprobs,
         choices,
         usage,
     })
@@ -108,7 +168,7 @@ pub async fn whole(
     events: mpsc::UnboundedReceiver<Event>,
     pending: Pending,
 ) -> Result<Response, ApiError> {
-    let samples = collect(&job, events, pending).await?;
+    let Collected { samples, scores } = collect_all(&job, events, pending).await?;
     let tokenizer = &state.facts.tokenizer;
     let mut choices = Vec::with_capacity(samples.len());
     for s in &samples {
@@ -123,34 +183,77 @@ pub async fn whole(
             first: true,
             finished: Some(s),
         };
-        let asked = asked_of(state, &job, job.prompt_of(s.request_index));
+        let asked = asked_of(state, &job, &scores, s.request_index);
         choices.push(response::choice(tokenizer, &asked, piece));
     }
     let completion_tokens = samples.iter().map(|s| s.token_ids.len()).sum();
     let cached_tokens = samples.iter().map(cached_share).sum();
     let usage = usage(&job, completion_tokens, cached_tokens);
-    let text = body_line(state, &job, choices, Some(usage), None).map_err(internal)?;
+    let prompt_logprobs = top_prompt_logprobs(state, &job, &scores);
+    let text = body_line(state, &job, choices, Some(usage), None, prompt_logprobs)
+        .map_err(internal)?;
     Ok(([(header::CONTENT_TYPE, "application/json")], text).into_response())
 }
 
 /// Waits for every sample of `job`; returns them in choice order.
 pub async fn collect(
     job: &Job,
+    events: mpsc::UnboundedReceiver<Event>,
+    pending: Pending,
+) -> Result<Vec<FinishedSample>, ApiError> {
+    collect_all(job, events, pending).await.map(|c| c.samples)
+}
+
+/// A request's finished samples, and its prompts' scoring passes.
+pub struct Collected {
+    /// In choice order (with `max_tokens` 0, each prompt's empty samples).
+    pub samples: Vec<FinishedSample>,
+    /// Per prompt, its scoring pass (`None` when none was queued).
+    pub scores: Vec<Option<FinishedSample>>,
+}
+
+/// Waits for every sample and scoring pass of `job`.
+pub async fn collect_all(
+    job: &Job,
     mut events: mpsc::UnboundedReceiver<Event>,
     mut pending: Pending,
-) -> Result<Vec<FinishedSample>, ApiError> {
+) -> Result<Collected, ApiError> {
     let mut samples: Vec<FinishedSample> = Vec::new();
-    while samples.len() < job.total_samples() {
+    let mut scores: Vec<Option<FinishedSample>> = job.scored.iter().map(|_| None).collect();
+    for _ in 0..job.expected_events() {
         match events.recv().await {
-            Some(Event::Finished(s)) => samples.push(*s),
+            Some(Event::Finished(s)) => match job.scored_prompt(s.request_index) {
+                Some(p) => scores[p] = Some(*s),
+                None => samples.push(*s),
+            },
             Some(Event::Token { .. }) => {}
             Some(Event::Failed(e)) => return Err(internal(e)),
             None => return Err(internal("the engine stopped before the request finished")),
         }
     }
     pending.done = true;
+    if !job.sampled {
+        samples = unsampled_choices(job, &scores, 0..job.prompts.len());
+    }
     samples.sort_by_key(|s| job.choice_index(s.request_index, s.sample_index));
-    Ok(samples)
+    Ok(Collected { samples, scores })
+}
+
+/// The choices of `prompts` when nothing is sampled (`max_tokens` 0): `n` empty samples
+/// each.
+fn unsampled_choices(
+    job: &Job,
+    scores: &[Option<FinishedSample>],
+    prompts: impl Iterator<Item = usize>,
+) -> Vec<FinishedSample> {
+    let mut out = Vec::new();
+    for p in prompts {
+        let score = scores.get(p).and_then(Option::as_ref);
+        for j in 0..job.fields.n {
+            out.push(unsampled(score, job.base.wrapping_add(p as u32), j as u32));
+        }
+    }
+    out
 }
 
 /// A sample's progress in a stream.
@@ -171,6 +274,10 @@ struct Streaming {
     events: mpsc::UnboundedReceiver<Event>,
     pending: Pending,
     samples: Vec<StreamedSample>,
+    /// Per prompt, its scoring pass once finished.
+    scores: Vec<Option<FinishedSample>>,
+    /// Finished samples waiting for their prompt's score.
+    held: Vec<FinishedSample>,
     completion_tokens: usize,
     cached_tokens: usize,
     /// The stream's first chunk has gone out.
@@ -197,18 +304,30 @@ pub fn stream(
             finished: false,
         })
         .collect();
-    let streaming = Streaming {
+    let scores = job.scored.iter().map(|_| None).collect();
+    let mut streaming = Streaming {
         state,
         job,
         events,
         pending,
         samples,
+        scores,
+        held: Vec::new(),
         completion_tokens: 0,
         cached_tokens: 0,
         began: false,
         out: VecDeque::new(),
         ended: false,
     };
+    // Prompts neither sampled nor scored have their choices now: no event will come.
+    if !streaming.job.sampled {
+        let now: Vec<usize> = (0..streaming.job.prompts.len())
+            .filter(|&p| !streaming.job.scored.get(p).copied().unwrap_or(false))
+            .collect();
+        for s in unsampled_choices(&streaming.job, &[], now.into_iter()) {
+            streaming.finished(s);
+        }
+    }
     let chunks = futures_util::stream::unfold(streaming, |mut s| async move {
         loop {
             if let Some(line) = s.out.pop_front() {
@@ -231,7 +350,8 @@ pub fn stream(
 impl Streaming {
     fn chunk(&mut self, choices: Vec<Choice>, usage: Option<Usage>) {
         let first = !std::mem::replace(&mut self.began, true);
-        match body_line(&self.state, &self.job, choices, usage, Some(first)) {
+        // Prompt log-probs are refused with `stream`, as in vLLM.
+        match body_line(&self.state, &self.job, choices, usage, Some(first), None) {
             Ok(line) => self.out.push_back(format!("data: {line}\n\n")),
             Err(e) => self.fail(&e.to_string()),
         }
@@ -259,8 +379,15 @@ impl Streaming {
                 request_index,
                 sample_index,
                 token,
-            }) => self.token(request_index, sample_index, token),
-            Some(Event::Finished(s)) => self.finished(*s),
+            }) => {
+                if self.job.scored_prompt(request_index).is_none() {
+                    self.token(request_index, sample_index, token)
+                }
+            }
+            Some(Event::Finished(s)) => match self.job.scored_prompt(s.request_index) {
+                Some(p) => self.scored(p, *s),
+                None => self.finished(*s),
+            },
             Some(Event::Failed(e)) => self.fail(&e),
             None => self.fail("the engine stopped before the request finished"),
         }
@@ -299,13 +426,38 @@ impl Streaming {
             first,
             finished: None,
         };
-        let asked = asked_of(&self.state, &self.job, self.job.prompt_of(request_index));
+        let asked = asked_of(&self.state, &self.job, &self.scores, request_index);
         let choice = response::choice(tokenizer, &asked, piece);
         self.chunk(vec![choice], None);
     }
 
+    /// Prompt `p`'s scoring pass: the samples that waited for it go out, and with
+    /// `max_tokens` 0 the prompt's choices.
+    fn scored(&mut self, p: usize, score: FinishedSample) {
+        if let Some(slot) = self.scores.get_mut(p) {
+            *slot = Some(score);
+        }
+        let (ready, waiting) = std::mem::take(&mut self.held)
+            .into_iter()
+            .partition(|s| prompt_number(&self.job, s.request_index) == p);
+        self.held = waiting;
+        let ready: Vec<FinishedSample> = match self.job.sampled {
+            true => ready,
+            false => unsampled_choices(&self.job, &self.scores, std::iter::once(p)),
+        };
+        for s in ready {
+            self.finished(s);
+        }
+    }
+
     /// The last chunk of a finished sample: what was not sent yet, and why it ended.
     fn finished(&mut self, s: FinishedSample) {
+        let p = prompt_number(&self.job, s.request_index);
+        let unscored = self.scores.get(p).is_some_and(Option::is_none);
+        if unscored && self.job.scored[p] {
+            self.held.push(s);
+            return;
+        }
         let index = self.job.choice_index(s.request_index, s.sample_index);
         let tokenizer = &self.state.facts.tokenizer;
         let Some(sample) = self.samples.get_mut(index) else {
@@ -351,7 +503,7 @@ impl Streaming {
             first,
             finished: Some(&s),
         };
-        let asked = asked_of(&self.state, &self.job, self.job.prompt_of(s.request_index));
+        let asked = asked_of(&self.state, &self.job, &self.scores, s.request_index);
         let choice = response::choice(tokenizer, &asked, piece);
         self.completion_tokens += s.token_ids.len();
         self.cached_tokens += cached_share(&s);

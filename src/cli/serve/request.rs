@@ -51,6 +51,9 @@ pub struct SamplingFields {
     pub include_usage: bool,
     /// Alternatives per position; `None`: no log-probs in the choices.
     pub logprobs: Option<usize>,
+    /// vLLM's `prompt_logprobs`: each prompt token's log-prob and this many alternatives
+    /// (`None`: not asked).
+    pub prompt_logprobs: Option<usize>,
     /// What is done to the logits (token ids as given; `bad_words` still words).
     pub logit_bias: Vec<(u32, f32)>,
     pub allowed_token_ids: Option<Vec<u32>>,
@@ -178,6 +181,7 @@ impl SamplingFields {
             Some(_) => field(obj, "stop", "a string or a list of strings")?.unwrap_or_default(),
         };
         let whole = "a non-negative integer";
+        let prompt_logprobs = prompt_logprobs(obj)?;
         Ok(SamplingFields {
             model: None,
             request_id: None,
@@ -198,6 +202,7 @@ impl SamplingFields {
             stream: false,
             include_usage: false,
             logprobs: None,
+            prompt_logprobs,
             logit_bias: logit_bias(obj)?,
             allowed_token_ids: field(obj, "allowed_token_ids", "a list of token ids")?,
             bad_words: field(obj, "bad_words", "a list of strings")?.unwrap_or_default(),
@@ -233,6 +238,13 @@ impl SamplingFields {
         self.model = field(obj, "model", "a string")?;
         self.request_id = bounded(obj, "request_id", MAX_REQUEST_ID_BYTES)?;
         self.cache_salt = bounded(obj, "cache_salt", MAX_CACHE_SALT_BYTES)?;
+        if self.stream && self.prompt_logprobs.is_some() {
+            // vLLM refuses them there too: its chunks have no place for them.
+            return Err(ApiError::bad(
+                "prompt_logprobs",
+                "prompt_logprobs are not available when stream is true",
+            ));
+        }
         Ok(())
     }
 }
@@ -247,6 +259,13 @@ fn bounded(obj: &Map<String, Value>, name: &str, max: usize) -> Result<Option<St
         )),
         _ => Ok(value),
     }
+}
+
+/// `prompt_logprobs`: at most [`MAX_TOP_LOGPROBS`] alternatives (and not in a stream:
+/// see [`SamplingFields::envelope`]).
+fn prompt_logprobs(obj: &Map<String, Value>) -> Result<Option<usize>, ApiError> {
+    let k: Option<usize> = field(obj, "prompt_logprobs", "a non-negative integer")?;
+    k.map(|k| check_top("prompt_logprobs", k)).transpose()
 }
 
 /// `stream_options`: `include_usage`; vLLM's `continuous_usage_stats` and OpenAI's
@@ -528,6 +547,7 @@ mod tests {
             "ignore_eos",
             "logprobs",
             "top_logprobs",
+            "prompt_logprobs",
             "return_token_ids",
             "stream",
             "stream_options",
@@ -607,6 +627,18 @@ mod tests {
             (r#"{"prompt": "x", "n": 0}"#, "n"),
             (r#"{"prompt": "x", "temperature": "hot"}"#, "temperature"),
             (r#"{"prompt": "x", "logprobs": 21}"#, "logprobs"),
+            (
+                r#"{"prompt": "x", "prompt_logprobs": 21}"#,
+                "prompt_logprobs",
+            ),
+            (
+                r#"{"prompt": "x", "prompt_logprobs": -1}"#,
+                "prompt_logprobs",
+            ),
+            (
+                r#"{"prompt": "x", "prompt_logprobs": 0, "stream": true}"#,
+                "prompt_logprobs",
+            ),
             (r#"{"prompt": "x", "stop": 3}"#, "stop"),
             (r#"{"prompt": "x", "top_k": -2}"#, "top_k"),
             (r#"{"prompt": "x", "stream_options": {}}"#, "stream_options"),

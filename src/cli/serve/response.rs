@@ -15,6 +15,7 @@ use sprout::sched::{FinishReason, FinishedSample, TopLogprob};
 use sprout::tokenizer::Tokenizer;
 
 use crate::cli::serve::error::ApiError;
+use crate::cli::serve::prompt_logprobs::{Position, PromptScore};
 
 /// Which API a request came through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,6 +74,9 @@ pub struct TextChoice {
     pub text: String,
     pub logprobs: Option<Logprobs>,
     pub finish_reason: Option<FinishReason>,
+    /// vLLM's `prompt_logprobs` of the choice's prompt, when asked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_logprobs: Option<Vec<Option<Position>>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prompt_token_ids: Option<Vec<u32>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -113,18 +117,36 @@ pub struct ChatDelta {
 }
 
 /// OpenAI's completions log-probs: per token its text, log-prob, the most likely
-/// alternatives (text to log-prob) and where its text starts in the completion.
+/// alternatives (text to log-prob) and where its text starts in the completion; `null`
+/// log-prob and alternatives for an echoed prompt's first token.
 #[derive(Serialize, Default)]
 pub struct Logprobs {
     pub tokens: Vec<String>,
-    pub token_logprobs: Vec<f32>,
-    pub top_logprobs: Vec<TopMap>,
+    pub token_logprobs: Vec<Option<f32>>,
+    pub top_logprobs: Vec<Option<TopMap>>,
     pub text_offset: Vec<usize>,
 }
 
 /// A position's alternatives as a JSON object, most likely first (a text that two tokens
 /// share keeps the likelier one).
 pub struct TopMap(pub Vec<(String, f32)>);
+
+impl TopMap {
+    /// The alternatives `(token, log-prob)`, most likely first, named by `name`.
+    pub fn named(
+        name: &dyn Fn(u32) -> String,
+        alternatives: impl Iterator<Item = (u32, f32)>,
+    ) -> TopMap {
+        let mut out: Vec<(String, f32)> = Vec::new();
+        for (token, logprob) in alternatives {
+            let text = name(token);
+            if !out.iter().any(|(seen, _)| *seen == text) {
+                out.push((text, logprob));
+            }
+        }
+        TopMap(out)
+    }
+}
 
 impl Serialize for TopMap {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -208,6 +230,9 @@ pub struct Body<'a> {
     /// Chat with `return_token_ids`: the prompt (in the whole response, or the first chunk).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prompt_token_ids: Option<Vec<u32>>,
+    /// Chat with `prompt_logprobs`: vLLM's `prompt_logprobs` of the prompt.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_logprobs: Option<Vec<Option<Position>>>,
     pub choices: Vec<Choice>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
@@ -225,11 +250,11 @@ pub struct TokensBody<'a> {
     pub usage: Option<Usage>,
 }
 
-/// What a whole generate response has besides its choices: vLLM's prompt log-probs and
-/// KV transfer parameters, which sprout does not produce (null).
+/// What a whole generate response has besides its choices: vLLM's prompt log-probs (null
+/// unless asked for) and KV transfer parameters, which sprout does not produce (null).
 #[derive(Serialize, Default)]
 pub struct TokensWhole {
-    pub prompt_logprobs: Option<()>,
+    pub prompt_logprobs: Option<Vec<Option<Position>>>,
     pub kv_transfer_params: Option<()>,
 }
 
@@ -259,16 +284,29 @@ pub struct Asked<'a> {
     /// Log-probs name tokens `token_id:ID` (vLLM's `return_tokens_as_token_ids`).
     pub tokens_as_ids: bool,
     pub prompt: &'a [u32],
+    /// The prompt's scores, when `prompt_logprobs` or `echo` with `logprobs` asked for them.
+    pub score: Option<PromptScore<'a>>,
+    /// vLLM's `prompt_logprobs`: alternatives per prompt position.
+    pub prompt_logprobs: Option<usize>,
+    /// Completions' `echo` with `logprobs` (k alternatives): the prompt's log-probs go
+    /// before the completion's, in the sample's first piece.
+    pub echo_logprobs: Option<usize>,
     /// The version in force when the answer is shaped (for a sample with no tokens).
     pub weights_version: u64,
 }
 
-/// `piece` as a choice of `asked.api`.
-pub fn choice(tokenizer: &Tokenizer, asked: &Asked, piece: Piece) -> Choice {
-    let name = |id: u32| match asked.tokens_as_ids {
+/// How log-probs name a token: its text, or `token_id:ID` with `tokens_as_ids` (vLLM's
+/// `return_tokens_as_token_ids`).
+pub fn namer(tokenizer: &Tokenizer, tokens_as_ids: bool) -> impl Fn(u32) -> String + '_ {
+    move |id: u32| match tokens_as_ids {
         true => format!("token_id:{id}"),
         false => token_text(tokenizer, id),
-    };
+    }
+}
+
+/// `piece` as a choice of `asked.api`.
+pub fn choice(tokenizer: &Tokenizer, asked: &Asked, piece: Piece) -> Choice {
+    let name = namer(tokenizer, asked.tokens_as_ids);
     let finish_reason = piece.finished.map(|s| s.finish_reason);
     let sprout = piece
         .finished
@@ -287,16 +325,30 @@ pub fn choice(tokenizer: &Tokenizer, asked: &Asked, piece: Piece) -> Choice {
         Api::Completions => Choice::Text(TextChoice {
             index: piece.index,
             logprobs: asked.logprobs.then(|| {
-                text_logprobs(
-                    &name,
-                    piece.tokens,
-                    piece.logprobs,
-                    piece.top,
-                    piece.text_offset,
-                )
+                let echoed = match (asked.echo_logprobs, asked.score) {
+                    (Some(k), Some(score)) if piece.first => score.completions(&name, k),
+                    _ => Logprobs::default(),
+                };
+                let offset = match echoed.tokens.last() {
+                    Some(last) => {
+                        echoed.text_offset.last().copied().unwrap_or(0) + last.chars().count()
+                    }
+                    None => piece.text_offset,
+                };
+                let mut out = echoed;
+                let own = text_logprobs(&name, piece.tokens, piece.logprobs, piece.top, offset);
+                out.tokens.extend(own.tokens);
+                out.token_logprobs.extend(own.token_logprobs);
+                out.top_logprobs.extend(own.top_logprobs);
+                out.text_offset.extend(own.text_offset);
+                out
             }),
             text: piece.text,
             finish_reason,
+            prompt_logprobs: match (asked.prompt_logprobs, asked.score) {
+                (Some(k), Some(score)) if piece.first => Some(score.vllm(&name, k)),
+                _ => None,
+            },
             prompt_token_ids: (asked.return_token_ids && piece.first)
                 .then(|| asked.prompt.to_vec()),
             token_ids,
@@ -353,16 +405,11 @@ fn text_logprobs(
         let text = name(id);
         out.text_offset.push(offset);
         offset += text.chars().count();
-        let mut alternatives: Vec<(String, f32)> = Vec::new();
-        for t in top.get(i).map(Vec::as_slice).unwrap_or_default() {
-            let text = name(t.token);
-            if !alternatives.iter().any(|(seen, _)| *seen == text) {
-                alternatives.push((text, t.logprob));
-            }
-        }
+        let top = top.get(i).map(Vec::as_slice).unwrap_or_default();
+        let alternatives = TopMap::named(name, top.iter().map(|t| (t.token, t.logprob)));
         out.tokens.push(text);
-        out.token_logprobs.push(lp);
-        out.top_logprobs.push(TopMap(alternatives));
+        out.token_logprobs.push(Some(lp));
+        out.top_logprobs.push(Some(alternatives));
     }
     out
 }

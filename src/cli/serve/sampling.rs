@@ -24,12 +24,6 @@ pub fn params(
         Api::Completions | Api::Generate => "logprobs",
         Api::Chat => "top_logprobs",
     };
-    if f.echo && f.logprobs.is_some() {
-        return Err(ApiError::bad(
-            "echo",
-            "echo with logprobs needs the prompt's log-probs, which sprout does not compute",
-        ));
-    }
     if state.logprobs_mode == LogprobsMode::Processed && f.logprobs.is_some_and(|k| k > 0) {
         return Err(ApiError::bad(
             alternatives,

@@ -9,6 +9,12 @@
 //! share of `--max-queued-requests` and, if samples were still running, aborts them so
 //! that their KV blocks are freed.
 //!
+//! Prompt log-probs (`prompt_logprobs`, or completions' `echo` with `logprobs`): each
+//! prompt of two tokens or more also gets a teacher-forced scoring request
+//! (`prompt_logprobs`), queued in the same `Command::Add` under engine index
+//! `base + prompts + i`. With `max_tokens` 0 (allowed only then) the prompts are not
+//! sampled at all: only the scoring requests run.
+//!
 //! Seeds: a request with a `seed` has its own seed (`SamplingParams::own_seed`), so its
 //! draws are keyed by (seed, 0, sample, position) and equal `sprout rollout --prompt ...
 //! --seed` whatever else is in the batch. Without one, draws are keyed by the server's
@@ -24,6 +30,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::cli::serve::error::ApiError;
 use crate::cli::serve::messages::{Command, Event};
+use crate::cli::serve::prompt_logprobs::scoring_request;
 use crate::cli::serve::request::{Prompt, SamplingFields};
 use crate::cli::serve::response::Api;
 use crate::cli::serve::sampling;
@@ -40,6 +47,12 @@ pub struct Job {
     pub echo: Vec<String>,
     /// The engine index of the first prompt; prompt i has `base + i`.
     pub base: u32,
+    /// Whether the prompts are sampled (not with `max_tokens` 0: then the choices hold
+    /// the prompt alone).
+    pub sampled: bool,
+    /// Which prompts have a scoring request (prompt i under `base + prompts + i`); empty
+    /// when the prompt's log-probs were not asked.
+    pub scored: Vec<bool>,
 }
 
 impl Job {
@@ -69,6 +82,47 @@ impl Job {
 
     pub fn total_samples(&self) -> usize {
         self.prompts.len() * self.fields.n
+    }
+
+    /// The prompt a scoring request scores, `None` for a sampling request.
+    pub fn scored_prompt(&self, request_index: u32) -> Option<usize> {
+        let prompts = self.prompts.len();
+        let offset = request_index.wrapping_sub(self.base) as usize;
+        (offset >= prompts && offset - prompts < self.scored.len()).then(|| offset - prompts)
+    }
+
+    /// The finished samples the engine will send: the samples, and one per scoring
+    /// request.
+    pub fn expected_events(&self) -> usize {
+        let samples = if self.sampled {
+            self.total_samples()
+        } else {
+            0
+        };
+        samples + self.scored.iter().filter(|&&q| q).count()
+    }
+}
+
+/// The alternatives per position the prompt's scoring asks for, `None` when the request
+/// wants no prompt log-probs: vLLM's `prompt_logprobs`, or completions' `echo` with
+/// `logprobs` (the larger when both).
+pub fn prompt_scoring(f: &SamplingFields) -> Option<usize> {
+    let echoed = f.logprobs.filter(|_| f.echo);
+    match (f.prompt_logprobs, echoed) {
+        (None, None) => None,
+        (a, b) => Some(a.unwrap_or(0).max(b.unwrap_or(0))),
+    }
+}
+
+/// `max_tokens` 0 asks for no generation: only a request that returns the prompt (echo)
+/// or its log-probs has anything to answer with.
+fn check_no_generation(f: &SamplingFields, max_tokens: usize) -> Result<(), ApiError> {
+    match max_tokens == 0 && !f.echo && f.prompt_logprobs.is_none() {
+        true => Err(ApiError::bad(
+            "max_tokens",
+            "max_tokens must be at least 1; 0 (no generation) only with echo or prompt_logprobs",
+        )),
+        false => Ok(()),
     }
 }
 
@@ -272,34 +326,28 @@ pub async fn submit(
     state: &Arc<AppState>,
     s: Submission,
 ) -> Result<(Job, mpsc::UnboundedReceiver<Event>, Pending), ApiError> {
-    let params = sampling::params(state, s.api, &s.fields, s.max_tokens)?;
+    check_no_generation(&s.fields, s.max_tokens)?;
+    let sampled = s.max_tokens > 0;
+    // Checked as if sampled, so that a request is refused for the same fields whatever
+    // its max_tokens.
+    let params = sampling::params(state, s.api, &s.fields, s.max_tokens.max(1))?;
     let n = s.fields.n;
-    let total = sampling::check_limits(state, s.prompts.len(), n)?;
-    reserve(state, total)?;
-    let base = state
-        .next_index
-        .fetch_add(s.prompts.len() as u32, Ordering::Relaxed);
+    sampling::check_limits(state, s.prompts.len(), n)?;
+    let scoring = prompt_scoring(&s.fields);
+    let prompts = s.prompts.len() as u32;
+    // Scoring requests take the indexes after the prompts' (see `Job::scored_prompt`).
+    let indexes_taken = if scoring.is_some() {
+        2 * prompts
+    } else {
+        prompts
+    };
+    let base = state.next_index.fetch_add(indexes_taken, Ordering::Relaxed);
     let created = now_s();
     let id = match &s.fields.request_id {
         Some(id) => id.clone(),
         None => format!("{}-{created}-{base}", s.api.id_prefix()),
     };
-    let indexes: Vec<u32> = (0..s.prompts.len() as u32)
-        .map(|i| base.wrapping_add(i))
-        .collect();
-    let mut pending = Pending {
-        state: state.clone(),
-        id: id.clone(),
-        indexes: indexes.clone(),
-        reserved: total,
-        done: false,
-    };
-    register(state, &id, indexes).inspect_err(|_| {
-        // Not ours to remove: the id belongs to the request in flight.
-        pending.id.clear();
-        pending.done = true;
-    })?;
-    let requests = s
+    let sampling_requests: Vec<Request> = s
         .prompts
         .iter()
         .enumerate()
@@ -312,6 +360,37 @@ pub async fn submit(
             cache_salt: s.fields.cache_salt.clone(),
         })
         .collect();
+    let scoring_requests: Vec<Option<Request>> = match scoring {
+        Some(top) => sampling_requests
+            .iter()
+            .map(|r| scoring_request(r, r.index.wrapping_add(prompts), top))
+            .collect(),
+        None => Vec::new(),
+    };
+    let scored: Vec<bool> = scoring_requests.iter().map(Option::is_some).collect();
+    let requests: Vec<Request> = match sampled {
+        true => sampling_requests,
+        false => Vec::new(),
+    }
+    .into_iter()
+    .chain(scoring_requests.into_iter().flatten())
+    .collect();
+    let indexes: Vec<u32> = requests.iter().map(|r| r.index).collect();
+    // Each sample, and each scoring pass, holds a share of the queue.
+    let total = requests.iter().map(|r| r.n).sum();
+    reserve(state, total)?;
+    let mut pending = Pending {
+        state: state.clone(),
+        id: id.clone(),
+        indexes: indexes.clone(),
+        reserved: total,
+        done: false,
+    };
+    register(state, &id, indexes).inspect_err(|_| {
+        // Not ours to remove: the id belongs to the request in flight.
+        pending.id.clear();
+        pending.done = true;
+    })?;
     // A stop string can cut tokens already drawn, and the alternatives come with the
     // finished sample: with either, a stream sends each sample whole when it finishes.
     let f = &s.fields;
@@ -361,6 +440,8 @@ pub async fn submit(
         prompts: s.prompts,
         echo: s.echo,
         base,
+        sampled,
+        scored,
     };
     Ok((job, receiver, pending))
 }

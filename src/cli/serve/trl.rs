@@ -11,7 +11,10 @@
 //! per token the sampled token's log-prob under the model (under the distribution it was
 //! drawn from with `--logprobs-mode processed_logprobs`), then with `logprobs: N > 0`
 //! the N most likely tokens too (the sampled one once), most likely first. sprout adds
-//! `weights_versions` (each completion's last token's version).
+//! `weights_versions` (each completion's last token's version) and `finish_reasons` (each
+//! completion's: "stop", "length", or "abort" when `/abort_requests` or
+//! `/pause?mode=abort` cut it short; an aborted completion holds the tokens drawn and
+//! their log-probs, so a trainer can resubmit prompt + partial).
 //!
 //! TRL's client also calls `GET /health/` and `POST /reset_prefix_cache/` (with the
 //! slash): those paths answer as their unslashed twins.
@@ -25,7 +28,7 @@ use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use serde::Serialize;
 use serde_json::{Map, Value};
-use sprout::sched::FinishedSample;
+use sprout::sched::{FinishReason, FinishedSample};
 
 use crate::cli::serve::error::ApiError;
 use crate::cli::serve::error::internal;
@@ -165,6 +168,7 @@ pub async fn generate(
         logprobs: want.map(|_| logprobs),
         logprob_token_ids: want.map(|_| logprob_ids),
         weights_versions: versions,
+        finish_reasons: samples.iter().map(|s| s.finish_reason).collect(),
     };
     // Through `json_out`: a NaN log-prob is an error, never a silent null.
     let body = crate::cli::json_out::to_value(&body).map_err(internal)?;
@@ -178,6 +182,7 @@ struct GenerateResponse<'a> {
     logprobs: Option<Vec<Vec<Vec<f32>>>>,
     logprob_token_ids: Option<Vec<Vec<Vec<u32>>>>,
     weights_versions: Vec<u64>,
+    finish_reasons: Vec<FinishReason>,
 }
 
 /// Per token of `s`: the log-probs and their token ids, the sampled token's first with
