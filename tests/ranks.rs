@@ -2,7 +2,8 @@
 //! sample returns is the token's place in its position's logits (from a teacher-forced
 //! pass over the whole sequence) by the definition, with the logits whole and in small
 //! prefill chunks with preemption; tokens drawn greedily rank 1 when scored; a token that
-//! was the `k`-th alternative of its position ranks `k + 1`; drawn samples have no ranks.
+//! was the `k`-th alternative of its position ranks `k + 1`; drawn samples have no ranks;
+//! a scored token gets the alternatives its request asks for, the bits a draw gets.
 
 mod common;
 
@@ -126,7 +127,36 @@ fn scored_tokens_rank_by_their_positions_logits() {
                     k => vec![1, 1, 1, k],
                 };
                 assert_eq!(s.ranks, want, "{what}: greedy sample {}", s.sample_index);
+                // Scoring asks the alternatives as drawing did: the same, bitwise, at every
+                // position the two share.
+                assert_eq!(s.top_logprobs.len(), s.token_ids.len(), "{what}");
+                let shared = match s.sample_index {
+                    0 => 6,
+                    _ => 3,
+                };
+                for (i, (scored, drawn)) in s
+                    .top_logprobs
+                    .iter()
+                    .zip(&g.top_logprobs)
+                    .enumerate()
+                    .take(shared)
+                {
+                    let bits = |t: &[sprout::sched::TopLogprob]| -> Vec<(u32, u32)> {
+                        t.iter().map(|a| (a.token, a.logprob.to_bits())).collect()
+                    };
+                    assert_eq!(
+                        bits(scored),
+                        bits(drawn),
+                        "{what}: sample {} position {i}",
+                        s.sample_index
+                    );
+                }
             }
+            let unasked = scored.iter().filter(|s| s.request_index != 0);
+            assert!(
+                unasked.clone().all(|s| s.top_logprobs.is_empty()),
+                "{what}: none asked"
+            );
         }
         assert_eq!(runs[0], runs[1], "{label}: whole vs chunked and preempted");
         // Some sampled token ranks past the first, so the check above saw more than 1s.

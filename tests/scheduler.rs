@@ -139,6 +139,7 @@ impl FakeModel {
         ScoreResult {
             logprob: Self::logprob(context, token),
             rank: h as u32 + 1,
+            top: Vec::new(),
         }
     }
 
@@ -691,7 +692,11 @@ fn scores_of(sample: &FinishedSample) -> Vec<ScoreResult> {
     );
     let pairs = sample.logprobs.iter().zip(&sample.ranks);
     pairs
-        .map(|(&logprob, &rank)| ScoreResult { logprob, rank })
+        .map(|(&logprob, &rank)| ScoreResult {
+            logprob,
+            rank,
+            top: Vec::new(),
+        })
         .collect()
 }
 

@@ -316,6 +316,28 @@ fn prompt_logprobs_come_per_prompt_with_n_a_batch_and_chat() {
         }
     }
 
+    // Generate: at the top of the body, the completions route's entries exactly; with
+    // max_tokens 0 nothing is drawn.
+    let body = json!({"prompt": first_ids, "prompt_logprobs": 3, "max_tokens": 0, "echo": true,
+                      "return_tokens_as_token_ids": true});
+    let from_completions = completion(port, &body)["choices"][0]["prompt_logprobs"].clone();
+    let generated = ok(
+        port,
+        "/inference/v1/generate",
+        &json!({"token_ids": first_ids,
+                "sampling_params": {"prompt_logprobs": 3, "max_tokens": 0}}),
+    );
+    assert_eq!(
+        generated["prompt_logprobs"], from_completions,
+        "{generated}"
+    );
+    assert_eq!(own_bits(&generated["prompt_logprobs"], &first_ids), first);
+    assert_eq!(
+        generated["choices"][0]["token_ids"],
+        json!([]),
+        "{generated}"
+    );
+
     // Chat: at the top of the body, once, of the rendered prompt.
     let messages = json!([{"role": "user", "content": "Score this"}]);
     let reply = post_to(

@@ -114,6 +114,10 @@ impl PackedBatch {
             self.target_rows.push(index((t.chunk, t.offset)));
         }
         self.top_counts.resize(self.logit_rows.len(), 0);
+        for (t, &row) in plan.targets.iter().zip(&self.target_rows) {
+            let count = &mut self.top_counts[row as usize];
+            *count = (*count).max(t.top_logprobs as u32);
+        }
         // The draws of one row share its processing (they are consecutive in the plan).
         let mut processed_row = None;
         for (d, &row) in plan.draws.iter().zip(&self.draw_rows) {
@@ -219,12 +223,14 @@ mod tests {
                     offset: 0,
                     token: 7,
                     sample_index: 0,
+                    top_logprobs: 4,
                 },
                 Target {
                     chunk: 0,
                     offset: 2,
                     token: 8,
                     sample_index: 0,
+                    top_logprobs: 2,
                 },
             ],
             weights_version: 0,
@@ -251,13 +257,13 @@ mod tests {
         assert_eq!(b.logit_rows, [2, 3, 5]);
         assert_eq!(b.draw_rows, [0, 0, 2]);
         assert_eq!(b.target_rows, [1, 0]);
-        // Row 0's two draws share their processing (packed once) and take the larger count
-        // of alternatives; the scoring row asks for none.
+        // Row 0's two draws share their processing (packed once); each row takes the largest
+        // count of alternatives its draws and targets ask (row 0: 3 drawing, 2 scoring).
         assert_eq!(b.masked, [[0, 2], [0, 9]]);
         assert_eq!(b.adjusts, [(0, adjust)]);
         assert_eq!(b.keep_only.len(), 1);
         assert_eq!((b.keep_only[0].0, &*b.keep_only[0].1), (0, &[2, 4, 6][..]));
-        assert_eq!(b.top_counts, [3, 0, 5]);
+        assert_eq!(b.top_counts, [3, 4, 5]);
     }
 
     #[test]

@@ -14,7 +14,8 @@
 //! `DRAWN`), and its staging buffer, which the CPU maps after the next step is submitted.
 //!
 //! After the forward pass, per logits row: softmax statistics (the raw log-probs), the
-//! top alternatives, each target's rank (only in steps that score), then the row's logit processing (`sched::RowProcessing`: bias and
+//! top alternatives (as many as the row's draws or targets ask), each target's rank (only
+//! in steps that score), then the row's logit processing (`sched::RowProcessing`: bias and
 //! penalties, then the allow-list, then the mask of forbidden tokens: stop tokens before
 //! `min_tokens`, bad words), which therefore changes only the sampling distribution, then
 //! truncation and the draws.
@@ -93,6 +94,9 @@ pub struct Submitted {
     draw_rows: Vec<u32>,
     /// Per draw, how many alternatives it asked for.
     draw_tops: Vec<usize>,
+    /// Per target, its logits row, and how many alternatives it asked for.
+    target_rows: Vec<u32>,
+    target_tops: Vec<usize>,
     encode_s: f64,
     dispatches: usize,
 }
@@ -389,6 +393,8 @@ impl StepRunner {
             n_max,
             draw_rows: p.draw_rows.clone(),
             draw_tops: plan.draws.iter().map(|d| d.top_logprobs).collect(),
+            target_rows: p.target_rows.clone(),
+            target_tops: plan.targets.iter().map(|t| t.top_logprobs).collect(),
             encode_s: started.elapsed().as_secs_f64(),
             dispatches,
         })
@@ -413,15 +419,19 @@ impl StepRunner {
         let w: Vec<u32> = bytemuck::pod_collect_to_vec(&bytes);
         let (d, m, r, n_max) = (s.draws, s.draws + s.targets, s.rows, s.n_max);
         let top_at = 2 * d + m;
+        // Logits row `row`'s first `count` alternatives.
+        let top = |row: u32, count: usize| -> Vec<TopLogprob> {
+            let first = top_at + row as usize * n_max;
+            (0..count)
+                .map(|j| TopLogprob {
+                    token: w[first + j],
+                    logprob: f32::from_bits(w[first + r * n_max + j]),
+                })
+                .collect()
+        };
         let draws = (0..d)
             .map(|i| {
-                let first = top_at + s.draw_rows[i] as usize * n_max;
-                let top = (0..s.draw_tops[i])
-                    .map(|j| TopLogprob {
-                        token: w[first + j],
-                        logprob: f32::from_bits(w[first + r * n_max + j]),
-                    })
-                    .collect();
+                let top = top(s.draw_rows[i], s.draw_tops[i]);
                 DrawResult {
                     token: w[i],
                     logprob: f32::from_bits(w[d + i]),
@@ -435,6 +445,7 @@ impl StepRunner {
             .map(|i| ScoreResult {
                 logprob: f32::from_bits(w[2 * d + i]),
                 rank: w[ranks_at + i],
+                top: top(s.target_rows[i], s.target_tops[i]),
             })
             .collect();
         Ok((draws, scores, timings))

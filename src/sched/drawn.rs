@@ -24,11 +24,14 @@ pub struct DrawResult {
 }
 
 /// What the runner returns for each [`super::plan::Target`], in order.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ScoreResult {
     /// The given token's log-probability under the model (temperature 1).
     pub logprob: f32,
     /// Its 1-based rank among its position's logits: its place in the order of
     /// `top_logprobs` (logit descending, lowest id first among equal logits).
     pub rank: u32,
+    /// The target's `top_logprobs` most likely tokens of the position, most likely first
+    /// (as a draw's).
+    pub top: Vec<TopLogprob>,
 }

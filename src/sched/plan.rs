@@ -78,6 +78,8 @@ pub struct Target {
     pub token: u32,
     /// Which sample the score belongs to (a root's first targets fork its samples).
     pub sample_index: u32,
+    /// How many of the position's most likely tokens to return with the score.
+    pub top_logprobs: usize,
 }
 
 /// Everything one step does, in order: `copies`, then the forward pass of every chunk's

@@ -72,6 +72,7 @@ pub(crate) fn add_draws_and_targets(
                 offset: p - chunk.start,
                 token: seq.tokens[p + 1],
                 sample_index: k,
+                top_logprobs: request.params.top_logprobs,
             });
         }
         return;
@@ -115,6 +116,7 @@ pub(crate) fn add_draws_and_targets(
                 offset: chunk.tokens.len() - 1,
                 token: request.forced[sample_index as usize][0],
                 sample_index,
+                top_logprobs: request.params.top_logprobs,
             });
             continue;
         }

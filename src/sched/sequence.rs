@@ -115,6 +115,9 @@ impl Sequence {
         }
         self.logprobs.push(score.logprob);
         self.ranks.push(score.rank);
+        if !score.top.is_empty() {
+            self.top_logprobs.push(score.top);
+        }
         self.weights_versions.push(weights_version);
         self.logprobs.len() == self.tokens.len() - self.prompt_len
     }

@@ -142,7 +142,7 @@ fn body_line(
         return json_out::to_line(&TokensBody {
             request_id: &job.id,
             choices,
-            whole: chunk.is_none().then(|| TokensWhole {
+            whole: chunk.is_none().then_some(TokensWhole {
                 prompt_logprobs,
                 kv_transfer_params: None,
             }),
@@ -190,8 +190,8 @@ pub async fn whole(
     let cached_tokens = samples.iter().map(cached_share).sum();
     let usage = usage(&job, completion_tokens, cached_tokens);
     let prompt_logprobs = top_prompt_logprobs(state, &job, &scores);
-    let text = body_line(state, &job, choices, Some(usage), None, prompt_logprobs)
-        .map_err(internal)?;
+    let text =
+        body_line(state, &job, choices, Some(usage), None, prompt_logprobs).map_err(internal)?;
     Ok(([(header::CONTENT_TYPE, "application/json")], text).into_response())
 }
 

@@ -144,7 +144,7 @@ impl Scheduler {
         if !drafts.is_empty() {
             self.drafting.record_verifying_step();
         }
-        for (target, &score) in plan.targets.iter().zip(scores) {
+        for (target, score) in plan.targets.iter().zip(scores) {
             let parent = plan.chunks[target.chunk].seq;
             if !self.seqs.contains_key(&parent) {
                 continue;
@@ -160,7 +160,7 @@ impl Scheduler {
                 Role::Sample(_) => (parent, advanced),
             };
             let s = self.seqs.get_mut(&seq).expect("sequence exists");
-            if s.record_score(score, plan.weights_version, was_pending) {
+            if s.record_score(score.clone(), plan.weights_version, was_pending) {
                 finished.push(self.finish(seq, FinishReason::Length));
             }
         }
