@@ -217,7 +217,7 @@ fn generate_whole_and_streamed_equal_the_completions_route_bitwise() {
         assert!(g["sprout"]["weights_version"].is_u64(), "{g}");
     }
 
-    // Streamed: per token without log-probs, per sample with them; usage then [DONE].
+    // Streamed: per token, with log-probs or without; usage then [DONE].
     for logprobs in [false, true] {
         let mut params = params.clone();
         if !logprobs {
@@ -232,10 +232,10 @@ fn generate_whole_and_streamed_equal_the_completions_route_bitwise() {
             assert_eq!(s.token_ids, ids(&g["token_ids"]), "sample {k}");
             assert_eq!(s.finish_reason.as_deref(), g["finish_reason"].as_str());
             assert_eq!(s.weights_version, g["sprout"]["weights_version"].as_u64());
-            match logprobs {
-                true => assert_eq!(s.logprobs, generate_logprobs(g), "sample {k}"),
-                // Without log-probs each token is its own delta.
-                false => assert!(s.chunks >= s.token_ids.len(), "sample {k}: {s:?}"),
+            // Each token is its own delta, with its log-prob and alternatives when asked.
+            assert!(s.chunks >= s.token_ids.len(), "sample {k}: {s:?}");
+            if logprobs {
+                assert_eq!(s.logprobs, generate_logprobs(g), "sample {k}");
             }
         }
         assert_eq!(
@@ -584,7 +584,11 @@ fn bad_generate_bodies_are_400s_naming_the_field_and_the_key_guards_the_routes()
             "logprobs",
         ),
         (
-            json!({"token_ids": [1], "sampling_params": {"prompt_logprobs": 1}}),
+            json!({"token_ids": [1], "sampling_params": {"prompt_logprobs": 21}}),
+            "prompt_logprobs",
+        ),
+        (
+            json!({"token_ids": [1, 2], "stream": true, "sampling_params": {"prompt_logprobs": 1}}),
             "prompt_logprobs",
         ),
         (

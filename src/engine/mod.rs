@@ -42,7 +42,7 @@ use crate::model::decoder::Decoder;
 use crate::model::decoder_weights::DecoderWeights;
 use crate::sched::{
     Adjusted, FinishReason, FinishedSample, Request, RequestId, Scheduler, SchedulerConfig,
-    SchedulerStats, SpecStats, StepPlan,
+    SchedulerStats, SpecStats, StepPlan, TopLogprob,
 };
 use crate::spec::SpecMode;
 use crate::tokenizer::Tokenizer;
@@ -104,13 +104,18 @@ pub fn default_kv_memory(gpu: &Gpu) -> u64 {
     }
 }
 
-/// A token drawn this step.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+/// A token drawn this step, with what its sample records for it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct DrawnToken {
     pub request_index: u32,
     pub sample_index: u32,
     pub token: u32,
+    /// Under the model (temperature 1).
     pub logprob: f32,
+    /// Under the distribution it was drawn from.
+    pub sampling_logprob: f32,
+    /// The alternatives its request asked for (empty when none).
+    pub top: Vec<TopLogprob>,
 }
 
 /// Where one step's wall time went, in seconds.
@@ -390,6 +395,8 @@ impl<'d> Engine<'d> {
                 sample_index: d.sample_index,
                 token: r.token,
                 logprob: r.logprob,
+                sampling_logprob: r.sampling_logprob,
+                top: r.top.clone(),
             })
             .collect();
         let applied = applied_draws(plan, rejected);

@@ -292,12 +292,7 @@ impl<'e> EngineLoop<'e> {
             }
             note_token(l, d.sample_index, metrics, now);
             if l.client.stream_tokens {
-                let token = Event::Token {
-                    request_index: d.request_index,
-                    sample_index: d.sample_index,
-                    token: d.token,
-                };
-                outbox.push((l.client.events.clone(), token));
+                outbox.push((l.client.events.clone(), Event::Token(d)));
             }
         }
         for sample in step.finished {

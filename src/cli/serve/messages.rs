@@ -5,6 +5,7 @@
 
 use std::time::Instant;
 
+use sprout::engine::DrawnToken;
 use sprout::model::decoder_weights::DecoderWeights;
 use sprout::sched::{FinishedSample, Request};
 use tokio::sync::{mpsc as tmpsc, oneshot};
@@ -63,12 +64,9 @@ pub enum PauseMode {
 /// What the engine thread tells one HTTP request.
 #[derive(Debug)]
 pub enum Event {
-    /// A token drawn for a sample that has not finished yet (only with `stream_tokens`).
-    Token {
-        request_index: u32,
-        sample_index: u32,
-        token: u32,
-    },
+    /// A token drawn for a sample that has not finished yet, with its log-probs and
+    /// alternatives (only with `stream_tokens`).
+    Token(DrawnToken),
     Finished(Box<FinishedSample>),
     /// The engine failed; the request's unfinished samples will not come.
     Failed(String),

@@ -1,9 +1,11 @@
 //! Answering a queued request from its samples: a whole response once every sample has
 //! finished, or a stream of server-sent events.
 //!
-//! Streaming: without stop strings or log-probs a sample's tokens go out as they are
-//! drawn (text held back while it ends inside a character); with either, its content goes
-//! out in one chunk when it finishes. Each sample's last chunk carries its finish reason
+//! Streaming: without stop strings a sample's tokens go out as they are drawn, each with
+//! its log-prob and alternatives when asked (text held back while it ends inside a
+//! character); with stop strings (which may cut tokens already drawn) or an echo with
+//! log-probs (which starts with the prompt's), its content goes out in one chunk when it
+//! finishes. Each sample's last chunk carries its finish reason
 //! and sprout's fields; after the last sample, usage (when asked for) and `[DONE]`.
 //! Generate's bodies and chunks take vLLM's token shapes (`TokensBody`) around the same
 //! choices.
@@ -25,6 +27,7 @@ use axum::body::{Body as HttpBody, Bytes};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
+use sprout::engine::DrawnToken;
 use sprout::sched::FinishedSample;
 use sprout::tokenizer::IncrementalDecoder;
 use tokio::sync::mpsc;
@@ -226,7 +229,7 @@ pub async fn collect_all(
                 Some(p) => scores[p] = Some(*s),
                 None => samples.push(*s),
             },
-            Some(Event::Token { .. }) => {}
+            Some(Event::Token(_)) => {}
             Some(Event::Failed(e)) => return Err(internal(e)),
             None => return Err(internal("the engine stopped before the request finished")),
         }
@@ -375,13 +378,9 @@ impl Streaming {
 
     fn handle(&mut self, event: Option<Event>) {
         match event {
-            Some(Event::Token {
-                request_index,
-                sample_index,
-                token,
-            }) => {
-                if self.job.scored_prompt(request_index).is_none() {
-                    self.token(request_index, sample_index, token)
+            Some(Event::Token(drawn)) => {
+                if self.job.scored_prompt(drawn.request_index).is_none() {
+                    self.token(drawn)
                 }
             }
             Some(Event::Finished(s)) => match self.job.scored_prompt(s.request_index) {
@@ -393,9 +392,10 @@ impl Streaming {
         }
     }
 
-    /// A drawn token: its text as far as it is whole.
-    fn token(&mut self, request_index: u32, sample_index: u32, token: u32) {
-        let index = self.job.choice_index(request_index, sample_index);
+    /// A drawn token: its text as far as it is whole, its log-probs and alternatives.
+    fn token(&mut self, drawn: DrawnToken) {
+        let (request_index, token) = (drawn.request_index, drawn.token);
+        let index = self.job.choice_index(request_index, drawn.sample_index);
         let tokenizer = &self.state.facts.tokenizer;
         let Some(sample) = self.samples.get_mut(index) else {
             return;
@@ -416,12 +416,20 @@ impl Streaming {
         } else {
             ""
         };
+        let logprob = match self.state.logprobs_mode {
+            LogprobsMode::Raw => drawn.logprob,
+            LogprobsMode::Processed => drawn.sampling_logprob,
+        };
+        let top = [drawn.top];
         let piece = Piece {
             index,
             text: format!("{echo}{text}"),
             tokens: &[token],
-            logprobs: &[],
-            top: &[],
+            logprobs: &[logprob],
+            top: match top[0].is_empty() {
+                true => &[],
+                false => &top,
+            },
             text_offset: offset,
             first,
             finished: None,

@@ -391,10 +391,10 @@ pub async fn submit(
         pending.id.clear();
         pending.done = true;
     })?;
-    // A stop string can cut tokens already drawn, and the alternatives come with the
-    // finished sample: with either, a stream sends each sample whole when it finishes.
+    // A stop string can cut tokens already drawn, and an echo with log-probs starts with
+    // the prompt's scores: with either, a stream sends each sample whole when it finishes.
     let f = &s.fields;
-    let stream_tokens = f.stream && f.stop.is_empty() && f.logprobs.is_none();
+    let stream_tokens = f.stream && f.stop.is_empty() && !(f.echo && f.logprobs.is_some());
     let (events, receiver) = mpsc::unbounded_channel();
     let (reply, added) = oneshot::channel();
     state
