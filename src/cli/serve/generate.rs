@@ -22,9 +22,9 @@ use serde_json::{Map, Value};
 
 use crate::cli::serve::error::{ApiError, short};
 use crate::cli::serve::fields::screen_generate;
+use crate::cli::serve::handlers::{self, answer};
 use crate::cli::serve::request::{SamplingFields, check_top, field, get, object};
 use crate::cli::serve::response::Api;
-use crate::cli::serve::routes::{self, answer};
 use crate::cli::serve::state::AppState;
 use crate::cli::serve::submit::{Submission, check_context, check_model, truncate};
 
@@ -98,7 +98,7 @@ pub async fn generate(
     State(state): State<Arc<AppState>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let submission = routes::prepared(&state, body, prepare).await?;
+    let submission = handlers::prepared(&state, body, prepare).await?;
     answer(state, submission).await
 }
 

@@ -3,6 +3,8 @@
 //! - `engine_thread`: the OS thread that owns the GPU, the model and the engine, and runs
 //!   every request's prompts in one continuous batch (`engine_loop`: its loop);
 //! - `routes`: the HTTP routes, the API-key check, the body limit and the access log;
+//! - `handlers`: the completions and chat handlers, and the steps every generating route
+//!   shares (a body checked off the async workers, a submission queued and answered);
 //! - `fields`: every request field of the completions, chat and generate APIs and what
 //!   sprout does with it (the README's field table);
 //! - `request`: reading the two APIs' request bodies;
@@ -11,7 +13,7 @@
 //! - `prompt_logprobs`: the prompt's own log-probs (`prompt_logprobs`, `echo` with
 //!   `logprobs`), from a teacher-forced scoring request queued beside the samples;
 //! - `reply`: answering from the samples, whole or streamed;
-//! - `response`: the two APIs' response shapes;
+//! - `response`: the APIs' response shapes (`text_logprobs`: completions' log-probs);
 //! - `metrics`: `/metrics`, under vLLM's names;
 //! - `admin`: pause, resume, abort, prefix-cache reset and weight updates, for a trainer;
 //! - `trl`: `/generate/` in the schema of TRL's vLLM server;
@@ -32,6 +34,7 @@ mod engine_thread;
 mod error;
 mod fields;
 mod generate;
+mod handlers;
 mod logprobs_mode;
 mod messages;
 mod metrics;
@@ -44,6 +47,7 @@ mod routes;
 mod sampling;
 mod state;
 mod submit;
+mod text_logprobs;
 mod tokenize;
 mod trl;
 mod update;

@@ -20,7 +20,7 @@ use serde::ser::{SerializeMap, SerializeStruct};
 use serde::{Serialize, Serializer};
 use sprout::sched::{FinishReason, FinishedSample, Request, SamplingParams};
 
-use crate::cli::serve::response::{Logprobs, TopMap};
+use crate::cli::serve::text_logprobs::{Logprobs, TopMap};
 
 /// The teacher-forced request that scores the prompt of `sampling` under engine index
 /// `index`, with `top` alternatives per position; `None` for a one-token prompt.

@@ -23,7 +23,7 @@ use serde::Serialize;
 
 use crate::cli::json_out;
 use crate::cli::serve::error::{ApiError, internal};
-use crate::cli::serve::routes::{chat_submission, prepare_completion, prepared};
+use crate::cli::serve::handlers::{chat_submission, prepare_completion, prepared};
 use crate::cli::serve::sampling;
 use crate::cli::serve::state::AppState;
 use crate::cli::serve::submit::{Submission, now_s};

@@ -9,13 +9,13 @@
 //! Responses are typed structs written with their f32 numbers in shortest form, and every
 //! one goes through `json_out` first, so a NaN never reaches a client as `null`.
 
-use serde::ser::SerializeMap;
-use serde::{Serialize, Serializer};
+use serde::Serialize;
 use sprout::sched::{FinishReason, FinishedSample, TopLogprob};
 use sprout::tokenizer::Tokenizer;
 
 use crate::cli::serve::error::ApiError;
 use crate::cli::serve::prompt_logprobs::{Position, PromptScore};
+use crate::cli::serve::text_logprobs::{Logprobs, TopMap};
 
 /// Which API a request came through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,48 +114,6 @@ pub struct ChatDelta {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub role: Option<&'static str>,
     pub content: String,
-}
-
-/// OpenAI's completions log-probs: per token its text, log-prob, the most likely
-/// alternatives (text to log-prob) and where its text starts in the completion; `null`
-/// log-prob and alternatives for an echoed prompt's first token.
-#[derive(Serialize, Default)]
-pub struct Logprobs {
-    pub tokens: Vec<String>,
-    pub token_logprobs: Vec<Option<f32>>,
-    pub top_logprobs: Vec<Option<TopMap>>,
-    pub text_offset: Vec<usize>,
-}
-
-/// A position's alternatives as a JSON object, most likely first (a text that two tokens
-/// share keeps the likelier one).
-pub struct TopMap(pub Vec<(String, f32)>);
-
-impl TopMap {
-    /// The alternatives `(token, log-prob)`, most likely first, named by `name`.
-    pub fn named(
-        name: &dyn Fn(u32) -> String,
-        alternatives: impl Iterator<Item = (u32, f32)>,
-    ) -> TopMap {
-        let mut out: Vec<(String, f32)> = Vec::new();
-        for (token, logprob) in alternatives {
-            let text = name(token);
-            if !out.iter().any(|(seen, _)| *seen == text) {
-                out.push((text, logprob));
-            }
-        }
-        TopMap(out)
-    }
-}
-
-impl Serialize for TopMap {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut map = s.serialize_map(Some(self.0.len()))?;
-        for (text, logprob) in &self.0 {
-            map.serialize_entry(text, logprob)?;
-        }
-        map.end()
-    }
 }
 
 /// OpenAI's chat log-probs: per token its text, log-prob, UTF-8 bytes and alternatives.

@@ -3,15 +3,13 @@
 //! limit and one access-log line per request; the API key guards the token routes
 //! (`generate`, `tokenize`, `render`) as it guards `/v1`.
 //!
-//! A completion or chat handler reads its body (`request`), turns it into checked token
-//! ids, queues it (`submit`) and answers from its samples (`reply`).
+//! The handlers themselves live with what they do: `handlers` (completions and chat),
+//! `generate`, `tokenize`, `render`, `trl`, `admin`.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Request as HttpRequest, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
@@ -19,17 +17,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::json;
-use sprout::tokenizer::chat_template::Message;
 
 use crate::cli::serve::error::ApiError;
 use crate::cli::serve::error::internal;
-use crate::cli::serve::reply;
-use crate::cli::serve::request::{ChatRequest, CompletionRequest, DEFAULT_MAX_TOKENS, Prompt};
-use crate::cli::serve::response::Api;
+use crate::cli::serve::handlers::{chat_completions, completions};
 use crate::cli::serve::state::AppState;
-use crate::cli::serve::submit::{
-    self, Submission, check_context, check_model, echo_texts, tokenize, truncate,
-};
 use crate::cli::serve::{admin, generate, render, tokenize, trl};
 
 /// The largest request body accepted.
@@ -157,135 +149,4 @@ async fn models(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
             "weights_version": state.weights_version.load(Ordering::Acquire),
         }],
     }))
-}
-
-/// The body's bytes, or the extractor's refusal (413 past the limit) as an OpenAI error.
-fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
-    body.map_err(|e| ApiError::status(e.status(), e.body_text()))
-}
-
-async fn completions(
-    State(state): State<Arc<AppState>>,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
-    handle(state, body, prepare_completion).await
-}
-
-async fn chat_completions(
-    State(state): State<Arc<AppState>>,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
-    handle(state, body, prepare_chat).await
-}
-
-/// Reads and checks a body with `prepare`, queues it and answers it. `prepare` runs off
-/// the async workers: tokenizing and rendering a template are CPU work that grows with
-/// the body, and one large request must not stall the others.
-async fn handle(
-    state: Arc<AppState>,
-    body: Result<Bytes, BytesRejection>,
-    prepare: fn(&AppState, &[u8], Instant) -> Result<Submission, ApiError>,
-) -> Result<Response, ApiError> {
-    let submission = prepared(&state, body, prepare).await?;
-    answer(state, submission).await
-}
-
-/// What `prepare` makes of a body, run off the async workers (see [`handle`]).
-pub async fn prepared<T: Send + 'static>(
-    state: &Arc<AppState>,
-    body: Result<Bytes, BytesRejection>,
-    prepare: fn(&AppState, &[u8], Instant) -> Result<T, ApiError>,
-) -> Result<T, ApiError> {
-    let arrived = Instant::now();
-    let body = body_bytes(body)?;
-    let shared = state.clone();
-    tokio::task::spawn_blocking(move || prepare(&shared, &body, arrived))
-        .await
-        .map_err(internal)?
-}
-
-pub fn prepare_completion(
-    state: &AppState,
-    body: &[u8],
-    arrived: Instant,
-) -> Result<Submission, ApiError> {
-    let request = CompletionRequest::parse(body)?;
-    let f = &request.fields;
-    check_model(state, f)?;
-    let mut prompts = tokenize(state, &request.prompts, f.add_special_tokens)?;
-    let cut = truncate(state, &mut prompts, f.truncate_prompt_tokens)?;
-    let max_tokens = f.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
-    check_context(state, &prompts, max_tokens)?;
-    let echo = match f.echo {
-        true => echo_texts(
-            state,
-            &request.prompts,
-            &prompts,
-            cut,
-            f.skip_special_tokens,
-        )?,
-        false => Vec::new(),
-    };
-    Ok(Submission {
-        api: Api::Completions,
-        fields: request.fields,
-        prompts,
-        max_tokens,
-        echo,
-        arrived,
-    })
-}
-
-fn prepare_chat(state: &AppState, body: &[u8], arrived: Instant) -> Result<Submission, ApiError> {
-    chat_submission(state, body, arrived).map(|(_, submission)| submission)
-}
-
-/// A chat body's submission, and the prompt's text as the template rendered it.
-pub fn chat_submission(
-    state: &AppState,
-    body: &[u8],
-    arrived: Instant,
-) -> Result<(String, Submission), ApiError> {
-    let request = ChatRequest::parse(body)?;
-    check_model(state, &request.fields)?;
-    let text = render_messages(state, &request.messages)?;
-    let f = &request.fields;
-    let mut prompts = tokenize(state, &[Prompt::Text(text.clone())], f.add_special_tokens)?;
-    truncate(state, &mut prompts, f.truncate_prompt_tokens)?;
-    // Chat's default: the rest of the context.
-    let room = state.max_model_len.saturating_sub(prompts[0].len());
-    let max_tokens = request.fields.max_tokens.unwrap_or(room.max(1));
-    check_context(state, &prompts, max_tokens)?;
-    let submission = Submission {
-        api: Api::Chat,
-        fields: request.fields,
-        prompts,
-        max_tokens,
-        echo: Vec::new(),
-        arrived,
-    };
-    Ok((text, submission))
-}
-
-/// `messages` rendered by the server's chat template.
-pub fn render_messages(state: &AppState, messages: &[Message]) -> Result<String, ApiError> {
-    let Some(template) = &state.facts.chat_template else {
-        return Err(ApiError::bad(
-            "messages",
-            "this model has no chat template; start the server with --chat-template FILE",
-        ));
-    };
-    template
-        .render(messages)
-        .map_err(|e| ApiError::bad("messages", e.to_string()))
-}
-
-/// Queues a checked request and answers it, whole or streamed.
-pub async fn answer(state: Arc<AppState>, submission: Submission) -> Result<Response, ApiError> {
-    let (job, events, pending) = submit::submit(&state, submission).await?;
-    if job.fields.stream {
-        Ok(reply::stream(state, job, events, pending))
-    } else {
-        reply::whole(&state, job, events, pending).await
-    }
 }

@@ -24,8 +24,8 @@ use serde_json::{Map, Value, json};
 
 use crate::cli::serve::error::{ApiError, short};
 use crate::cli::serve::fields::{Treatment, rule};
+use crate::cli::serve::handlers::{prepared, render_messages};
 use crate::cli::serve::request::{Prompt, field, get, messages, object};
-use crate::cli::serve::routes::{prepared, render_messages};
 use crate::cli::serve::state::AppState;
 use crate::cli::serve::submit::{check_model_name, tokenize as encode};
 
