@@ -11,7 +11,8 @@
 //! - while paused (or draining for a pause), new requests are held, not added: they join
 //!   the batch on resume, unless their client has gone by then;
 //! - events go out after the metrics are up to date, so a client that has heard of its
-//!   tokens finds them counted.
+//!   tokens finds them counted; an abort's too, and the replies to the commands that abort
+//!   (`/abort_requests`, `/pause`), so the gauges no longer count what they stopped.
 //!
 //! Metrics: after each step the loop adds the scheduler's new counts, sets the gauges,
 //! and times each request from its arrival (given by the HTTP side) to its admission,
@@ -233,6 +234,7 @@ impl<'e> EngineLoop<'e> {
         };
         let now = Instant::now();
         let mut aborted = 0;
+        let mut outbox = Vec::new();
         for index in chosen {
             let Some(l) = self.live.remove(&index) else {
                 continue;
@@ -241,9 +243,17 @@ impl<'e> EngineLoop<'e> {
             for sample in self.engine.abort(l.id).unwrap_or_default() {
                 count_finish(&l, &sample, &self.metrics, now);
                 if notify {
-                    let _ = l.client.events.send(Event::Finished(Box::new(sample)));
+                    outbox.push((l.client.events.clone(), Event::Finished(Box::new(sample))));
                 }
             }
+        }
+        // The gauges first, then the clients, and the caller's reply after this returns:
+        // replied to before the turn's own publish, a client reading /metrics at once saw
+        // the aborted request still running, took that for its next request having
+        // started, and paused before that request had even been queued.
+        self.publish();
+        for (to, event) in outbox {
+            let _ = to.send(event);
         }
         aborted
     }
@@ -361,3 +371,7 @@ fn count_finish(l: &Live, sample: &FinishedSample, metrics: &Metrics, now: Insta
     let total = now - l.client.arrived;
     metrics.e2e_request_latency.observe(total.as_secs_f64());
 }
+
+#[cfg(test)]
+#[path = "engine_loop_tests.rs"]
+mod tests;
