@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 mod http;
 #[path = "common/server.rs"]
 mod server;
-use http::{Reply, http};
+use http::{http, ok_json, post_json};
 use server::Server;
 
 const PROMPT: &str = "The quick brown fox";
@@ -38,39 +38,11 @@ fn tiny_llama() -> PathBuf {
 
 /// A server on the tiny model with the ChatML template.
 fn start() -> Server {
-    let template = std::env::temp_dir().join(format!(
-        "sprout-scoring-chatml-{}.jinja",
-        std::process::id()
-    ));
-    std::fs::write(&template, CHATML).unwrap();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_sprout"));
-    command.args([
-        "serve",
-        "--model",
-        tiny_llama().to_str().unwrap(),
-        "--port",
-        "0",
-        "--chat-template",
-        template.to_str().unwrap(),
-    ]);
-    let server = Server::spawn(command);
-    let _ = std::fs::remove_file(&template);
-    server
-}
-
-fn post_to(port: u16, path: &str, body: &Value) -> Reply {
-    http(port, "POST", path, &[], body.to_string().as_bytes())
-}
-
-/// A 200 reply's JSON.
-fn ok(port: u16, path: &str, body: &Value) -> Value {
-    let reply = post_to(port, path, body);
-    assert_eq!(reply.status, 200, "{body}: {}", reply.body);
-    reply.json()
+    Server::tiny_with_template(CHATML, &[])
 }
 
 fn completion(port: u16, body: &Value) -> Value {
-    ok(port, "/v1/completions", body)
+    ok_json(port, "/v1/completions", body)
 }
 
 /// A JSON number as f32 bits.
@@ -239,7 +211,7 @@ fn scoring_equals_the_rollout_and_sprout_score_bitwise() {
     assert_eq!(text, rollout_text);
 
     // prompt_logprobs: the same bits, with their ranks and alternatives.
-    let reply = post_to(
+    let reply = post_json(
         port,
         "/v1/completions",
         &json!({"prompt": whole, "prompt_logprobs": 2, "max_tokens": 1}),
@@ -321,7 +293,7 @@ fn prompt_logprobs_come_per_prompt_with_n_a_batch_and_chat() {
     let body = json!({"prompt": first_ids, "prompt_logprobs": 3, "max_tokens": 0, "echo": true,
                       "return_tokens_as_token_ids": true});
     let from_completions = completion(port, &body)["choices"][0]["prompt_logprobs"].clone();
-    let generated = ok(
+    let generated = ok_json(
         port,
         "/inference/v1/generate",
         &json!({"token_ids": first_ids,
@@ -340,7 +312,7 @@ fn prompt_logprobs_come_per_prompt_with_n_a_batch_and_chat() {
 
     // Chat: at the top of the body, once, of the rendered prompt.
     let messages = json!([{"role": "user", "content": "Score this"}]);
-    let reply = post_to(
+    let reply = post_json(
         port,
         "/v1/chat/completions",
         &json!({"messages": messages, "prompt_logprobs": 2, "max_tokens": 2, "n": 2,
@@ -375,7 +347,7 @@ fn prompt_logprobs_come_per_prompt_with_n_a_batch_and_chat() {
     }
 
     // A streamed echo with logprobs and nothing to draw: the prompt's entries.
-    let reply = post_to(
+    let reply = post_json(
         port,
         "/v1/completions",
         &json!({"prompt": first_ids, "echo": true, "logprobs": 0, "max_tokens": 0,
@@ -408,7 +380,7 @@ fn prompt_logprobs_come_per_prompt_with_n_a_batch_and_chat() {
         ),
     ];
     for (body, param) in refused {
-        let reply = post_to(port, "/v1/completions", &body);
+        let reply = post_json(port, "/v1/completions", &body);
         assert_eq!(reply.status, 400, "{body}: {}", reply.body);
         assert_eq!(reply.json()["error"]["param"], param, "{}", reply.body);
     }
@@ -507,7 +479,7 @@ fn read_choice(body: &str, chat: bool) -> Drawn {
 fn aborted(port: u16, path: &'static str, body: Value, how: Cut, read: fn(&str) -> Drawn) -> Drawn {
     let before = generated(port);
     let id = body["request_id"].as_str().unwrap_or("").to_string();
-    let running = std::thread::spawn(move || post_to(port, path, &body));
+    let running = std::thread::spawn(move || post_json(port, path, &body));
     await_drawn(port, before);
     cut(port, how, &id);
     let reply = running.join().unwrap();
@@ -597,7 +569,7 @@ fn aborts_return_what_was_drawn_on_every_route() {
                 again["request_id"] = Value::Null;
             }
         }
-        let reply = post_to(port, path, &again);
+        let reply = post_json(port, path, &again);
         assert_eq!(reply.status, 200, "{}", reply.body);
         let (full, full_logprobs, full_reason) = read(&reply.body);
         assert_eq!(full_reason, "length", "{why}");

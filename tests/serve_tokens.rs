@@ -8,7 +8,6 @@
 //! tests fail.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -18,7 +17,7 @@ use serde_json::{Value, json};
 mod http;
 #[path = "common/server.rs"]
 mod server;
-use http::{Reply, http};
+use http::{Reply, http, ok_json, post_json};
 use server::Server;
 
 /// A ChatML template (the tiny tokenizer has `<|im_start|>` and `<|im_end|>`).
@@ -28,34 +27,12 @@ const CHATML: &str = "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\
 
 const PROMPT: &str = "The quick brown fox";
 
-/// `sprout serve` on the tiny model, with `extra` arguments.
 fn start(extra: &[&str]) -> Server {
-    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-llama");
-    let mut command = Command::new(env!("CARGO_BIN_EXE_sprout"));
-    command
-        .args(["serve", "--model", model.to_str().unwrap(), "--port", "0"])
-        .args(extra);
-    Server::spawn(command)
+    Server::tiny(extra)
 }
 
-/// The server with the ChatML template.
 fn start_with_chat() -> Server {
-    let template = std::env::temp_dir().join(format!("sprout-tokens-{}.jinja", std::process::id()));
-    std::fs::write(&template, CHATML).unwrap();
-    let server = start(&["--chat-template", template.to_str().unwrap()]);
-    let _ = std::fs::remove_file(&template);
-    server
-}
-
-fn post(port: u16, path: &str, body: &Value) -> Reply {
-    http(port, "POST", path, &[], body.to_string().as_bytes())
-}
-
-/// Posts and expects a 200; its JSON.
-fn ok(port: u16, path: &str, body: &Value) -> Value {
-    let reply = post(port, path, body);
-    assert_eq!(reply.status, 200, "{path}: {}", reply.body);
-    reply.json()
+    Server::tiny_with_template(CHATML, &[])
 }
 
 fn ids(v: &Value) -> Vec<u64> {
@@ -177,7 +154,7 @@ fn generate_whole_and_streamed_equal_the_completions_route_bitwise() {
     let server = start(&[]);
     let port = server.port;
     let prompt: Vec<u64> = vec![0, 72, 81, 90, 275, 81];
-    let completion = ok(
+    let completion = ok_json(
         port,
         "/v1/completions",
         &json!({"prompt": prompt, "n": 3, "seed": 11, "max_tokens": 12, "logprobs": 2,
@@ -185,7 +162,7 @@ fn generate_whole_and_streamed_equal_the_completions_route_bitwise() {
     );
     let expected = completion["choices"].as_array().unwrap();
     let params = json!({"n": 3, "seed": 11, "max_tokens": 12, "logprobs": 2});
-    let whole = ok(
+    let whole = ok_json(
         port,
         "/inference/v1/generate",
         &json!({"token_ids": prompt, "sampling_params": params, "request_id": "g-1"}),
@@ -225,7 +202,7 @@ fn generate_whole_and_streamed_equal_the_completions_route_bitwise() {
         }
         let body = json!({"token_ids": prompt, "sampling_params": params, "stream": true,
                           "stream_options": {"include_usage": true}});
-        let reply = post(port, "/inference/v1/generate", &body);
+        let reply = post_json(port, "/inference/v1/generate", &body);
         assert_eq!(reply.status, 200, "{}", reply.body);
         let (streamed, usage) = gather(&reply.body, 3);
         for (k, (s, g)) in streamed.iter().zip(choices).enumerate() {
@@ -281,7 +258,7 @@ fn assert_partial(token_ids: &[u64], logprobs: usize, reason: Option<&str>, max:
 fn assert_stream_cut(port: u16, body: &Value, max: usize, cut: impl FnOnce()) {
     let before = generated(port);
     let body = body.clone();
-    let streaming = std::thread::spawn(move || post(port, "/inference/v1/generate", &body));
+    let streaming = std::thread::spawn(move || post_json(port, "/inference/v1/generate", &body));
     await_tokens(port, before);
     cut();
     let reply = streaming.join().unwrap();
@@ -310,7 +287,7 @@ fn an_aborted_generation_returns_what_was_drawn_whole_and_streamed_and_at_exit()
     // By a pause that aborts, whole.
     let before = generated(port);
     let body = request(false, "long-whole");
-    let running = std::thread::spawn(move || post(port, "/inference/v1/generate", &body));
+    let running = std::thread::spawn(move || post_json(port, "/inference/v1/generate", &body));
     await_tokens(port, before);
     let paused = http(port, "POST", "/pause?mode=abort", &[], b"");
     assert_eq!(paused.status, 200, "{}", paused.body);
@@ -326,7 +303,7 @@ fn an_aborted_generation_returns_what_was_drawn_whole_and_streamed_and_at_exit()
     );
     assert_eq!(http(port, "POST", "/resume", &[], b"").status, 200);
     // The server goes on serving.
-    let after = ok(port, "/inference/v1/generate", &request(false, "after"));
+    let after = ok_json(port, "/inference/v1/generate", &request(false, "after"));
     assert_eq!(after["choices"][0]["finish_reason"], "length");
 
     // By SIGTERM, streamed: the client gets what was drawn, and the server exits 0.
@@ -344,7 +321,7 @@ fn tokenize_detokenize_and_render_give_the_ids_the_routes_run() {
     let server = start_with_chat();
     let port = server.port;
     // Text: with and without the tokenizer's BOS, and back.
-    let t = ok(
+    let t = ok_json(
         port,
         "/tokenize",
         &json!({"prompt": PROMPT, "return_token_strs": true}),
@@ -355,17 +332,17 @@ fn tokenize_detokenize_and_render_give_the_ids_the_routes_run() {
     assert_eq!(tokens[0], 0, "BOS first: {t}");
     assert_eq!(t["token_strs"].as_array().unwrap().len(), tokens.len());
     assert_eq!(t["token_strs"][0], "<|begin_of_text|>");
-    let plain = ok(
+    let plain = ok_json(
         port,
         "/tokenize",
         &json!({"prompt": PROMPT, "add_special_tokens": false}),
     );
     assert_eq!(ids(&plain["tokens"]), tokens[1..]);
     assert!(plain["token_strs"].is_null());
-    let text = ok(port, "/detokenize", &json!({"tokens": plain["tokens"]}));
+    let text = ok_json(port, "/detokenize", &json!({"tokens": plain["tokens"]}));
     assert_eq!(text["prompt"], PROMPT);
     // The completions route runs the same ids.
-    let completion = ok(
+    let completion = ok_json(
         port,
         "/v1/completions",
         &json!({"prompt": PROMPT, "max_tokens": 1, "return_token_ids": true}),
@@ -377,11 +354,11 @@ fn tokenize_detokenize_and_render_give_the_ids_the_routes_run() {
                           {"role": "user", "content": "Say something"}]);
     let chat_body = json!({"messages": messages, "n": 2, "seed": 5, "max_tokens": 8,
                            "logprobs": true, "top_logprobs": 1, "return_token_ids": true});
-    let chat = ok(port, "/v1/chat/completions", &chat_body);
+    let chat = ok_json(port, "/v1/chat/completions", &chat_body);
     let prompt = ids(&chat["prompt_token_ids"]);
-    let t = ok(port, "/tokenize", &json!({"messages": messages}));
+    let t = ok_json(port, "/tokenize", &json!({"messages": messages}));
     assert_eq!(ids(&t["tokens"]), prompt);
-    let rendered = ok(port, "/v1/chat/completions/render", &chat_body);
+    let rendered = ok_json(port, "/v1/chat/completions/render", &chat_body);
     assert_eq!(ids(&rendered["token_ids"]), prompt);
     assert_eq!(
         rendered["prompt"],
@@ -401,7 +378,7 @@ fn tokenize_detokenize_and_render_give_the_ids_the_routes_run() {
     // Rendered, then generated: the chat route's samples, bitwise.
     let body = json!({"token_ids": rendered["token_ids"],
                       "sampling_params": rendered["sampling_params"]});
-    let generated = ok(port, "/inference/v1/generate", &body);
+    let generated = ok_json(port, "/inference/v1/generate", &body);
     let chat_choices = chat["choices"].as_array().unwrap();
     for (g, c) in generated["choices"]
         .as_array()
@@ -421,7 +398,7 @@ fn tokenize_detokenize_and_render_give_the_ids_the_routes_run() {
     }
 
     // Completions render: one generate request per prompt.
-    let all = ok(
+    let all = ok_json(
         port,
         "/v1/completions/render",
         &json!({"prompt": [PROMPT, "hello"], "max_tokens": 3, "request_id": "r"}),
@@ -462,7 +439,7 @@ fn tokenize_detokenize_and_render_give_the_ids_the_routes_run() {
         ),
     ];
     for (path, body, param) in refusals {
-        assert_names(&post(port, path, &body), param);
+        assert_names(&post_json(port, path, &body), param);
     }
 }
 
@@ -472,7 +449,7 @@ fn cached(port: u16, prompt: &str, salt: Option<&str>) -> u64 {
     if let Some(salt) = salt {
         body["cache_salt"] = json!(salt);
     }
-    let reply = ok(port, "/v1/completions", &body);
+    let reply = ok_json(port, "/v1/completions", &body);
     reply["usage"]["prompt_tokens_details"]["cached_tokens"]
         .as_u64()
         .unwrap()
@@ -505,11 +482,11 @@ fn a_cache_salt_shares_prefix_blocks_only_within_the_salt() {
     );
 
     // Generate and chat salt the same cache.
-    let t = ok(port, "/tokenize", &json!({"prompt": prompt}));
+    let t = ok_json(port, "/tokenize", &json!({"prompt": prompt}));
     let generate = |salt: &str| {
         let body = json!({"token_ids": t["tokens"], "cache_salt": salt,
                           "sampling_params": {"max_tokens": 1}});
-        let reply = ok(port, "/inference/v1/generate", &body);
+        let reply = ok_json(port, "/inference/v1/generate", &body);
         reply["usage"]["prompt_tokens_details"]["cached_tokens"]
             .as_u64()
             .unwrap()
@@ -523,7 +500,7 @@ fn a_cache_salt_shares_prefix_blocks_only_within_the_salt() {
     let chat = |salt: &str| {
         let body = json!({"messages": [{"role": "user", "content": content}],
                           "max_tokens": 1, "cache_salt": salt});
-        let reply = ok(port, "/v1/chat/completions", &body);
+        let reply = ok_json(port, "/v1/chat/completions", &body);
         reply["usage"]["prompt_tokens_details"]["cached_tokens"]
             .as_u64()
             .unwrap()
@@ -543,7 +520,7 @@ fn a_cache_salt_shares_prefix_blocks_only_within_the_salt() {
                                         "cache_salt": 1}),
         ),
     ] {
-        assert_names(&post(port, path, &body), "cache_salt");
+        assert_names(&post_json(port, path, &body), "cache_salt");
     }
 }
 
@@ -626,7 +603,7 @@ fn bad_generate_bodies_are_400s_naming_the_field_and_the_key_guards_the_routes()
         "/v1/chat/completions/render",
         "/v1/completions/render",
     ] {
-        let reply = post(port, path, &json!({}));
+        let reply = post_json(port, path, &json!({}));
         assert_eq!(reply.status, 401, "{path}: {}", reply.body);
     }
 }

@@ -105,3 +105,17 @@ pub fn http(port: u16, method: &str, path: &str, headers: &[&str], body: &[u8]) 
     stream.read_to_end(&mut raw).unwrap();
     parse_reply(&raw)
 }
+
+/// Posts `body` as JSON to `path`.
+#[allow(dead_code)] // not every test posts JSON
+pub fn post_json(port: u16, path: &str, body: &Value) -> Reply {
+    http(port, "POST", path, &[], body.to_string().as_bytes())
+}
+
+/// Posts `body` as JSON to `path` and expects a 200; its JSON.
+#[allow(dead_code)] // not every test posts JSON
+pub fn ok_json(port: u16, path: &str, body: &Value) -> Value {
+    let reply = post_json(port, path, body);
+    assert_eq!(reply.status, 200, "{path} {body}: {}", reply.body);
+    reply.json()
+}

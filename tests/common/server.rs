@@ -2,6 +2,7 @@
 //! from the line it prints on stderr, and killed when dropped.
 
 use std::io::{BufRead, BufReader};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -45,6 +46,38 @@ impl Server {
             Ok(Err(stderr)) => panic!("sprout serve exited before listening:\n{stderr}"),
             Err(_) => panic!("sprout serve did not listen within 300 s"),
         }
+    }
+}
+
+// Each test crate that includes this file starts its servers one way or another.
+#[allow(dead_code)]
+impl Server {
+    /// `sprout serve` on the tiny Llama fixture, with `extra` arguments.
+    pub fn tiny(extra: &[&str]) -> Server {
+        let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-llama");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_sprout"));
+        command
+            .args(["serve", "--model", model.to_str().unwrap(), "--port", "0"])
+            .args(extra);
+        Server::spawn(command)
+    }
+
+    /// The same with `template` as its `--chat-template` (a file removed once the server
+    /// has read it).
+    pub fn tiny_with_template(template: &str, extra: &[&str]) -> Server {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let file = std::env::temp_dir().join(format!(
+            "sprout-test-template-{}-{n}.jinja",
+            std::process::id()
+        ));
+        std::fs::write(&file, template).unwrap();
+        let mut args = vec!["--chat-template", file.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let server = Server::tiny(&args);
+        let _ = std::fs::remove_file(&file);
+        server
     }
 }
 
