@@ -1240,7 +1240,24 @@ fn a_trainer_pauses_resumes_aborts_and_resets_the_prefix_cache() {
     assert_eq!(post(port, &long_prompt).status, 200);
     let again = post(port, &long_prompt).json();
     assert!(again["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64() > Some(0));
-    let reset = admin(port, "POST", "/reset_prefix_cache", "").json();
+    assert_error(
+        &admin(
+            port,
+            "POST",
+            "/reset_prefix_cache?reset_running_requests=true",
+            "",
+        ),
+        400,
+        Some("reset_running_requests"),
+        "not supported",
+    );
+    assert_error(
+        &admin(port, "POST", "/reset_prefix_cache?everything=1", ""),
+        400,
+        None,
+        "everything",
+    );
+    let reset = admin(port, "POST", "/reset_prefix_cache?reset_external=false", "").json();
     assert!(reset["forgotten_blocks"].as_u64() > Some(0), "{reset}");
     let after = post(port, &long_prompt).json();
     assert_eq!(

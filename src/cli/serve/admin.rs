@@ -208,7 +208,38 @@ async fn abort_requests(
     ))
 }
 
-async fn reset_prefix_cache(State(state): State<Arc<AppState>>) -> Result<Json<Value>, ApiError> {
+/// `/reset_prefix_cache`'s query: vLLM's keys, each accepted at false only (sprout forgets
+/// the blocks no request holds, and has no external cache), and no others.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ResetQuery {
+    reset_running_requests: Option<bool>,
+    reset_external: Option<bool>,
+}
+
+async fn reset_prefix_cache(
+    State(state): State<Arc<AppState>>,
+    query: Result<Query<ResetQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let query = query.map_err(|e| ApiError::status(StatusCode::BAD_REQUEST, e.body_text()))?;
+    let refused = [
+        (
+            "reset_running_requests",
+            query.0.reset_running_requests,
+            "the blocks of running requests stay theirs",
+        ),
+        (
+            "reset_external",
+            query.0.reset_external,
+            "sprout has no external prefix cache",
+        ),
+    ];
+    if let Some((name, _, why)) = refused.iter().find(|(_, on, _)| *on == Some(true)) {
+        return Err(ApiError::bad(
+            name,
+            format!("{name}=true is not supported: {why}"),
+        ));
+    }
     let forgotten = ask(&state, |reply| Command::ResetPrefixCache { reply }).await?;
     Ok(Json(
         json!({"success": true, "forgotten_blocks": forgotten}),
