@@ -353,7 +353,8 @@ fn tokenize_detokenize_and_render_give_the_ids_the_routes_run() {
     let messages = json!([{"role": "system", "content": "Be brief."},
                           {"role": "user", "content": "Say something"}]);
     let chat_body = json!({"messages": messages, "n": 2, "seed": 5, "max_tokens": 8,
-                           "logprobs": true, "top_logprobs": 1, "return_token_ids": true});
+                           "logprobs": true, "top_logprobs": 1, "return_token_ids": true,
+                           "prompt_logprobs": 2, "return_tokens_as_token_ids": true});
     let chat = ok_json(port, "/v1/chat/completions", &chat_body);
     let prompt = ids(&chat["prompt_token_ids"]);
     let t = ok_json(port, "/tokenize", &json!({"messages": messages}));
@@ -379,6 +380,9 @@ fn tokenize_detokenize_and_render_give_the_ids_the_routes_run() {
     let body = json!({"token_ids": rendered["token_ids"],
                       "sampling_params": rendered["sampling_params"]});
     let generated = ok_json(port, "/inference/v1/generate", &body);
+    assert_eq!(rendered["sampling_params"]["prompt_logprobs"], 2);
+    assert!(chat["prompt_logprobs"].is_array(), "{chat}");
+    assert_eq!(generated["prompt_logprobs"], chat["prompt_logprobs"]);
     let chat_choices = chat["choices"].as_array().unwrap();
     for (g, c) in generated["choices"]
         .as_array()
