@@ -824,11 +824,18 @@ proptest! {
             let (_, r) = ids.iter().find(|(id, _)| *id == sample.request).unwrap();
             // Ranks are the scored tokens'; a drawn one has none.
             prop_assert!(!r.forced.is_empty() || sample.ranks.is_empty());
-            if r.forced.is_empty() || sample.finish_reason == FinishReason::Abort {
+            if r.forced.is_empty() {
                 continue;
             }
-            // Only aborts end a scoring sample early (`generated` is None for it).
             let completion = &r.forced[sample.sample_index as usize];
+            // Only aborts end a scoring sample early (`generated` is None for it): with
+            // the tokens it had scored, each with its score.
+            if sample.finish_reason == FinishReason::Abort {
+                prop_assert!(completion.starts_with(&sample.token_ids));
+                let expected = expected_scores(&r.prompt, completion);
+                prop_assert_eq!(scores_of(sample), &expected[..sample.token_ids.len()]);
+                continue;
+            }
             prop_assert_eq!(&sample.token_ids, completion);
             prop_assert_eq!(scores_of(sample), expected_scores(&r.prompt, completion));
         }

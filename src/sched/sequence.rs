@@ -146,14 +146,18 @@ impl Sequence {
     /// What this sequence returns as sample `sample_index` of its request (the request's
     /// `request_index`), ended for `reason`; `cached_prompt_tokens` came from the prefix
     /// cache when its prompt was first admitted. An unforked root gives each of its samples
-    /// its prompt and nothing generated.
+    /// its prompt and nothing generated; a scoring sample ended early (aborted) gives the
+    /// tokens it had scored, so that every token returned has its log-prob.
     pub fn into_finished(
-        self,
+        mut self,
         sample_index: u32,
         request_index: u32,
         reason: FinishReason,
         cached_prompt_tokens: usize,
     ) -> FinishedSample {
+        if self.scoring {
+            self.tokens.truncate(self.prompt_len + self.logprobs.len());
+        }
         FinishedSample {
             request: self.request,
             request_index,

@@ -102,11 +102,16 @@ impl PromptScore<'_> {
     ) -> impl Iterator<Item = (u32, f32, Option<u32>, &[sprout::sched::TopLogprob])> {
         let s = self.sample;
         let tokens = s.map(|s| s.token_ids.as_slice()).unwrap_or_default();
-        tokens.iter().enumerate().map(move |(i, &token)| {
-            let s = s.expect("tokens come from a sample");
-            let top = s.top_logprobs.get(i).map(Vec::as_slice).unwrap_or_default();
-            (token, s.logprobs[i], s.ranks.get(i).copied(), top)
-        })
+        let logprobs = s.map(|s| s.logprobs.as_slice()).unwrap_or_default();
+        tokens
+            .iter()
+            .zip(logprobs)
+            .enumerate()
+            .map(move |(i, (&token, &logprob))| {
+                let s = s.expect("tokens come from a sample");
+                let top = s.top_logprobs.get(i).map(Vec::as_slice).unwrap_or_default();
+                (token, logprob, s.ranks.get(i).copied(), top)
+            })
     }
 
     /// vLLM's `prompt_logprobs` with `k` alternatives per position, tokens named by `name`.
