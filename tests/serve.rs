@@ -20,7 +20,7 @@ mod fields;
 mod http;
 #[path = "common/server.rs"]
 mod server;
-use http::{Reply, http, parse_reply, request_bytes};
+use http::{Reply, generated, http, parse_reply, request_bytes};
 use server::Server;
 
 fn tiny_llama() -> PathBuf {
@@ -1099,11 +1099,6 @@ fn a_client_that_leaves_mid_stream_is_aborted_and_sigterm_exits_0() {
 
 fn admin(port: u16, method: &str, path: &str, body: &str) -> Reply {
     http(port, method, path, &[], body.as_bytes())
-}
-
-/// Generated tokens so far, from `/metrics`.
-fn generated(port: u16) -> f64 {
-    metric(&metrics(port), "vllm:generation_tokens_total", &[])
 }
 
 #[test]

@@ -15,7 +15,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
@@ -23,7 +22,7 @@ use serde_json::{Value, json};
 mod http;
 #[path = "common/server.rs"]
 mod server;
-use http::{http, ok_json, post_json};
+use http::{await_generated, generated, http, ok_json, post_json};
 use server::Server;
 
 const PROMPT: &str = "The quick brown fox";
@@ -386,30 +385,6 @@ fn prompt_logprobs_come_per_prompt_with_n_a_batch_and_chat() {
     }
 }
 
-/// `/metrics`' generated-token count.
-fn generated(port: u16) -> f64 {
-    let reply = http(port, "GET", "/metrics", &[], b"");
-    reply
-        .body
-        .lines()
-        .find_map(|l| l.strip_prefix("vllm:generation_tokens_total"))
-        .and_then(|rest| rest.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .expect("vllm:generation_tokens_total")
-}
-
-/// Waits (60 s at most) until the server has drawn tokens past `before`.
-fn await_drawn(port: u16, before: f64) {
-    let start = Instant::now();
-    while generated(port) <= before {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "nothing was drawn"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
 /// How a request is cut short.
 #[derive(Clone, Copy, Debug)]
 enum Cut {
@@ -480,7 +455,7 @@ fn aborted(port: u16, path: &'static str, body: Value, how: Cut, read: fn(&str) 
     let before = generated(port);
     let id = body["request_id"].as_str().unwrap_or("").to_string();
     let running = std::thread::spawn(move || post_json(port, path, &body));
-    await_drawn(port, before);
+    await_generated(port, before);
     cut(port, how, &id);
     let reply = running.join().unwrap();
     assert_eq!(reply.status, 200, "{}", reply.body);

@@ -9,7 +9,6 @@
 
 use std::collections::BTreeMap;
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
@@ -17,7 +16,7 @@ use serde_json::{Value, json};
 mod http;
 #[path = "common/server.rs"]
 mod server;
-use http::{Reply, http, ok_json, post_json};
+use http::{Reply, await_generated, generated, http, ok_json, post_json};
 use server::Server;
 
 /// A ChatML template (the tiny tokenizer has `<|im_start|>` and `<|im_end|>`).
@@ -222,27 +221,6 @@ fn generate_whole_and_streamed_equal_the_completions_route_bitwise() {
     }
 }
 
-/// Generated tokens so far, from `/metrics`.
-fn generated(port: u16) -> f64 {
-    let text = http(port, "GET", "/metrics", &[], b"").body;
-    text.lines()
-        .filter(|l| l.starts_with("vllm:generation_tokens_total"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
-/// Waits (60 s at most) until some tokens past `before` were generated.
-fn await_tokens(port: u16, before: f64) {
-    let start = Instant::now();
-    while generated(port) <= before {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "nothing was generated"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 /// Checks an aborted choice: some tokens, fewer than asked, each with its log-prob.
 fn assert_partial(token_ids: &[u64], logprobs: usize, reason: Option<&str>, max: usize) {
     assert_eq!(reason, Some("abort"));
@@ -259,7 +237,7 @@ fn assert_stream_cut(port: u16, body: &Value, max: usize, cut: impl FnOnce()) {
     let before = generated(port);
     let body = body.clone();
     let streaming = std::thread::spawn(move || post_json(port, "/inference/v1/generate", &body));
-    await_tokens(port, before);
+    await_generated(port, before);
     cut();
     let reply = streaming.join().unwrap();
     let (streamed, _) = gather(&reply.body, 1);
@@ -288,7 +266,7 @@ fn an_aborted_generation_returns_what_was_drawn_whole_and_streamed_and_at_exit()
     let before = generated(port);
     let body = request(false, "long-whole");
     let running = std::thread::spawn(move || post_json(port, "/inference/v1/generate", &body));
-    await_tokens(port, before);
+    await_generated(port, before);
     let paused = http(port, "POST", "/pause?mode=abort", &[], b"");
     assert_eq!(paused.status, 200, "{}", paused.body);
     let whole = running.join().unwrap();

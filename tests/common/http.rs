@@ -119,3 +119,27 @@ pub fn ok_json(port: u16, path: &str, body: &Value) -> Value {
     assert_eq!(reply.status, 200, "{path} {body}: {}", reply.body);
     reply.json()
 }
+
+/// The tokens the server has generated so far (`/metrics`' `vllm:generation_tokens_total`,
+/// summed over its labels).
+#[allow(dead_code)] // not every test reads the metrics
+pub fn generated(port: u16) -> f64 {
+    let text = http(port, "GET", "/metrics", &[], b"").body;
+    text.lines()
+        .filter(|l| l.starts_with("vllm:generation_tokens_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Waits (60 s at most) until the server has generated tokens past `before`.
+#[allow(dead_code)] // not every test reads the metrics
+pub fn await_generated(port: u16, before: f64) {
+    let start = std::time::Instant::now();
+    while generated(port) <= before {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "nothing was generated"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
