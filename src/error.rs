@@ -32,6 +32,9 @@ pub enum SproutError {
     Vocabulary(String),
     #[error(transparent)]
     Io(#[from] std::io::Error),
+    /// The engine sleeps (its weights or KV cache are off the device): wake it first.
+    #[error("{0}")]
+    Asleep(String),
     /// A request the scheduler cannot take; the message names the problem.
     #[error(transparent)]
     Request(#[from] crate::sched::SchedError),

@@ -149,7 +149,7 @@ fn a_large_vocabulary_runs_the_same_in_parts_and_chunks() {
             };
             let mut source = DummyWeights::new(config, WeightFormat::Q8_0, 3).unwrap();
             let decoder = Decoder::load(gpu.clone(), &mut source, &mut |_, _| {}).unwrap();
-            let parts = decoder.weights().lm_head().parts.len();
+            let parts = decoder.weights().unwrap().lm_head().parts.len();
             let config = EngineConfig {
                 kv: KvSize::Blocks(2 * G),
                 max_num_seqs: G,

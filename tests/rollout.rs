@@ -177,7 +177,7 @@ fn mixed_choices(decoder: &Decoder, gpu: &Gpu) -> KernelChoices {
         MatmulShape::Gemm { tm: 8 },
     ];
     let mut matmul = Vec::new();
-    let weights = decoder.weights();
+    let weights = decoder.weights().unwrap();
     for (turn, (site, weight)) in weights.matmul_sites().into_iter().enumerate() {
         for (i, &max_rows) in ROW_BUCKETS.iter().enumerate() {
             matmul.push(MatmulChoice {

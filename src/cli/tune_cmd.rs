@@ -65,7 +65,7 @@ pub fn run(backend: BackendChoice, args: TuneArgs) -> Result<()> {
         .copied()
         .take_while(|&m| m <= args.max_rows.max(1))
         .collect();
-    let weights = decoder.weights();
+    let weights = decoder.weights()?;
     let sites = weights.matmul_sites();
     let bar = progress((sites.len() + 1) * buckets.len());
     let mut file = TuneFile::new(&gpu.adapter);

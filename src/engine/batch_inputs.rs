@@ -23,6 +23,10 @@ impl Growable {
         }
     }
 
+    pub(super) fn bytes(&self) -> u64 {
+        self.tensor.buffer.size()
+    }
+
     /// Makes room for `words` 32-bit values (growing to the next power of two).
     pub(super) fn reserve(&mut self, gpu: &Gpu, words: usize) {
         if words > self.tensor.len {
@@ -58,6 +62,19 @@ impl BatchInputs {
             attention_combine: Growable::new(gpu, 4 * max_r),
             logit_rows: Growable::new(gpu, max_r),
         }
+    }
+
+    /// Bytes these buffers take on the device.
+    pub fn device_bytes(&self) -> u64 {
+        let all = [
+            &self.ids,
+            &self.rowinfo,
+            &self.block_tables,
+            &self.attention_items,
+            &self.attention_combine,
+            &self.logit_rows,
+        ];
+        all.iter().map(|g| g.bytes()).sum()
     }
 
     /// Writes `batch` (lands before the next submit's work).

@@ -23,12 +23,14 @@ mod pack;
 pub mod paged_kv;
 mod runner;
 mod sizes;
+mod sleep;
 pub mod stop_strings;
 
 pub use batch_inputs::BatchInputs;
 pub use pack::PackedBatch;
 pub use runner::{StepRunner, Submitted};
 pub use sizes::{EngineSizes, sizes};
+pub use sleep::SleepLevel;
 
 use std::collections::HashMap;
 
@@ -164,7 +166,8 @@ struct InFlight {
 pub struct Engine<'d> {
     decoder: &'d Decoder,
     scheduler: Scheduler,
-    runner: StepRunner,
+    /// `None` while the KV cache sleeps (`sleep`): the pool and every step buffer freed.
+    runner: Option<StepRunner>,
     overlap: bool,
     in_flight: Option<InFlight>,
     /// Reads samples' text for stop strings.
@@ -208,7 +211,7 @@ impl<'d> Engine<'d> {
         Ok(Engine {
             decoder,
             scheduler,
-            runner,
+            runner: Some(runner),
             overlap: config.overlap,
             in_flight: None,
             tokenizer: None,
@@ -353,9 +356,28 @@ impl<'d> Engine<'d> {
     }
 
     /// Runs one step: applies its results and returns them. With overlap, the step after
-    /// it has been planned and submitted by then.
+    /// it has been planned and submitted by then. An error, changing nothing, while the
+    /// engine sleeps.
     pub async fn step(&mut self) -> Result<StepOutput, SproutError> {
+        self.step_with(true).await
+    }
+
+    /// Applies the step in flight, if any, without planning another: then no step holds
+    /// the engine's buffers and the GPU has nothing of its to run. Returns what that step
+    /// did (nothing when none was in flight).
+    pub async fn settle(&mut self) -> Result<StepOutput, SproutError> {
+        match self.in_flight {
+            Some(_) => self.step_with(false).await,
+            None => Ok(StepOutput::default()),
+        }
+    }
+
+    /// One step; `ahead`: the next may be planned and submitted while it runs.
+    async fn step_with(&mut self, ahead: bool) -> Result<StepOutput, SproutError> {
         let started = Instant::now();
+        if self.in_flight.is_none() {
+            self.check_awake()?;
+        }
         let current = match self.in_flight.take() {
             Some(step) => step,
             None => {
@@ -372,15 +394,19 @@ impl<'d> Engine<'d> {
         // to overlap then.
         let drafted = current.plan.chunks.iter().any(|c| c.drafted > 0);
         self.speculate_next = self.scheduler.wants_speculation();
-        let overlapped =
-            self.overlap && !self.decoder.gpu.profiling() && !drafted && !self.speculate_next;
+        let overlapped = ahead
+            && self.overlap
+            && !self.decoder.gpu.profiling()
+            && !drafted
+            && !self.speculate_next;
         if overlapped {
             self.scheduler.set_speculating(false);
             self.scheduler.advance(&current.plan);
             self.in_flight = self.plan_and_submit(true)?;
         }
         let plan = &current.plan;
-        let (results, scores, run) = self.runner.finish(self.decoder, current.submitted).await?;
+        let runner = self.runner.as_mut().ok_or_else(sleep::kv_asleep)?;
+        let (results, scores, run) = runner.finish(self.decoder, current.submitted).await?;
         let updating = Instant::now();
         let mut finished = self.scheduler.update(plan, &results, &scores)?;
         let rejected = self.scheduler.rejected_draws();
@@ -446,7 +472,8 @@ impl<'d> Engine<'d> {
             }
             return Ok(None);
         }
-        let submitted = self.runner.submit(self.decoder, &plan)?;
+        let runner = self.runner.as_mut().ok_or_else(sleep::kv_asleep)?;
+        let submitted = runner.submit(self.decoder, &plan)?;
         Ok(Some(InFlight {
             plan,
             submitted,

@@ -74,6 +74,12 @@ impl PagedKv {
         Ok(kv)
     }
 
+    /// Bytes the pool takes on the device (with its copy scratch).
+    pub fn device_bytes(&self) -> u64 {
+        let pools = self.k.iter().chain(&self.v).chain([&self.scratch]);
+        pools.map(|t| t.buffer.size()).sum()
+    }
+
     /// The pools as a forward pass borrows them.
     pub fn pools(&self) -> KvPools<'_> {
         KvPools {

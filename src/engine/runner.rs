@@ -65,6 +65,18 @@ struct Outputs {
 }
 
 impl Outputs {
+    fn device_bytes(&self) -> u64 {
+        let all = [
+            &self.tokens,
+            &self.logprobs,
+            &self.sampling_logprobs,
+            &self.top_ids,
+            &self.top_logprobs,
+            &self.ranks,
+        ];
+        all.iter().map(|g| g.bytes()).sum::<u64>() + self.staging.size()
+    }
+
     fn new(gpu: &Gpu, max_r: usize) -> Outputs {
         Outputs {
             tokens: Growable::new(gpu, max_r),
@@ -153,6 +165,32 @@ impl StepRunner {
 
     pub fn kv(&self) -> &PagedKv {
         &self.kv
+    }
+
+    /// Bytes the runner holds on the device: the KV pool, the forward pass's buffers, the
+    /// batch's inputs and the draws' outputs.
+    pub fn device_bytes(&self) -> u64 {
+        let growables = [
+            &self.keys,
+            &self.row_params,
+            &self.cut,
+            &self.masked,
+            &self.adjusts,
+            &self.saved,
+            &self.scratch,
+            &self.keep_only,
+            &self.allowed,
+            &self.top_counts,
+            &self.rank_targets,
+        ];
+        let stats = self.stats.argmax.buffer.size() + self.stats.stats.buffer.size();
+        let outputs: u64 = self.outputs.iter().map(Outputs::device_bytes).sum();
+        self.kv.device_bytes()
+            + self.buffers.device_bytes()
+            + self.inputs.device_bytes()
+            + growables.iter().map(|g| g.bytes()).sum::<u64>()
+            + stats
+            + outputs
     }
 
     /// Runs `plan` and returns one result per draw and one per target, in the plan's order.

@@ -95,7 +95,11 @@ impl Gpu {
                 required_features: features,
                 required_limits: limits.clone(),
                 experimental_features: wgpu::ExperimentalFeatures::disabled(),
-                memory_hints: wgpu::MemoryHints::Performance,
+                // Small sub-allocation blocks: sprout's large buffers (weights, the KV
+                // pool) get blocks of their own either way, and the allocator keeps one
+                // empty block per memory type when everything is freed, which is what a
+                // sleeping engine still holds (at most 64 MiB here, 256 MiB otherwise).
+                memory_hints: wgpu::MemoryHints::MemoryUsage,
                 trace: wgpu::Trace::Off,
             })
             .await?;

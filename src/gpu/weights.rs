@@ -125,7 +125,8 @@ impl GpuWeight {
                 .create_buffer_init(&wgpu::util::BufferInitDescriptor {
                     label: Some("weight"),
                     contents: &padded,
-                    usage: wgpu::BufferUsages::STORAGE,
+                    // Read back when the engine sleeps and keeps its weights on the host.
+                    usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
                 });
             parts.push(WeightPart {
                 buffer,

@@ -51,6 +51,7 @@ use crate::model::config::{Activation, ModelConfig};
 use crate::model::decoder_weights::{Checks, DecoderWeights};
 use crate::model::qwen3;
 use crate::model::source::WeightSource;
+use crate::model::weight_residency::{self, HeldWeights, Residency};
 
 /// Where a layer's vectors start in its `vectors` buffer.
 #[derive(Clone, Copy)]
@@ -87,7 +88,11 @@ pub struct Decoder {
     pub gpu: Arc<Gpu>,
     pub config: ModelConfig,
     /// Replaced whole by an update; a step takes the ones in force when it is recorded.
-    weights: RwLock<Arc<DecoderWeights>>,
+    /// While the engine sleeps they may be in host memory, or gone (`weight_residency`).
+    weights: RwLock<HeldWeights>,
+    /// The stored formats of the weights in force ([`DecoderWeights::weight_format`]),
+    /// kept for records while they sleep.
+    weight_format: RwLock<String>,
     offsets: VectorOffsets,
     rope: RopeTable,
     /// For the layers without RoPE (`config.layers_without_rope`, SmolLM3): cos 1, sin 0.
@@ -171,6 +176,18 @@ impl ForwardBuffers {
         }
     }
 
+    /// Bytes these buffers take on the device.
+    pub fn device_bytes(&self) -> u64 {
+        let tensors = [&self.h, &self.q, &self.attn, &self.act, &self.scratch];
+        let optional = [self.qkv.as_ref(), self.branch.as_ref()];
+        let chunks = self.logits.chunks.iter();
+        let all = tensors
+            .into_iter()
+            .chain(optional.into_iter().flatten())
+            .chain(chunks);
+        all.map(|t| t.buffer.size()).sum()
+    }
+
     /// The most scratch slots a step may use (`max_r` split rows).
     pub fn max_slots(max_r: usize) -> usize {
         max_r * MAX_SLOTS_PER_ROW as usize
@@ -216,19 +233,106 @@ impl Decoder {
             choices,
             offsets: VectorOffsets::of(&config),
             config,
-            weights: RwLock::new(Arc::new(weights)),
+            weight_format: RwLock::new(weights.weight_format()),
+            weights: RwLock::new(HeldWeights::Device(Arc::new(weights))),
             rope,
             no_rope,
             local_rope,
         })
     }
 
-    /// The weights in force (an update may replace them between steps).
-    pub fn weights(&self) -> Arc<DecoderWeights> {
+    /// The weights in force (an update may replace them between steps); an error while
+    /// they sleep ([`Decoder::residency`]).
+    pub fn weights(&self) -> Result<Arc<DecoderWeights>, SproutError> {
+        match &*self.weights.read().unwrap_or_else(|e| e.into_inner()) {
+            HeldWeights::Device(w) => Ok(w.clone()),
+            HeldWeights::Host(_) => Err(SproutError::Asleep(
+                "the model's weights are asleep in host memory: wake them first".into(),
+            )),
+            HeldWeights::Discarded => Err(SproutError::Asleep(
+                "the model's weights were discarded (sleep level 2): load new ones first".into(),
+            )),
+        }
+    }
+
+    /// Where the weights are.
+    pub fn residency(&self) -> Residency {
         self.weights
             .read()
             .unwrap_or_else(|e| e.into_inner())
-            .clone()
+            .residency()
+    }
+
+    /// Copies the weights to host memory and frees their device buffers (sleep level 1);
+    /// nothing to do unless they are on the device. No step may be in flight.
+    pub async fn offload_weights(&self) -> Result<(), SproutError> {
+        let weights = match &*self.weights.read().unwrap_or_else(|e| e.into_inner()) {
+            HeldWeights::Device(w) => w.clone(),
+            _ => return Ok(()),
+        };
+        let host = weight_residency::offload(&self.gpu, weights).await?;
+        *self.weights.write().unwrap_or_else(|e| e.into_inner()) = HeldWeights::Host(host);
+        Ok(())
+    }
+
+    /// Forgets the weights, wherever they are (sleep level 2): the model runs again once
+    /// [`Decoder::replace_weights`] gives it new ones. No step may be in flight.
+    pub fn discard_weights(&self) {
+        let mut held = self.weights.write().unwrap_or_else(|e| e.into_inner());
+        if let HeldWeights::Device(w) = &*held {
+            self.gpu.forget_bind_groups();
+            for buffer in w.buffers() {
+                buffer.destroy();
+            }
+        }
+        *held = HeldWeights::Discarded;
+    }
+
+    /// Puts weights kept in host memory back on the device; nothing to do when they are
+    /// there, and an error when they were discarded.
+    pub fn restore_weights(&self) -> Result<(), SproutError> {
+        let mut held = self.weights.write().unwrap_or_else(|e| e.into_inner());
+        match &*held {
+            HeldWeights::Device(_) => Ok(()),
+            HeldWeights::Host(host) => {
+                let weights = weight_residency::restore(&self.gpu, host)?;
+                *held = HeldWeights::Device(Arc::new(weights));
+                Ok(())
+            }
+            HeldWeights::Discarded => Err(SproutError::Asleep(
+                "the model's weights were discarded (sleep level 2): load new ones with an \
+                 update instead of waking them"
+                    .into(),
+            )),
+        }
+    }
+
+    /// Bytes the decoder holds on the device: its weights (while there) and its RoPE
+    /// tables.
+    pub fn device_bytes(&self) -> u64 {
+        let weights = match &*self.weights.read().unwrap_or_else(|e| e.into_inner()) {
+            HeldWeights::Device(w) => w.device_bytes(),
+            _ => 0,
+        };
+        let tables = [
+            Some(&self.rope),
+            self.no_rope.as_ref(),
+            self.local_rope.as_ref(),
+        ];
+        let tables: u64 = tables
+            .iter()
+            .flatten()
+            .map(|t| t.values.buffer.size())
+            .sum();
+        weights + tables
+    }
+
+    /// Bytes of weights kept in host memory while the device's are freed.
+    pub fn host_bytes(&self) -> u64 {
+        match &*self.weights.read().unwrap_or_else(|e| e.into_inner()) {
+            HeldWeights::Host(host) => host.host_bytes(),
+            _ => 0,
+        }
     }
 
     /// Loads `source` as new weights for this decoder, on the GPU beside the ones in
@@ -246,7 +350,12 @@ impl Decoder {
     /// keeps the buffers it recorded (wgpu holds them until it has run).
     #[cfg_attr(target_arch = "wasm32", allow(clippy::arc_with_non_send_sync))]
     pub fn replace_weights(&self, weights: DecoderWeights) {
-        *self.weights.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(weights);
+        *self
+            .weight_format
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = weights.weight_format();
+        *self.weights.write().unwrap_or_else(|e| e.into_inner()) =
+            HeldWeights::Device(Arc::new(weights));
         // Bind groups over the old buffers would keep them alive.
         self.gpu.forget_bind_groups();
     }
@@ -327,7 +436,7 @@ impl Decoder {
         let shape = self.attention_shape(t, kv.block_size);
         let q_loads = self.attention_variant(t).q_loads_for(&shape);
         let offsets = self.offsets;
-        let w = self.weights();
+        let w = self.weights()?;
         let scale = c.embedding_scale();
         embedding::encode(gpu, rec, &w.embed, batch.ids, batch.drawn, t, &a.h, scale);
         for (l, layer) in w.layers.iter().enumerate() {
@@ -459,7 +568,10 @@ impl Decoder {
     /// The stored formats of the weight matrices in force (see
     /// [`DecoderWeights::weight_format`]).
     pub fn weight_format(&self) -> String {
-        self.weights().weight_format()
+        self.weight_format
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// The RoPE table layer `l` rotates q and k by.

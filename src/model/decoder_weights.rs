@@ -15,7 +15,7 @@ use crate::error::SproutError;
 use crate::formats::TensorData;
 use crate::gpu::kernels::rope::RopeLayout;
 use crate::gpu::tuning::MatmulSite;
-use crate::gpu::{Gpu, GpuWeight, Tensor};
+use crate::gpu::{Gpu, GpuWeight, Tensor, WeightPart};
 use crate::model::config::ModelConfig;
 use crate::model::fused_weights::{
     half_split_to_adjacent, interleave_rows, permute_head_rows, permute_head_values, stack_rows,
@@ -194,6 +194,68 @@ impl DecoderWeights {
         out
     }
 
+    /// Every buffer of these weights, in one fixed order: what offloading reads back and
+    /// [`DecoderWeights::rebuilt`] takes new buffers in.
+    pub(crate) fn buffers(&self) -> Vec<&wgpu::Buffer> {
+        fn parts(w: &GpuWeight) -> impl Iterator<Item = &wgpu::Buffer> {
+            w.parts.iter().map(|p| &p.buffer)
+        }
+        let mut out: Vec<&wgpu::Buffer> = parts(&self.embed).collect();
+        for l in &self.layers {
+            out.push(&l.vectors.buffer);
+            for w in [&l.qkv, &l.o, &l.gate_up, &l.down] {
+                out.extend(parts(w));
+            }
+        }
+        out.push(&self.final_norm.buffer);
+        if let Some(head) = &self.lm_head {
+            out.extend(parts(head));
+        }
+        out
+    }
+
+    /// Bytes these weights take on the device.
+    pub fn device_bytes(&self) -> u64 {
+        self.buffers().iter().map(|b| b.size()).sum()
+    }
+
+    /// The same weights over `buffers`, one per buffer of [`DecoderWeights::buffers`], in
+    /// that order (each of the same size); `None` if there are too few.
+    pub(crate) fn rebuilt(
+        &self,
+        buffers: &mut dyn Iterator<Item = wgpu::Buffer>,
+    ) -> Option<DecoderWeights> {
+        let embed = rebuilt_weight(&self.embed, buffers)?;
+        let mut layers = Vec::with_capacity(self.layers.len());
+        for l in &self.layers {
+            let vectors = Tensor {
+                buffer: buffers.next()?,
+                len: l.vectors.len,
+            };
+            layers.push(Layer {
+                vectors,
+                qkv: rebuilt_weight(&l.qkv, buffers)?,
+                o: rebuilt_weight(&l.o, buffers)?,
+                gate_up: rebuilt_weight(&l.gate_up, buffers)?,
+                down: rebuilt_weight(&l.down, buffers)?,
+            });
+        }
+        let final_norm = Tensor {
+            buffer: buffers.next()?,
+            len: self.final_norm.len,
+        };
+        let lm_head = match &self.lm_head {
+            Some(head) => Some(rebuilt_weight(head, buffers)?),
+            None => None,
+        };
+        Some(DecoderWeights {
+            embed,
+            layers,
+            final_norm,
+            lm_head,
+        })
+    }
+
     /// The stored formats of the weight matrices, most used first, joined by `+`
     /// (`q4_1+q8_0`): what a record names as the model's weight format.
     pub fn weight_format(&self) -> String {
@@ -218,6 +280,22 @@ impl DecoderWeights {
         let names: Vec<String> = counts.into_iter().map(|(n, _)| n).collect();
         names.join("+")
     }
+}
+
+/// `w` over new buffers, one per part, in order.
+fn rebuilt_weight(
+    w: &GpuWeight,
+    buffers: &mut dyn Iterator<Item = wgpu::Buffer>,
+) -> Option<GpuWeight> {
+    let mut parts = Vec::with_capacity(w.parts.len());
+    for p in &w.parts {
+        parts.push(WeightPart {
+            buffer: buffers.next()?,
+            first_row: p.first_row,
+            rows: p.rows,
+        });
+    }
+    Some(GpuWeight { parts, ..*w })
 }
 
 /// The canonical names of every tensor a model of `config` reads (see `model::source`).

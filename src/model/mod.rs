@@ -29,3 +29,4 @@ pub mod rope_scaling;
 pub mod safetensors_dir;
 pub mod smollm3;
 pub mod source;
+pub mod weight_residency;

@@ -414,6 +414,18 @@ impl Scheduler {
         }
     }
 
+    /// Sends every running sequence back to the queue, in its order and ahead of those
+    /// waiting, giving its blocks back: each recomputes what it had, from its tokens, when
+    /// it runs again (what an engine does before it frees its KV memory). Returns how many.
+    /// Call it between steps, with no step planned ahead.
+    pub fn preempt_all(&mut self) -> usize {
+        let running: Vec<SeqId> = self.running.iter().rev().copied().collect();
+        for &id in &running {
+            self.preempt(id);
+        }
+        running.len()
+    }
+
     /// Sends running sequence `id` back to the front of the queue, giving its blocks back.
     fn preempt(&mut self, id: SeqId) {
         let pos = self.running.iter().position(|&s| s == id);

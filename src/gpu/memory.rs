@@ -1,0 +1,74 @@
+//! How much device memory sprout holds, from the best source a backend has.
+//!
+//! Vulkan and DX12 sub-allocate through gpu-allocator, and wgpu reports its blocks
+//! (`Device::generate_allocator_report`): the bytes reserved from the driver, used or
+//! not, which is what the device has given the process. Metal, OpenGL and WebGPU report
+//! nothing; there the figure is sprout's own accounting of the buffers it holds (the
+//! engine's: weights, RoPE tables, KV pool, step buffers), which leaves out pipelines and
+//! the driver's own memory.
+
+use serde::Serialize;
+
+use super::Gpu;
+
+/// Where a device-memory figure comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MemorySource {
+    /// wgpu's allocator report: every block reserved from the driver.
+    Allocator,
+    /// sprout's own sum of the buffers it holds.
+    Buffers,
+}
+
+impl MemorySource {
+    pub fn name(self) -> &'static str {
+        match self {
+            MemorySource::Allocator => "allocator",
+            MemorySource::Buffers => "buffers",
+        }
+    }
+}
+
+/// Device memory held, in bytes, and where the figure comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct DeviceMemory {
+    pub bytes: u64,
+    pub source: MemorySource,
+}
+
+/// What wgpu's allocator reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct AllocatorBytes {
+    /// Reserved from the driver, in blocks, used or not: what the device has given.
+    pub reserved: u64,
+    /// Taken by live allocations (each buffer's, rounded up to its alignment).
+    pub allocated: u64,
+}
+
+impl Gpu {
+    /// What wgpu's allocator holds, where the backend reports it (Vulkan, DX12).
+    pub fn allocator_bytes(&self) -> Option<AllocatorBytes> {
+        self.device
+            .generate_allocator_report()
+            .map(|r| AllocatorBytes {
+                reserved: r.total_reserved_bytes,
+                allocated: r.total_allocated_bytes,
+            })
+    }
+
+    /// The device memory held: the allocator's report where there is one, else
+    /// `own_buffers` (the caller's sum of the buffers it holds).
+    pub fn device_memory(&self, own_buffers: u64) -> DeviceMemory {
+        match self.allocator_bytes() {
+            Some(bytes) => DeviceMemory {
+                bytes: bytes.reserved,
+                source: MemorySource::Allocator,
+            },
+            None => DeviceMemory {
+                bytes: own_buffers,
+                source: MemorySource::Buffers,
+            },
+        }
+    }
+}
