@@ -1,6 +1,7 @@
 //! The routes a trainer drives the server with, in vLLM's shapes: `POST /pause`,
-//! `POST /resume`, `GET /is_paused`, `POST /abort_requests`, `POST /reset_prefix_cache`
-//! and `POST /update_weights` (in `update`).
+//! `POST /resume`, `GET /is_paused`, `POST /abort_requests`, `POST /reset_prefix_cache`,
+//! `POST /update_weights` (in `update`), and `POST /sleep`, `POST /wake_up` and
+//! `GET /is_sleeping` (in `sleep`).
 //!
 //! They answer loopback clients only, unless `--admin-api-key` is set: then anyone with
 //! `Authorization: Bearer ADMIN_KEY`, and no one without it.
@@ -24,7 +25,7 @@ use tokio::sync::oneshot;
 use crate::cli::serve::error::{ApiError, poisoned};
 use crate::cli::serve::messages::{Command, PauseMode};
 use crate::cli::serve::state::AppState;
-use crate::cli::serve::update;
+use crate::cli::serve::{sleep, update};
 
 pub fn router(state: Arc<AppState>) -> Router<Arc<AppState>> {
     Router::new()
@@ -35,6 +36,9 @@ pub fn router(state: Arc<AppState>) -> Router<Arc<AppState>> {
         .route("/reset_prefix_cache", post(reset_prefix_cache))
         .route("/reset_prefix_cache/", post(reset_prefix_cache))
         .route("/update_weights", post(update::update_weights))
+        .route("/sleep", post(sleep::sleep))
+        .route("/wake_up", post(sleep::wake_up))
+        .route("/is_sleeping", get(sleep::is_sleeping))
         .route_layer(middleware::from_fn_with_state(state, check_admin))
 }
 
@@ -71,7 +75,7 @@ async fn check_admin(
 }
 
 /// Sends a command built around a reply channel and waits for the reply.
-async fn ask<T>(
+pub(super) async fn ask<T>(
     state: &AppState,
     command: impl FnOnce(oneshot::Sender<T>) -> Command,
 ) -> Result<T, ApiError> {
@@ -96,18 +100,7 @@ struct PauseQuery {
 impl PauseQuery {
     /// The mode asked for, by name or by vLLM's older flag; both at once must agree.
     fn mode(&self) -> Result<(PauseMode, &'static str), ApiError> {
-        let named = match self.mode.as_deref() {
-            None => None,
-            Some("abort") => Some((PauseMode::Abort, "abort")),
-            Some("wait") => Some((PauseMode::Wait, "wait")),
-            Some("keep") => Some((PauseMode::Keep, "keep")),
-            Some(other) => {
-                return Err(ApiError::bad(
-                    "mode",
-                    format!("mode must be abort, wait or keep, not {other:?}"),
-                ));
-            }
-        };
+        let named = self.mode.as_deref().map(parse_mode).transpose()?;
         let flagged = self.wait_for_inflight_requests.map(|wait| match wait {
             true => (PauseMode::Wait, "wait"),
             false => (PauseMode::Abort, "abort"),
@@ -123,6 +116,19 @@ impl PauseQuery {
             )),
             (m, f) => Ok(m.or(f).unwrap_or((PauseMode::Abort, "abort"))),
         }
+    }
+}
+
+/// A pause mode by name (`/pause`'s and `/sleep`'s `mode`), with the name.
+pub(super) fn parse_mode(text: &str) -> Result<(PauseMode, &'static str), ApiError> {
+    match text {
+        "abort" => Ok((PauseMode::Abort, "abort")),
+        "wait" => Ok((PauseMode::Wait, "wait")),
+        "keep" => Ok((PauseMode::Keep, "keep")),
+        other => Err(ApiError::bad(
+            "mode",
+            format!("mode must be abort, wait or keep, not {other:?}"),
+        )),
     }
 }
 

@@ -20,14 +20,16 @@
 //! work returns.
 
 use std::collections::HashMap;
-use std::sync::{Arc, mpsc};
-use std::time::Instant;
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
 
-use sprout::engine::Engine;
+use sprout::engine::{Engine, StepOutput};
+use sprout::gpu::memory::DeviceMemory;
 use sprout::sched::{FinishedSample, Request, RequestId, SchedulerStats};
 use tokio::sync::{mpsc as tmpsc, oneshot};
 
-use crate::cli::serve::messages::{Command, Event, PauseMode};
+use crate::cli::serve::engine_sleep::{EngineStatus, SleepState};
+use crate::cli::serve::messages::{Command, Event, PauseMode, Refusal, SleepReport};
 use crate::cli::serve::metrics::Metrics;
 
 /// One live engine request.
@@ -48,28 +50,57 @@ struct Client {
     arrived: Instant,
 }
 
-/// An `Add` waiting for the engine to resume.
-struct Held {
+/// An `Add` waiting for the engine to resume (or wake).
+pub(super) struct Held {
     requests: Vec<Request>,
     client: Client,
-    reply: oneshot::Sender<Result<(), String>>,
+    pub(super) reply: oneshot::Sender<Result<(), Refusal>>,
 }
+
+/// What waits for the requests in flight to finish.
+pub(super) enum Drain {
+    /// `/pause?mode=wait`: answered once paused.
+    Pause(oneshot::Sender<()>),
+    /// `/sleep?mode=wait`: sleeps at `level`, then answers.
+    Sleep {
+        level: u8,
+        reply: oneshot::Sender<Result<SleepReport, String>>,
+    },
+}
+
+/// How often the device-memory figure is taken while steps run (the allocator's report
+/// lists every allocation; memory changes only on sleep, wake and updates, which take it
+/// at once).
+const MEMORY_EVERY: Duration = Duration::from_secs(1);
 
 /// The loop's state; see the module docs.
 pub struct EngineLoop<'e> {
-    engine: Engine<'e>,
+    pub(super) engine: Engine<'e>,
     metrics: Arc<Metrics>,
     live: HashMap<u32, Live>,
     /// The scheduler's counters when they were last added to the metrics.
     counted: SchedulerStats,
-    paused: bool,
-    /// `/pause?mode=wait` calls answered once the requests in flight have finished.
-    draining: Vec<oneshot::Sender<()>>,
-    held: Vec<Held>,
+    pub(super) paused: bool,
+    /// Pauses and sleeps answered once the requests in flight have finished.
+    pub(super) draining: Vec<Drain>,
+    pub(super) held: Vec<Held>,
+    pub(super) sleep: SleepState,
+    /// Requests that arrive while asleep wait for the wake (else: 503).
+    pub(super) queue_while_asleep: bool,
+    /// The device memory held, and when it was taken (`None`: take it at the next publish).
+    memory: (DeviceMemory, Option<Instant>),
+    /// What the HTTP side reads of this loop's state.
+    status: Arc<Mutex<EngineStatus>>,
 }
 
 impl<'e> EngineLoop<'e> {
-    pub fn new(engine: Engine<'e>, metrics: Arc<Metrics>) -> EngineLoop<'e> {
+    pub fn new(
+        engine: Engine<'e>,
+        metrics: Arc<Metrics>,
+        status: Arc<Mutex<EngineStatus>>,
+        queue_while_asleep: bool,
+    ) -> EngineLoop<'e> {
+        let memory = engine.device_memory();
         EngineLoop {
             engine,
             metrics,
@@ -78,6 +109,10 @@ impl<'e> EngineLoop<'e> {
             paused: false,
             draining: Vec::new(),
             held: Vec::new(),
+            sleep: SleepState::default(),
+            queue_while_asleep,
+            memory: (memory, None),
+            status,
         }
     }
 
@@ -112,7 +147,7 @@ impl<'e> EngineLoop<'e> {
     }
 
     fn stepping(&self) -> bool {
-        self.engine.has_work() && !self.paused
+        self.engine.has_work() && !self.paused && self.awake()
     }
 
     fn apply(&mut self, command: Command) {
@@ -129,7 +164,9 @@ impl<'e> EngineLoop<'e> {
                     stream_tokens,
                     arrived,
                 };
-                if self.paused || !self.draining.is_empty() {
+                if let Some(refusal) = self.unavailable() {
+                    let _ = reply.send(Err(refusal));
+                } else if self.paused || !self.draining.is_empty() || self.sleep.is_sleeping() {
                     self.held.push(Held {
                         requests,
                         client,
@@ -156,21 +193,27 @@ impl<'e> EngineLoop<'e> {
                     self.paused = true;
                     let _ = reply.send(());
                 }
-                PauseMode::Wait => self.draining.push(reply),
+                PauseMode::Wait => self.draining.push(Drain::Pause(reply)),
             },
             Command::Resume { reply } => {
                 self.paused = false;
-                // A pause still waiting for its requests is called off: its caller hears
-                // so when the sender drops.
+                // A pause or sleep still waiting for its requests is called off: its
+                // caller hears so when the sender drops.
                 self.draining.clear();
-                for held in std::mem::take(&mut self.held) {
-                    // A client that left while held is not worth starting.
-                    if !held.reply.is_closed() {
-                        let _ = held.reply.send(self.add(held.requests, held.client));
-                    }
+                if !self.sleep.is_sleeping() {
+                    self.start_held();
                 }
                 let _ = reply.send(());
             }
+            Command::Sleep { level, mode, reply } => match mode {
+                PauseMode::Keep => self.sleep_now(level, reply),
+                PauseMode::Abort => {
+                    self.abort(None, true);
+                    self.sleep_now(level, reply);
+                }
+                PauseMode::Wait => self.draining.push(Drain::Sleep { level, reply }),
+            },
+            Command::WakeUp { tags, reply } => self.wake(tags, reply),
             Command::ResetPrefixCache { reply } => {
                 let _ = reply.send(self.engine.reset_prefix_cache());
             }
@@ -179,26 +222,64 @@ impl<'e> EngineLoop<'e> {
                 version,
                 reply,
             } => {
+                if self.sleep.weights {
+                    let _ = reply.send(Err("the weights went to sleep while the update \
+                                           loaded: wake them (POST /wake_up?tags=weights) \
+                                           and update again"
+                        .to_string()));
+                    return;
+                }
                 self.engine.update_weights(weights, version);
-                let _ = reply.send(());
+                self.refresh_memory();
+                let _ = reply.send(Ok(()));
             }
             Command::Shutdown => unreachable!("handled by the loop"),
         }
     }
 
-    /// Pauses once every request in flight has finished, answering the waiting callers.
+    /// Once every request in flight has finished, pauses or sleeps as the waiting callers
+    /// asked, and answers them.
     fn finish_draining(&mut self) {
         if !self.draining.is_empty() && self.live.is_empty() && !self.engine.has_work() {
-            self.paused = true;
-            for reply in self.draining.drain(..) {
-                let _ = reply.send(());
+            for drained in std::mem::take(&mut self.draining) {
+                match drained {
+                    Drain::Pause(reply) => {
+                        self.paused = true;
+                        let _ = reply.send(());
+                    }
+                    Drain::Sleep { level, reply } => self.sleep_now(level, reply),
+                }
+            }
+            if !self.paused && !self.sleep.is_sleeping() {
+                self.start_held();
             }
         }
     }
 
+    /// Sleeps still waiting for their requests are called off: their callers hear so
+    /// when the senders drop.
+    pub(super) fn call_off_sleeps(&mut self) {
+        self.draining.retain(|d| matches!(d, Drain::Pause(_)));
+    }
+
+    /// Queues the requests held for a pause or a sleep.
+    pub(super) fn start_held(&mut self) {
+        for held in std::mem::take(&mut self.held) {
+            // A client that left while held is not worth starting.
+            if !held.reply.is_closed() {
+                let _ = held.reply.send(self.add(held.requests, held.client));
+            }
+        }
+    }
+
+    /// Takes the device-memory figure at the next publish.
+    pub(super) fn refresh_memory(&mut self) {
+        self.memory.1 = None;
+    }
+
     /// Adds every request of one HTTP request, or none: a refusal aborts those already
     /// added.
-    fn add(&mut self, requests: Vec<Request>, client: Client) -> Result<(), String> {
+    fn add(&mut self, requests: Vec<Request>, client: Client) -> Result<(), Refusal> {
         let mut added = Vec::new();
         for request in requests {
             let (index, n) = (request.index, request.n);
@@ -208,7 +289,7 @@ impl<'e> EngineLoop<'e> {
                     for (_, _, id) in added {
                         let _ = self.engine.abort(id);
                     }
-                    return Err(e.to_string());
+                    return Err(Refusal::Invalid(e.to_string()));
                 }
             }
         }
@@ -262,15 +343,16 @@ impl<'e> EngineLoop<'e> {
     fn shut_down(mut self) {
         self.abort(None, true);
         for held in self.held.drain(..) {
-            let _ = held.reply.send(Err("the server is shutting down".into()));
+            let refusal = Refusal::Unavailable("the server is shutting down".into());
+            let _ = held.reply.send(Err(refusal));
         }
         self.publish();
     }
 
     /// Runs one step and routes what it drew and finished.
     fn step(&mut self) {
-        let step = match pollster::block_on(self.engine.step()) {
-            Ok(step) => step,
+        match pollster::block_on(self.engine.step()) {
+            Ok(step) => self.route(step),
             Err(e) => {
                 tracing::error!("engine step failed: {e}");
                 for (_, l) in self.live.drain() {
@@ -278,9 +360,12 @@ impl<'e> EngineLoop<'e> {
                     let failed = Event::Failed(format!("the engine failed: {e}"));
                     let _ = l.client.events.send(failed);
                 }
-                return;
             }
-        };
+        }
+    }
+
+    /// Routes what a step drew and finished to the requests' channels.
+    pub(super) fn route(&mut self, step: StepOutput) {
         let now = Instant::now();
         let (engine, metrics) = (&self.engine, &*self.metrics);
         let mut outbox = Vec::new();
@@ -333,6 +418,14 @@ impl<'e> EngineLoop<'e> {
         m.num_requests_waiting.set(waiting as i64);
         m.count(&self.counted, s.stats());
         self.counted = s.stats().clone();
+        let due = self.memory.1.is_none_or(|at| at.elapsed() >= MEMORY_EVERY);
+        if due {
+            self.memory = (self.engine.device_memory(), Some(Instant::now()));
+            m.set_device_memory(self.memory.0);
+        }
+        m.is_sleeping.set(self.sleep.is_sleeping() as i64);
+        let status = self.status(self.memory.0);
+        *self.status.lock().unwrap_or_else(|e| e.into_inner()) = status;
     }
 }
 

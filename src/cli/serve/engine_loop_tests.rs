@@ -31,7 +31,12 @@ fn engine_loop(decoder: &Decoder) -> EngineLoop<'_> {
     };
     let engine = Engine::new(decoder, &config).unwrap();
     let metrics = Arc::new(Metrics::new("tiny", engine.num_blocks()).unwrap());
-    EngineLoop::new(engine, metrics)
+    let status = Arc::new(std::sync::Mutex::new(EngineStatus {
+        sleep: SleepState::default(),
+        weights: decoder.residency(),
+        memory: engine.device_memory(),
+    }));
+    EngineLoop::new(engine, metrics, status, false)
 }
 
 /// Adds request `index` (2 samples, far from done) and steps until the gauges count it

@@ -4,8 +4,8 @@
 //! The HTTP side talks to it only through [`EngineHandle`]: a [`Command`] channel in, and
 //! per request an [`Event`] channel out. The loop itself is `engine_loop`.
 
-use std::sync::Arc;
 use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
 
 use anyhow::{Result, anyhow};
 use sprout::engine::EngineConfig;
@@ -18,6 +18,7 @@ use sprout::tokenizer::chat_template::ChatTemplate;
 use crate::cli::bootstrap::{self, Kernels};
 use crate::cli::cli_args::ModelArg;
 use crate::cli::serve::engine_loop::EngineLoop;
+use crate::cli::serve::engine_sleep::{EngineStatus, SleepState};
 use crate::cli::serve::messages::Command;
 use crate::cli::serve::metrics::Metrics;
 
@@ -47,6 +48,19 @@ pub struct EngineHandle {
     commands: mpsc::Sender<Command>,
     /// What the engine thread measures; the HTTP side only reads it.
     pub metrics: Arc<Metrics>,
+    /// What sleeps, where the weights are, the device memory held: written by the engine
+    /// thread after each turn, read by the HTTP side.
+    pub status: Arc<Mutex<EngineStatus>>,
+}
+
+impl EngineHandle {
+    /// The engine thread's state as of its last turn.
+    pub fn status(&self) -> EngineStatus {
+        self.status
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
 }
 
 impl EngineHandle {
@@ -66,6 +80,8 @@ pub struct Labels {
     pub chat_template: Option<String>,
     /// `--quantize`: the format updates are quantized to unless they ask otherwise.
     pub quantize: Option<WeightFormat>,
+    /// `--queue-while-asleep`: requests that arrive while asleep wait (else: 503).
+    pub queue_while_asleep: bool,
 }
 
 /// Starts the engine thread: it opens the GPU and loads `model` there (the engine borrows
@@ -82,7 +98,15 @@ pub fn start(
         .name("sprout-engine".into())
         .spawn(move || run(backend, model, config, labels, receiver, ready_tx))?;
     match ready_rx.recv() {
-        Ok(Ok((facts, metrics))) => Ok((EngineHandle { commands, metrics }, facts, thread)),
+        Ok(Ok((facts, metrics, status))) => Ok((
+            EngineHandle {
+                commands,
+                metrics,
+                status,
+            },
+            facts,
+            thread,
+        )),
         Ok(Err(e)) => {
             let _ = thread.join();
             Err(e)
@@ -94,13 +118,16 @@ pub fn start(
     }
 }
 
+/// What the engine thread hands the HTTP side once the model is loaded.
+type Ready = (ModelFacts, Arc<Metrics>, Arc<Mutex<EngineStatus>>);
+
 fn run(
     backend: BackendChoice,
     model: ModelArg,
     config: EngineConfig,
     labels: Labels,
     commands: mpsc::Receiver<Command>,
-    ready: mpsc::Sender<Result<(ModelFacts, Arc<Metrics>)>>,
+    ready: mpsc::Sender<Result<Ready>>,
 ) {
     let opened = model
         .open()
@@ -164,8 +191,16 @@ fn run(
             return;
         }
     };
-    if ready.send(Ok((facts, metrics.clone()))).is_err() {
+    let status = Arc::new(Mutex::new(EngineStatus {
+        sleep: SleepState::default(),
+        weights: opened.decoder.residency(),
+        memory: engine.device_memory(),
+    }));
+    if ready
+        .send(Ok((facts, metrics.clone(), status.clone())))
+        .is_err()
+    {
         return;
     }
-    EngineLoop::new(engine, metrics).run(commands);
+    EngineLoop::new(engine, metrics, status, labels.queue_while_asleep).run(commands);
 }

@@ -5,8 +5,11 @@
 
 use std::time::Instant;
 
+use serde::Serialize;
+
 use sprout::engine::DrawnToken;
 use sprout::model::decoder_weights::DecoderWeights;
+use sprout::model::weight_residency::Residency;
 use sprout::sched::{FinishedSample, Request};
 use tokio::sync::{mpsc as tmpsc, oneshot};
 
@@ -21,7 +24,7 @@ pub enum Command {
         /// When the HTTP request arrived (the metrics' clocks start here).
         arrived: Instant,
         /// Whether the requests were queued, or why not.
-        reply: oneshot::Sender<Result<(), String>>,
+        reply: oneshot::Sender<Result<(), Refusal>>,
     },
     /// Stop the requests with these indexes (their client went away) and free their blocks.
     Abort { indexes: Vec<u32> },
@@ -40,11 +43,25 @@ pub enum Command {
     Resume { reply: oneshot::Sender<()> },
     /// Forget the prefix cache's reusable blocks; replies with how many.
     ResetPrefixCache { reply: oneshot::Sender<usize> },
-    /// Put `weights` in force, labelled `version`, between two steps; replies once done.
+    /// Put `weights` in force, labelled `version`, between two steps; replies once done,
+    /// or why not (the weights went to sleep while they loaded).
     UpdateWeights {
         weights: DecoderWeights,
         version: u64,
-        reply: oneshot::Sender<()>,
+        reply: oneshot::Sender<Result<(), String>>,
+    },
+    /// Sleep at `level` (0: stop stepping; 1: free the KV cache and keep the weights in
+    /// host memory; 2: free both) once the requests in flight are dealt with as `mode`
+    /// says; replies once asleep, or why not.
+    Sleep {
+        level: u8,
+        mode: PauseMode,
+        reply: oneshot::Sender<Result<SleepReport, String>>,
+    },
+    /// Wake what `tags` name (all with `None`); replies with what woke, or why not.
+    WakeUp {
+        tags: Option<Vec<WakeTag>>,
+        reply: oneshot::Sender<Result<WakeReport, String>>,
     },
     /// Abort everything, send each client its aborted samples, and end the thread.
     Shutdown,
@@ -59,6 +76,59 @@ pub enum PauseMode {
     Wait,
     /// Pause at once; they continue where they were on resume, their KV kept.
     Keep,
+}
+
+/// Why requests were not queued.
+#[derive(Debug, PartialEq)]
+pub enum Refusal {
+    /// Something in them the engine cannot take (a 400).
+    Invalid(String),
+    /// The server cannot take any now: it sleeps, or shuts down (a 503).
+    Unavailable(String),
+}
+
+/// What `/wake_up` may wake (vLLM's tags).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WakeTag {
+    Weights,
+    KvCache,
+    /// Stepping, after a level-0 sleep (memory asleep keeps the engine from stepping
+    /// until it wakes too).
+    Scheduling,
+}
+
+impl WakeTag {
+    pub const ALL: [WakeTag; 3] = [WakeTag::Weights, WakeTag::KvCache, WakeTag::Scheduling];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            WakeTag::Weights => "weights",
+            WakeTag::KvCache => "kv_cache",
+            WakeTag::Scheduling => "scheduling",
+        }
+    }
+}
+
+/// What a sleep did.
+#[derive(Debug, Serialize)]
+pub struct SleepReport {
+    pub level: u8,
+    /// Sequences sent back to the queue (`mode=keep`): they recompute on wake.
+    pub preempted: usize,
+    pub gpu_memory_bytes_before: u64,
+    pub gpu_memory_bytes: u64,
+}
+
+/// What a wake did.
+#[derive(Debug, Serialize)]
+pub struct WakeReport {
+    /// The tags that were asleep and woke.
+    pub woken: Vec<&'static str>,
+    pub is_sleeping: bool,
+    /// Where the weights are: `device`, `host`, or `discarded` (level 2: an update must
+    /// bring new ones before requests run).
+    pub weights: Residency,
+    pub gpu_memory_bytes: u64,
 }
 
 /// What the engine thread tells one HTTP request.

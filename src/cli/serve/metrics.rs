@@ -1,7 +1,10 @@
 //! `GET /metrics`: the server's counters, gauges and histograms in the Prometheus text
 //! format, under vLLM's names (`vllm:...`, every one labelled `model_name`), so that
-//! routers and dashboards made for vLLM read sprout unchanged. Two gauges of sprout's own
-//! (`sprout:kv_blocks_in_use`, `sprout:kv_blocks`) give the KV pool in blocks.
+//! routers and dashboards made for vLLM read sprout unchanged. Gauges of sprout's own give
+//! the KV pool in blocks (`sprout:kv_blocks_in_use`, `sprout:kv_blocks`), the device
+//! memory held (`sprout:gpu_memory_bytes`, labelled with its `source`: `allocator`, wgpu's
+//! report on Vulkan and DX12, or `buffers`, sprout's own sum of its buffers elsewhere; see
+//! `sprout::gpu::memory`) and whether the server sleeps (`sprout:is_sleeping`).
 //!
 //! The engine thread owns every figure here: it measures the histograms (from when the
 //! HTTP side received the request) and moves the counters on after each step, so a figure
@@ -12,9 +15,10 @@
 //! `request_success`, time to first token, inter-token latency and end-to-end latency.
 
 use prometheus::{
-    Encoder, Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
-    TextEncoder,
+    Encoder, Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
+    Opts, Registry, TextEncoder,
 };
+use sprout::gpu::memory::DeviceMemory;
 use sprout::sched::{FinishReason, SchedulerStats};
 
 /// Every metric the server exports.
@@ -36,6 +40,8 @@ pub struct Metrics {
     pub inter_token_latency: Histogram,
     pub e2e_request_latency: Histogram,
     pub request_queue_time: Histogram,
+    gpu_memory_bytes: IntGaugeVec,
+    pub is_sleeping: IntGauge,
 }
 
 // vLLM's buckets, so that dashboards' quantiles mean the same thing.
@@ -125,6 +131,18 @@ impl Metrics {
                 "From a request's arrival to its prompt's admission.",
                 REQUEST_BUCKETS,
             )?,
+            gpu_memory_bytes: IntGaugeVec::new(
+                Opts::new(
+                    "sprout:gpu_memory_bytes",
+                    "Device memory held, by where the figure comes from (allocator: wgpu's \
+                     report of the blocks reserved; buffers: sprout's sum of its buffers).",
+                ),
+                &["source"],
+            )?,
+            is_sleeping: gauge(
+                "sprout:is_sleeping",
+                "1 while the server sleeps (/sleep), 0 awake.",
+            )?,
             registry: registry.clone(),
         };
         let kv_blocks_total = gauge("sprout:kv_blocks", "Blocks in the KV pool.")?;
@@ -145,6 +163,8 @@ impl Metrics {
         reg(Box::new(m.inter_token_latency.clone()))?;
         reg(Box::new(m.e2e_request_latency.clone()))?;
         reg(Box::new(m.request_queue_time.clone()))?;
+        reg(Box::new(m.gpu_memory_bytes.clone()))?;
+        reg(Box::new(m.is_sleeping.clone()))?;
         // Every finish reason from the start, so that a rate over it is defined at once.
         for reason in ["stop", "length", "abort"] {
             m.request_success.with_label_values(&[reason]);
@@ -173,6 +193,16 @@ impl Metrics {
             before.generated_tokens,
         );
         add(&self.num_preemptions, now.preemptions, before.preemptions);
+    }
+
+    /// Sets the device memory held (one source per backend, so one label value).
+    pub fn set_device_memory(&self, memory: DeviceMemory) {
+        self.gpu_memory_bytes.reset();
+        let source = memory.source.name();
+        let bytes = i64::try_from(memory.bytes).unwrap_or(i64::MAX);
+        self.gpu_memory_bytes
+            .with_label_values(&[source])
+            .set(bytes);
     }
 
     /// Counts one finished sample.
@@ -214,6 +244,9 @@ mod tests {
         m.count(&stats, &stats); // nothing new: nothing added
         m.finished(FinishReason::Length);
         m.time_to_first_token.observe(0.03);
+        let memory = |source| DeviceMemory { bytes: 5, source };
+        m.set_device_memory(memory(sprout::gpu::memory::MemorySource::Allocator));
+        m.set_device_memory(memory(sprout::gpu::memory::MemorySource::Buffers));
         let text = m.render().unwrap();
         for line in [
             "vllm:prompt_tokens_total{model_name=\"smol\"} 10",
@@ -226,9 +259,15 @@ mod tests {
             "vllm:time_to_first_token_seconds_bucket{model_name=\"smol\",le=\"0.04\"} 1",
             "vllm:time_to_first_token_seconds_count{model_name=\"smol\"} 1",
             "sprout:kv_blocks{model_name=\"smol\"} 64",
+            "sprout:gpu_memory_bytes{source=\"buffers\",model_name=\"smol\"} 5",
+            "sprout:is_sleeping{model_name=\"smol\"} 0",
             "# TYPE vllm:e2e_request_latency_seconds histogram",
         ] {
             assert!(text.lines().any(|l| l == line), "no `{line}` in\n{text}");
         }
+        assert!(
+            !text.contains("source=\"allocator\""),
+            "one source at a time"
+        );
     }
 }

@@ -16,6 +16,8 @@
 //! - `response`: the APIs' response shapes (`text_logprobs`: completions' log-probs);
 //! - `metrics`: `/metrics`, under vLLM's names;
 //! - `admin`: pause, resume, abort, prefix-cache reset and weight updates, for a trainer;
+//! - `sleep`: sleep and wake (the engine loop's side: `engine_sleep`), for a trainer that
+//!   shares the device;
 //! - `trl`: `/generate/` in the schema of TRL's vLLM server;
 //! - `generate`: `/inference/v1/generate`, vLLM's tokens-in, tokens-out route;
 //! - `tokenize`: `/tokenize` and `/detokenize`;
@@ -30,6 +32,7 @@
 
 mod admin;
 mod engine_loop;
+mod engine_sleep;
 mod engine_thread;
 mod error;
 mod fields;
@@ -45,6 +48,7 @@ mod request;
 mod response;
 mod routes;
 mod sampling;
+mod sleep;
 mod state;
 mod submit;
 mod text_logprobs;
@@ -112,6 +116,10 @@ pub struct ServeArgs {
     #[arg(long, default_value = "raw_logprobs", value_name = "MODE",
           value_parser = logprobs_mode::parse_logprobs_mode)]
     logprobs_mode: logprobs_mode::LogprobsMode,
+    /// Requests that arrive while the server sleeps (/sleep) wait until it wakes, instead
+    /// of being refused with 503 and Retry-After.
+    #[arg(long)]
+    queue_while_asleep: bool,
     #[command(flatten)]
     engine: EngineArgs,
 }
@@ -156,6 +164,7 @@ pub fn run(backend: BackendChoice, args: ServeArgs) -> Result<()> {
             served_name: args.served_model_name.clone(),
             chat_template,
             quantize,
+            queue_while_asleep: args.queue_while_asleep,
         },
     )?;
     let max_model_len = match args.max_model_len {

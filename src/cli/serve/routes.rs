@@ -118,6 +118,7 @@ async fn not_found(request: HttpRequest) -> ApiError {
 
 async fn health(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
     let m = &state.engine.metrics;
+    let status = state.engine.status();
     Json(json!({
         "status": "ok",
         "requests_running": m.num_requests_running.get(),
@@ -126,6 +127,10 @@ async fn health(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
         "kv_blocks_in_use": m.kv_blocks_in_use.get(),
         "kv_blocks": state.facts.kv_blocks,
         "weights_version": state.weights_version.load(Ordering::Acquire),
+        "is_sleeping": status.sleep.is_sleeping(),
+        "weights": status.weights,
+        "gpu_memory_bytes": status.memory.bytes,
+        "gpu_memory_source": status.memory.source,
     }))
 }
 

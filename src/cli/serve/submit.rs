@@ -29,12 +29,16 @@ use sprout::sched::{FinishedSample, Request};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::cli::serve::error::ApiError;
-use crate::cli::serve::messages::{Command, Event};
+use crate::cli::serve::messages::{Command, Event, Refusal};
 use crate::cli::serve::prompt_logprobs::scoring_request;
 use crate::cli::serve::request::{Prompt, SamplingFields};
 use crate::cli::serve::response::Api;
 use crate::cli::serve::sampling;
 use crate::cli::serve::state::AppState;
+
+/// Retry-After for a request refused while the server sleeps: a trainer's step is
+/// seconds long.
+const RETRY_AFTER_ASLEEP_S: u64 = 5;
 
 /// A request queued in the engine.
 pub struct Job {
@@ -409,9 +413,16 @@ pub async fn submit(
         .map_err(|e| ApiError::status(StatusCode::SERVICE_UNAVAILABLE, e))?;
     match added.await {
         Ok(Ok(())) => {}
-        Ok(Err(e)) => {
+        Ok(Err(Refusal::Invalid(e))) => {
             pending.done = true;
             return Err(ApiError::bad("prompt", e));
+        }
+        Ok(Err(Refusal::Unavailable(e))) => {
+            pending.done = true;
+            return Err(ApiError {
+                retry_after: Some(RETRY_AFTER_ASLEEP_S),
+                ..ApiError::status(StatusCode::SERVICE_UNAVAILABLE, e)
+            });
         }
         Err(_) => {
             return Err(ApiError::status(

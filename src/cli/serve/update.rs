@@ -148,6 +148,11 @@ pub async fn update_weights(
         ));
     }
     let _updating = Updating(&state);
+    // Loading puts the new weights on the device, which a sleeping server has given to a
+    // trainer.
+    if state.engine.status().sleep.weights {
+        return Err(weights_asleep());
+    }
     let started = Instant::now();
     let loading = state.clone();
     let dir = request.weight_dir.clone();
@@ -163,7 +168,10 @@ pub async fn update_weights(
         reply,
     };
     state.engine.send(command).map_err(|_| stopped())?;
-    swapped.await.map_err(|_| stopped())?;
+    swapped
+        .await
+        .map_err(|_| stopped())?
+        .map_err(|e| ApiError::status(StatusCode::CONFLICT, e))?;
     state.weights_version.store(version, Ordering::Release);
     let load_s = started.elapsed().as_secs_f64();
     tracing::info!(
@@ -175,6 +183,14 @@ pub async fn update_weights(
         "weights_version": version,
         "load_s": load_s,
     })))
+}
+
+fn weights_asleep() -> ApiError {
+    ApiError::status(
+        StatusCode::CONFLICT,
+        "the weights are asleep (/sleep): wake them first (POST /wake_up?tags=weights), then \
+         update",
+    )
 }
 
 /// Reads, checks and uploads the checkpoint at `path` (blocking), its float matrices
