@@ -405,7 +405,7 @@ impl<'e> EngineLoop<'e> {
     }
 
     /// Sets the gauges and adds the scheduler's counts since the last call.
-    fn publish(&mut self) {
+    pub(super) fn publish(&mut self) {
         let (s, m) = (self.engine.scheduler(), &*self.metrics);
         let (used, total) = (s.pool().num_used(), s.config().num_blocks);
         m.kv_blocks_in_use.set(used as i64);

@@ -93,6 +93,8 @@ impl EngineLoop<'_> {
             gpu_memory_bytes_before: before,
             gpu_memory_bytes: self.engine.device_memory().bytes,
         };
+        // The state the HTTP side reads is the sleep's before the caller hears of it.
+        self.publish();
         if let Ok(()) = &slept {
             tracing::info!(
                 "asleep at level {level}: {} bytes of device memory held, {before} before",
@@ -148,6 +150,7 @@ impl EngineLoop<'_> {
             }
         }
         self.refresh_memory();
+        self.publish();
         let _ = reply.send(match failed {
             Some(e) => Err(e),
             None => Ok(WakeReport {
