@@ -94,8 +94,12 @@ impl Engine<'_> {
     /// there), the RoPE tables, the KV pool and the step buffers. Pipelines and the
     /// driver's own memory are not counted.
     pub fn device_bytes(&self) -> u64 {
-        let runner = self.runner.as_ref().map_or(0, StepRunner::device_bytes);
-        self.decoder.device_bytes() + runner
+        self.decoder.device_bytes() + self.kv_cache_bytes()
+    }
+
+    /// Bytes of the KV pool and the step buffers on the device (0 while they sleep).
+    pub fn kv_cache_bytes(&self) -> u64 {
+        self.runner.as_ref().map_or(0, StepRunner::device_bytes)
     }
 
     /// The device memory held: wgpu's allocator report where the backend has one, else

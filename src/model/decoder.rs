@@ -290,6 +290,7 @@ impl Decoder {
 
     /// Puts weights kept in host memory back on the device; nothing to do when they are
     /// there, and an error when they were discarded.
+    #[cfg_attr(target_arch = "wasm32", allow(clippy::arc_with_non_send_sync))]
     pub fn restore_weights(&self) -> Result<(), SproutError> {
         let mut held = self.weights.write().unwrap_or_else(|e| e.into_inner());
         match &*held {

@@ -60,6 +60,7 @@ impl EngineLoop<'_> {
         reply: oneshot::Sender<Result<SleepReport, String>>,
     ) {
         let before = self.engine.device_memory().bytes;
+        let held = (self.weights_bytes(), self.engine.kv_cache_bytes());
         let preemptions = self.engine.stats().preemptions;
         self.sleep.scheduling = true;
         self.sleep.level = self.sleep.level.max(Some(level));
@@ -92,6 +93,8 @@ impl EngineLoop<'_> {
             preempted: self.engine.stats().preemptions - preemptions,
             gpu_memory_bytes_before: before,
             gpu_memory_bytes: self.engine.device_memory().bytes,
+            freed_weights_bytes: held.0 - self.weights_bytes(),
+            freed_kv_cache_bytes: held.1 - self.engine.kv_cache_bytes(),
         };
         // The state the HTTP side reads is the sleep's before the caller hears of it.
         self.publish();
@@ -176,6 +179,12 @@ impl EngineLoop<'_> {
                     .into(),
             )
         })
+    }
+
+    /// Bytes of the weights on the device (0 while they sleep).
+    fn weights_bytes(&self) -> u64 {
+        let weights = self.engine.decoder().weights();
+        weights.map_or(0, |w| w.device_bytes())
     }
 
     /// Whether the engine may step as far as sleep goes.

@@ -117,6 +117,10 @@ pub struct SleepReport {
     pub preempted: usize,
     pub gpu_memory_bytes_before: u64,
     pub gpu_memory_bytes: u64,
+    /// What sprout's own accounting freed: the weights' device buffers, and the KV pool
+    /// with the step buffers.
+    pub freed_weights_bytes: u64,
+    pub freed_kv_cache_bytes: u64,
 }
 
 /// What a wake did.

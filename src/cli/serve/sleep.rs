@@ -68,6 +68,8 @@ pub async fn sleep(
         "preempted": report.preempted,
         "gpu_memory_bytes_before": report.gpu_memory_bytes_before,
         "gpu_memory_bytes": report.gpu_memory_bytes,
+        "freed_weights_bytes": report.freed_weights_bytes,
+        "freed_kv_cache_bytes": report.freed_kv_cache_bytes,
     })))
 }
 
