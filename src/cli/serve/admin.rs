@@ -20,7 +20,6 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tokio::sync::oneshot;
 
 use crate::cli::serve::error::{ApiError, poisoned};
 use crate::cli::serve::messages::{Command, PauseMode};
@@ -74,17 +73,6 @@ async fn check_admin(
     next.run(request).await
 }
 
-/// Sends a command built around a reply channel and waits for the reply.
-pub(super) async fn ask<T>(
-    state: &AppState,
-    command: impl FnOnce(oneshot::Sender<T>) -> Command,
-) -> Result<T, ApiError> {
-    let (reply, answer) = oneshot::channel();
-    let stopped = || ApiError::status(StatusCode::SERVICE_UNAVAILABLE, "the engine has stopped");
-    state.engine.send(command(reply)).map_err(|_| stopped())?;
-    answer.await.map_err(|_| stopped())
-}
-
 /// `/pause`'s query: vLLM's keys, and no others.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -100,7 +88,7 @@ struct PauseQuery {
 impl PauseQuery {
     /// The mode asked for, by name or by vLLM's older flag; both at once must agree.
     fn mode(&self) -> Result<(PauseMode, &'static str), ApiError> {
-        let named = self.mode.as_deref().map(parse_mode).transpose()?;
+        let named = self.mode.as_deref().map(PauseMode::parse).transpose()?;
         let flagged = self.wait_for_inflight_requests.map(|wait| match wait {
             true => (PauseMode::Wait, "wait"),
             false => (PauseMode::Abort, "abort"),
@@ -119,19 +107,6 @@ impl PauseQuery {
     }
 }
 
-/// A pause mode by name (`/pause`'s and `/sleep`'s `mode`), with the name.
-pub(super) fn parse_mode(text: &str) -> Result<(PauseMode, &'static str), ApiError> {
-    match text {
-        "abort" => Ok((PauseMode::Abort, "abort")),
-        "wait" => Ok((PauseMode::Wait, "wait")),
-        "keep" => Ok((PauseMode::Keep, "keep")),
-        other => Err(ApiError::bad(
-            "mode",
-            format!("mode must be abort, wait or keep, not {other:?}"),
-        )),
-    }
-}
-
 /// `?mode=abort` (the default, as vLLM's), `wait` or `keep`; `clear_cache` (default true)
 /// forgets the prefix cache after an `abort` or `wait` pause, as vLLM does.
 async fn pause(
@@ -141,7 +116,9 @@ async fn pause(
     let query = query.map_err(|e| ApiError::status(StatusCode::BAD_REQUEST, e.body_text()))?;
     let (mode, name) = query.0.mode()?;
     let clear = query.0.clear_cache.unwrap_or(true) && mode != PauseMode::Keep;
-    ask(&state, |reply| Command::Pause { mode, reply })
+    state
+        .engine
+        .ask(|reply| Command::Pause { mode, reply })
         .await
         .map_err(|_| {
             ApiError::status(
@@ -151,7 +128,12 @@ async fn pause(
         })?;
     state.paused.store(true, Ordering::Relaxed);
     let forgotten = match clear {
-        true => ask(&state, |reply| Command::ResetPrefixCache { reply }).await?,
+        true => {
+            state
+                .engine
+                .ask(|reply| Command::ResetPrefixCache { reply })
+                .await?
+        }
         false => 0,
     };
     Ok(Json(
@@ -160,7 +142,7 @@ async fn pause(
 }
 
 async fn resume(State(state): State<Arc<AppState>>) -> Result<Json<Value>, ApiError> {
-    ask(&state, |reply| Command::Resume { reply }).await?;
+    state.engine.ask(|reply| Command::Resume { reply }).await?;
     state.paused.store(false, Ordering::Relaxed);
     Ok(Json(json!({"paused": false})))
 }
@@ -208,7 +190,10 @@ async fn abort_requests(
             (Some(indexes), not_found)
         }
     };
-    let aborted = ask(&state, |reply| Command::AbortRequests { indexes, reply }).await?;
+    let aborted = state
+        .engine
+        .ask(|reply| Command::AbortRequests { indexes, reply })
+        .await?;
     Ok(Json(
         json!({"aborted_prompts": aborted, "not_found": not_found}),
     ))
@@ -246,7 +231,10 @@ async fn reset_prefix_cache(
             format!("{name}=true is not supported: {why}"),
         ));
     }
-    let forgotten = ask(&state, |reply| Command::ResetPrefixCache { reply }).await?;
+    let forgotten = state
+        .engine
+        .ask(|reply| Command::ResetPrefixCache { reply })
+        .await?;
     Ok(Json(
         json!({"success": true, "forgotten_blocks": forgotten}),
     ))

@@ -28,9 +28,9 @@ use sprout::gpu::memory::DeviceMemory;
 use sprout::sched::{FinishedSample, Request, RequestId, SchedulerStats};
 use tokio::sync::{mpsc as tmpsc, oneshot};
 
-use crate::cli::serve::engine_sleep::{EngineStatus, SleepState};
 use crate::cli::serve::messages::{Command, Event, PauseMode, Refusal, SleepReport};
 use crate::cli::serve::metrics::Metrics;
+use crate::cli::serve::sleep_state::{EngineStatus, SleepState};
 
 /// One live engine request.
 struct Live {

@@ -18,7 +18,6 @@
 //! - an update cannot come in while the weights sleep (the update route refuses it, and
 //!   the loop refuses a swap of weights that went to sleep while they loaded).
 
-use serde::Serialize;
 use sprout::engine::SleepLevel;
 use sprout::gpu::memory::DeviceMemory;
 use sprout::model::weight_residency::Residency;
@@ -26,30 +25,7 @@ use tokio::sync::oneshot;
 
 use crate::cli::serve::engine_loop::EngineLoop;
 use crate::cli::serve::messages::{Refusal, SleepReport, WakeReport, WakeTag};
-
-/// What sleeps (`true`: asleep), and the deepest level slept at since last fully awake.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct SleepState {
-    pub level: Option<u8>,
-    pub weights: bool,
-    pub kv_cache: bool,
-    pub scheduling: bool,
-}
-
-impl SleepState {
-    pub fn is_sleeping(&self) -> bool {
-        self.weights || self.kv_cache || self.scheduling
-    }
-}
-
-/// What the HTTP side may read of the engine thread's state (`/health`, `/is_sleeping`,
-/// the update route's check), written by the loop after each turn.
-#[derive(Clone, Debug, Serialize)]
-pub struct EngineStatus {
-    pub sleep: SleepState,
-    pub weights: Residency,
-    pub memory: DeviceMemory,
-}
+use crate::cli::serve::sleep_state::EngineStatus;
 
 impl EngineLoop<'_> {
     /// Sleeps at `level` now (the requests in flight already aborted, finished or to be

@@ -8,6 +8,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Result, anyhow};
+use axum::http::StatusCode;
 use sprout::engine::EngineConfig;
 use sprout::formats::WeightFormat;
 use sprout::gpu::{BackendChoice, Gpu};
@@ -15,12 +16,15 @@ use sprout::model::config::ModelConfig;
 use sprout::tokenizer::Tokenizer;
 use sprout::tokenizer::chat_template::ChatTemplate;
 
+use tokio::sync::oneshot;
+
 use crate::cli::bootstrap::{self, Kernels};
 use crate::cli::cli_args::ModelArg;
 use crate::cli::serve::engine_loop::EngineLoop;
-use crate::cli::serve::engine_sleep::{EngineStatus, SleepState};
+use crate::cli::serve::error::ApiError;
 use crate::cli::serve::messages::Command;
 use crate::cli::serve::metrics::Metrics;
+use crate::cli::serve::sleep_state::{EngineStatus, SleepState};
 
 /// What the HTTP side needs to know about the loaded model.
 pub struct ModelFacts {
@@ -64,6 +68,19 @@ impl EngineHandle {
 }
 
 impl EngineHandle {
+    /// Sends a command built around a reply channel and waits for the reply; a 503 once
+    /// the engine thread has ended (or dropped the reply unanswered).
+    pub async fn ask<T>(
+        &self,
+        command: impl FnOnce(oneshot::Sender<T>) -> Command,
+    ) -> Result<T, ApiError> {
+        let (reply, answer) = oneshot::channel();
+        let stopped =
+            || ApiError::status(StatusCode::SERVICE_UNAVAILABLE, "the engine has stopped");
+        self.send(command(reply)).map_err(|_| stopped())?;
+        answer.await.map_err(|_| stopped())
+    }
+
     /// Sends `command`; an error once the engine thread has ended.
     pub fn send(&self, command: Command) -> Result<(), String> {
         self.commands

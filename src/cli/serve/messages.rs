@@ -13,6 +13,8 @@ use sprout::model::weight_residency::Residency;
 use sprout::sched::{FinishedSample, Request};
 use tokio::sync::{mpsc as tmpsc, oneshot};
 
+use crate::cli::serve::error::ApiError;
+
 /// What the HTTP side asks of the engine thread.
 pub enum Command {
     /// Queue `requests` (all or none); their events go to `events`. `stream_tokens`: also
@@ -76,6 +78,22 @@ pub enum PauseMode {
     Wait,
     /// Pause at once; they continue where they were on resume, their KV kept.
     Keep,
+}
+
+impl PauseMode {
+    /// A mode by name (`/pause`'s and `/sleep`'s `mode`), with the name; a 400 naming
+    /// `mode` for any other.
+    pub fn parse(text: &str) -> Result<(PauseMode, &'static str), ApiError> {
+        match text {
+            "abort" => Ok((PauseMode::Abort, "abort")),
+            "wait" => Ok((PauseMode::Wait, "wait")),
+            "keep" => Ok((PauseMode::Keep, "keep")),
+            other => Err(ApiError::bad(
+                "mode",
+                format!("mode must be abort, wait or keep, not {other:?}"),
+            )),
+        }
+    }
 }
 
 /// Why requests were not queued.

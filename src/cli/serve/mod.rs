@@ -16,8 +16,8 @@
 //! - `response`: the APIs' response shapes (`text_logprobs`: completions' log-probs);
 //! - `metrics`: `/metrics`, under vLLM's names;
 //! - `admin`: pause, resume, abort, prefix-cache reset and weight updates, for a trainer;
-//! - `sleep`: sleep and wake (the engine loop's side: `engine_sleep`), for a trainer that
-//!   shares the device;
+//! - `sleep`: sleep and wake (the engine loop's side: `engine_sleep`; what sleeps:
+//!   `sleep_state`), for a trainer that shares the device;
 //! - `trl`: `/generate/` in the schema of TRL's vLLM server;
 //! - `generate`: `/inference/v1/generate`, vLLM's tokens-in, tokens-out route;
 //! - `tokenize`: `/tokenize` and `/detokenize`;
@@ -49,6 +49,7 @@ mod response;
 mod routes;
 mod sampling;
 mod sleep;
+mod sleep_state;
 mod state;
 mod submit;
 mod text_logprobs;

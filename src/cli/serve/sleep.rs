@@ -22,7 +22,6 @@ use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::cli::serve::admin::{ask, parse_mode};
 use crate::cli::serve::error::ApiError;
 use crate::cli::serve::messages::{Command, PauseMode, WakeTag};
 use crate::cli::serve::state::AppState;
@@ -54,10 +53,12 @@ pub async fn sleep(
     };
     let (mode, name) = match query.0.mode.as_deref() {
         None => (PauseMode::Wait, "wait"),
-        Some(text) => parse_mode(text)?,
+        Some(text) => PauseMode::parse(text)?,
     };
     // A reply dropped unanswered is a sleep called off (as `/pause` takes it).
-    let report = ask(&state, |reply| Command::Sleep { level, mode, reply })
+    let report = state
+        .engine
+        .ask(|reply| Command::Sleep { level, mode, reply })
         .await
         .map_err(|_| called_off())?
         .map_err(|e| ApiError::status(StatusCode::INTERNAL_SERVER_ERROR, e))?;
@@ -104,7 +105,9 @@ pub async fn wake_up(
         tags.push(tag);
     }
     let tags = (!tags.is_empty()).then_some(tags);
-    let report = ask(&state, |reply| Command::WakeUp { tags, reply })
+    let report = state
+        .engine
+        .ask(|reply| Command::WakeUp { tags, reply })
         .await?
         .map_err(|e| ApiError::status(StatusCode::INTERNAL_SERVER_ERROR, e))?;
     Ok(Json(
