@@ -290,6 +290,41 @@ fn drain_ahead(s: &mut Scheduler, model: &mut FakeModel) -> Vec<FinishedSample> 
     panic!("the scheduler did not finish");
 }
 
+/// As `drain`, with the engine sleeping after steps `every`, `2 every` and `3 every`:
+/// every running sequence preempted, the prefix cache forgotten and the model's KV memory
+/// gone (a read of a slot written before the sleep fails), as `Engine::sleep` leaves them.
+/// (Sleeping after every step for ever would never let a prompt longer than a step's
+/// budget finish: each sleep sends it back to recompute.)
+fn drain_sleeping(s: &mut Scheduler, model: &mut FakeModel, every: usize) -> Vec<FinishedSample> {
+    let mut out = Vec::new();
+    for step in 1..100_000 {
+        if !s.has_work() {
+            return out;
+        }
+        let plan = s.schedule();
+        assert!(!plan.is_empty(), "work is queued but nothing was scheduled");
+        let results = model.run(&plan);
+        out.extend(s.update(&plan, &results.0, &results.1).unwrap());
+        if step % every == 0 && step <= 3 * every {
+            sleep(s, model);
+        }
+        s.check().unwrap();
+    }
+    panic!("the scheduler did not finish");
+}
+
+/// What an engine's sleep does to its scheduler and its KV memory.
+fn sleep(s: &mut Scheduler, model: &mut FakeModel) {
+    s.preempt_all();
+    s.reset_prefix_cache();
+    assert_eq!(
+        s.pool().num_used(),
+        0,
+        "a sleeping engine's pool holds nothing"
+    );
+    model.slots.iter_mut().for_each(|slot| *slot = None);
+}
+
 fn by_sample(samples: Vec<FinishedSample>) -> BTreeMap<(u32, u32), (Vec<u32>, FinishReason)> {
     samples
         .into_iter()
@@ -716,6 +751,8 @@ enum Op {
     Abort(usize),
     /// Finish sample `.1` of request `.0` between steps, as a stop string does.
     FinishSample(usize, u32),
+    /// The engine sleeps: every running sequence preempted, the KV memory gone.
+    Sleep,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -744,13 +781,14 @@ fn op() -> impl Strategy<Value = Op> {
         Just(Op::Step),
         (0usize..8).prop_map(Op::Abort),
         (0usize..8, 0u32..3).prop_map(|(r, k)| Op::FinishSample(r, k)),
+        Just(Op::Sleep),
     ]
 }
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
 
-    /// Random adds (sampling and scoring requests, some with cache salts), steps, aborts and early finishes under
+    /// Random adds (sampling and scoring requests, some with cache salts), steps, aborts, sleeps and early finishes under
     /// a small pool (so preemption happens): after every operation the reference counts
     /// equal the block-table uses, no block is both free and used, and the hash map is
     /// consistent; at the end every request has returned all its samples, every scored
@@ -812,6 +850,7 @@ proptest! {
                         got.push(s.finish_sample(*id, k, FinishReason::Stop).unwrap());
                     }
                 }
+                Op::Sleep => sleep(&mut s, &mut model),
             }
             if let Err(e) = s.check() {
                 return Err(TestCaseError::fail(e));
@@ -968,9 +1007,10 @@ proptest! {
     /// next rows are computed for nothing), logit processors (a penalised sample sits the
     /// planned-ahead step out), groups forking, scoring requests, shared
     /// prefixes, chunked prefills and, under a small pool, preemption, including of a
-    /// sequence whose token is still being drawn.
+    /// sequence whose token is still being drawn. So does an engine that sleeps every few
+    /// steps (its sequences preempted, its KV memory gone).
     #[test]
-    fn steps_planned_ahead_give_the_same_samples(
+    fn steps_planned_ahead_and_sleeps_give_the_same_samples(
         adds in prop::collection::vec(
             (
                 0usize..3,
@@ -985,6 +1025,7 @@ proptest! {
         num_blocks in 10usize..40,
         block_size in 1usize..5,
         budget in 1usize..24,
+        sleep_every in 1usize..6,
     ) {
         let c = config(num_blocks, block_size, budget);
         let prefixes: [Vec<u32>; 3] = [vec![], vec![9, 9, 8, 7, 9, 9], vec![9, 9, 8, 1]];
@@ -1003,7 +1044,7 @@ proptest! {
             })
             .collect();
         let mut results = Vec::new();
-        for ahead in [false, true] {
+        for way in ["one at a time", "ahead", "sleeping"] {
             let mut s = Scheduler::new(c.clone());
             let mut model = FakeModel::new(&c, true);
             for r in &requests {
@@ -1012,14 +1053,16 @@ proptest! {
                     Err(e) => panic!("{e}"),
                 }
             }
-            let out = match ahead {
-                false => drain(&mut s, &mut model),
-                true => drain_ahead(&mut s, &mut model),
+            let out = match way {
+                "ahead" => drain_ahead(&mut s, &mut model),
+                "sleeping" => drain_sleeping(&mut s, &mut model, sleep_every),
+                _ => drain(&mut s, &mut model),
             };
             prop_assert_eq!(s.pool().num_used(), 0);
             results.push(outputs(out));
         }
         prop_assert_eq!(&results[0], &results[1]);
+        prop_assert_eq!(&results[0], &results[2]);
     }
 }
 
