@@ -32,6 +32,10 @@ pub enum SproutError {
     Vocabulary(String),
     #[error(transparent)]
     Io(#[from] std::io::Error),
+    /// The device could not allocate what was asked (waking while a trainer still holds
+    /// the memory, say); the message names what.
+    #[error("{0}")]
+    OutOfMemory(String),
     /// The engine sleeps (its weights or KV cache are off the device): wake it first.
     #[error("{0}")]
     Asleep(String),

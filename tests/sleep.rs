@@ -97,8 +97,8 @@ fn level_1_frees_the_device_and_wakes_to_bitwise_the_same_samples() {
             );
         }
 
-        engine.restore_weights().unwrap();
-        engine.restore_kv_cache().unwrap();
+        pollster::block_on(engine.restore_weights()).unwrap();
+        pollster::block_on(engine.restore_kv_cache()).unwrap();
         assert_eq!(decoder.residency(), Residency::Device);
         assert_eq!(engine.device_bytes(), held, "{}", gpu.adapter.name);
         let after = bits(&run(&mut engine, &[request(1, 1)]));
@@ -119,7 +119,7 @@ fn level_2_discards_the_weights_and_the_same_weights_loaded_again_give_the_same_
         assert_eq!(engine.device_bytes(), tables, "{}", gpu.adapter.name);
         assert_eq!(decoder.host_bytes(), 0);
         // Discarded weights cannot be woken: only new ones make the model run again.
-        let refused = engine.restore_weights().unwrap_err();
+        let refused = pollster::block_on(engine.restore_weights()).unwrap_err();
         assert!(matches!(refused, SproutError::Asleep(_)), "{refused}");
         assert!(refused.to_string().contains("discarded"), "{refused}");
 
@@ -127,7 +127,7 @@ fn level_2_discards_the_weights_and_the_same_weights_loaded_again_give_the_same_
         let mut source = SafetensorsDir::open(dir).unwrap();
         let same = decoder.load_update(&mut source, &mut |_, _| {}).unwrap();
         engine.update_weights(same, 0);
-        engine.restore_kv_cache().unwrap();
+        pollster::block_on(engine.restore_kv_cache()).unwrap();
         let after = bits(&run(&mut engine, &[request(1, 3)]));
         assert_eq!(before, after, "{}", gpu.adapter.name);
     }
@@ -158,8 +158,8 @@ fn sequences_in_flight_are_preempted_and_finish_as_if_the_engine_never_slept() {
             0,
             "every block is given back"
         );
-        engine.restore_weights().unwrap();
-        engine.restore_kv_cache().unwrap();
+        pollster::block_on(engine.restore_weights()).unwrap();
+        pollster::block_on(engine.restore_kv_cache()).unwrap();
         finished.extend(pollster::block_on(engine.run_to_completion(|_| {})).unwrap());
         finished.sort_by_key(|s| (s.request_index, s.sample_index));
         assert_eq!(bits(&finished), straight, "{}", gpu.adapter.name);
@@ -183,15 +183,15 @@ fn a_step_while_asleep_names_what_sleeps_and_changes_nothing() {
             assert!(e.to_string().contains("KV cache"), "{e}");
         }
         // The KV cache awake and the weights still asleep: the weights are named.
-        engine.restore_kv_cache().unwrap();
+        pollster::block_on(engine.restore_kv_cache()).unwrap();
         let e = pollster::block_on(engine.step()).unwrap_err();
         assert!(e.to_string().contains("weights"), "{e}");
         assert_eq!(engine.stats().steps, 0, "nothing was scheduled");
 
-        engine.restore_weights().unwrap();
+        pollster::block_on(engine.restore_weights()).unwrap();
         // Waking twice is nothing to do.
-        engine.restore_weights().unwrap();
-        engine.restore_kv_cache().unwrap();
+        pollster::block_on(engine.restore_weights()).unwrap();
+        pollster::block_on(engine.restore_kv_cache()).unwrap();
         let after = pollster::block_on(engine.run_to_completion(|_| {})).unwrap();
         assert_eq!(bits(&after), straight, "{}", gpu.adapter.name);
     }

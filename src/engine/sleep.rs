@@ -67,15 +67,20 @@ impl Engine<'_> {
     }
 
     /// Allocates the KV pool and the step buffers again (the pool empty, as the
-    /// scheduler's is); nothing to do while they are there.
-    pub fn restore_kv_cache(&mut self) -> Result<(), SproutError> {
+    /// scheduler's is); nothing to do while they are there. A device that cannot allocate
+    /// them (a trainer still holding its memory) is an error, and they still sleep.
+    pub async fn restore_kv_cache(&mut self) -> Result<(), SproutError> {
         if self.runner.is_some() {
             return Ok(());
         }
-        let (gpu, c) = (&*self.decoder.gpu, self.scheduler.config());
-        let kv = PagedKv::new(gpu, &self.decoder.config, c.num_blocks, c.block_size)?;
-        let (max_t, max_r) = (c.max_batch_tokens, c.max_num_seqs);
-        self.runner = Some(StepRunner::new(self.decoder, kv, max_t, max_r));
+        let (decoder, c) = (self.decoder, self.scheduler.config());
+        let allocate = || {
+            let kv = PagedKv::new(&decoder.gpu, &decoder.config, c.num_blocks, c.block_size)?;
+            let (max_t, max_r) = (c.max_batch_tokens, c.max_num_seqs);
+            Ok(StepRunner::new(decoder, kv, max_t, max_r))
+        };
+        let runner = decoder.gpu.allocating("the KV cache", allocate).await?;
+        self.runner = Some(runner);
         Ok(())
     }
 
@@ -85,9 +90,10 @@ impl Engine<'_> {
     }
 
     /// Puts the weights kept in host memory back on the device (an error when they were
-    /// discarded: an update brings new ones instead).
-    pub fn restore_weights(&mut self) -> Result<(), SproutError> {
-        self.decoder.restore_weights()
+    /// discarded: an update brings new ones instead, or when the device cannot allocate
+    /// them).
+    pub async fn restore_weights(&mut self) -> Result<(), SproutError> {
+        self.decoder.restore_weights().await
     }
 
     /// Bytes the engine holds on the device by its own accounting: the weights (while

@@ -10,6 +10,7 @@
 use serde::Serialize;
 
 use super::Gpu;
+use crate::error::SproutError;
 
 /// Where a device-memory figure comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -47,6 +48,24 @@ pub struct AllocatorBytes {
 }
 
 impl Gpu {
+    /// Runs `allocate` inside an out-of-memory error scope: its result, or an error naming
+    /// `what` when the device could not allocate it (what it did allocate is dropped).
+    pub async fn allocating<T>(
+        &self,
+        what: &str,
+        allocate: impl FnOnce() -> Result<T, SproutError>,
+    ) -> Result<T, SproutError> {
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let made = allocate();
+        match scope.pop().await {
+            Some(e) => Err(SproutError::OutOfMemory(format!(
+                "the device could not allocate {what} (is another process holding its \
+                 memory?): {e}"
+            ))),
+            None => made,
+        }
+    }
+
     /// What wgpu's allocator holds, where the backend reports it (Vulkan, DX12).
     pub fn allocator_bytes(&self) -> Option<AllocatorBytes> {
         self.device

@@ -290,17 +290,24 @@ impl Decoder {
 
     /// Puts weights kept in host memory back on the device; nothing to do when they are
     /// there, and an error when they were discarded.
+    /// A device that cannot allocate them (a trainer still holding its memory) is an
+    /// error, and they stay in host memory.
     #[cfg_attr(target_arch = "wasm32", allow(clippy::arc_with_non_send_sync))]
-    pub fn restore_weights(&self) -> Result<(), SproutError> {
-        let mut held = self.weights.write().unwrap_or_else(|e| e.into_inner());
-        match &*held {
-            HeldWeights::Device(_) => Ok(()),
-            HeldWeights::Host(host) => {
-                let weights = weight_residency::restore(&self.gpu, host)?;
-                *held = HeldWeights::Device(Arc::new(weights));
+    pub async fn restore_weights(&self) -> Result<(), SproutError> {
+        let residency = self.residency();
+        match residency {
+            Residency::Device => Ok(()),
+            Residency::Host => {
+                let restore = || match &*self.weights.read().unwrap_or_else(|e| e.into_inner()) {
+                    HeldWeights::Host(host) => weight_residency::restore(&self.gpu, host),
+                    _ => unreachable!("the weights were in host memory a moment ago"),
+                };
+                let weights = self.gpu.allocating("the weights", restore).await?;
+                *self.weights.write().unwrap_or_else(|e| e.into_inner()) =
+                    HeldWeights::Device(Arc::new(weights));
                 Ok(())
             }
-            HeldWeights::Discarded => Err(SproutError::Asleep(
+            Residency::Discarded => Err(SproutError::Asleep(
                 "the model's weights were discarded (sleep level 2): load new ones with an \
                  update instead of waking them"
                     .into(),

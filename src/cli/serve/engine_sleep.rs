@@ -99,7 +99,7 @@ impl EngineLoop<'_> {
         let mut failed = None;
         if named(WakeTag::Weights) && self.sleep.weights {
             // Discarded weights stay so: the update that follows brings new ones.
-            match self.engine.restore_weights() {
+            match pollster::block_on(self.engine.restore_weights()) {
                 Ok(()) => {}
                 Err(_) if self.engine.decoder().residency() == Residency::Discarded => {}
                 Err(e) => failed = Some(format!("waking the weights failed: {e}")),
@@ -110,7 +110,7 @@ impl EngineLoop<'_> {
             }
         }
         if failed.is_none() && named(WakeTag::KvCache) && self.sleep.kv_cache {
-            match self.engine.restore_kv_cache() {
+            match pollster::block_on(self.engine.restore_kv_cache()) {
                 Ok(()) => {
                     self.sleep.kv_cache = false;
                     woken.push(WakeTag::KvCache.name());

@@ -82,6 +82,8 @@ fn called_off() -> ApiError {
     )
 }
 
+/// A wake that fails (the device cannot allocate what it needs: another process still
+/// holds the memory) is a 503 naming it; what did not wake still sleeps.
 pub async fn wake_up(
     State(state): State<Arc<AppState>>,
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
@@ -109,7 +111,7 @@ pub async fn wake_up(
         .engine
         .ask(|reply| Command::WakeUp { tags, reply })
         .await?
-        .map_err(|e| ApiError::status(StatusCode::INTERNAL_SERVER_ERROR, e))?;
+        .map_err(|e| ApiError::status(StatusCode::SERVICE_UNAVAILABLE, e))?;
     Ok(Json(
         serde_json::to_value(report).map_err(crate::cli::serve::error::internal)?,
     ))
