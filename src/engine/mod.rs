@@ -16,7 +16,8 @@
 //!
 //! The engine also owns the paged K and V memory on the GPU ([`paged_kv`]); the
 //! scheduler decides which block holds what (`crate::kv`, `crate::sched`), and a forward
-//! pass only borrows the pools.
+//! pass only borrows the pools. It can give that memory, and its weights', back to the
+//! device while a trainer uses it, and take it again (`sleep`).
 
 mod batch_inputs;
 mod pack;

@@ -8,8 +8,10 @@
 //! - an engine request is in `live` from the moment it is added until its last sample has
 //!   been sent (or it is aborted); a request's events stop after its last `Finished`;
 //! - commands are applied between steps only, as `Engine::abort` requires;
-//! - while paused (or draining for a pause), new requests are held, not added: they join
-//!   the batch on resume, unless their client has gone by then;
+//! - while paused (or draining for a pause or a sleep), new requests are held, not added:
+//!   they join the batch on resume, unless their client has gone by then; while asleep
+//!   they are refused, or held until the wake with `--queue-while-asleep`
+//!   (`engine_sleep`);
 //! - events go out after the metrics are up to date, so a client that has heard of its
 //!   tokens finds them counted; an abort's too, and the replies to the commands that abort
 //!   (`/abort_requests`, `/pause`), so the gauges no longer count what they stopped.
