@@ -63,6 +63,11 @@ class Server:
         for raw in self.process.stderr:
             self._remember(raw.decode("utf-8", "replace"))
 
+    @property
+    def pid(self):
+        """The server process's id (to read its memory from /proc)."""
+        return self.process.pid
+
     def alive(self):
         return self.process.poll() is None
 

@@ -20,19 +20,35 @@ On a CPU the backward pass is the cost: by default only the top --train-layers l
 (and the final norm) learn; the embedding (tied to the output projection) and the layers
 below stay as they were.
 
+--colocate puts the server to sleep while the trainer steps, so that the two share one
+device's memory in turn (as colocated trainers do with vLLM): after the rollout,
+`POST /sleep?level=L&mode=wait` (--sleep-level L, 2 by default); then the trainer's step
+and checkpoint; then, at level 2 (the weights were discarded), `POST /wake_up?tags=weights`,
+`/update_weights`, `POST /wake_up?tags=kv_cache`; at level 1 (the weights were kept in host
+memory), `POST /wake_up`, then `/update_weights`. An error from /sleep or /wake_up, or a
+server that does not end up awake with its weights on the device, stops the run.
+
 Logged per step (JSONL, --log): reward and each component, the rollout-vs-trainer KL
 (k3 estimator), the fraction of tokens whose importance weight was truncated, the
-weights version every completion reports, rollout, train and update seconds. Raw
+weights version every completion reports, rollout, train and update seconds (update:
+saving the checkpoint, /update_weights, removing the checkpoint before). Memory, in bytes:
+the peak resident set size (/proc/<pid>/status VmRSS, sampled every 50 ms while the
+trainer steps) of the trainer, of the server (None when --url names a server this script
+did not start) and of their sum at the same instant (`*_rss_train_peak_bytes`), and the
+trainer's peak since it started (`trainer_max_rss_bytes`, getrusage). With --colocate also
+sleep and wake seconds and the server's device memory before and after sleeping (from
+/sleep's reply) and once awake (from the last /wake_up's); without it these are None. Raw
 trajectories (prompt, completion text and ids, every reward component, versions) go to
 --trajectories. The run's provenance (model, sprout's version, grader version, torch and
-transformers versions, arguments) is the first line of both files. --plot writes a PNG of
-reward per step.
+transformers versions, whether it colocated and at which sleep level, arguments) is the
+first line of both files. --plot writes a PNG of reward per step.
 
 Run (the default model exported to f32 first; the venv has torch and transformers):
     sprout export --out ~/.cache/sprout/grpo/smollm2-f32
     ~/.cache/sprout/venv/bin/python examples/grpo/grpo.py \\
         --model-dir ~/.cache/sprout/grpo/smollm2-f32 --sprout target/release/sprout \\
         --steps 30 --log /tmp/grpo.jsonl --plot /tmp/grpo.png
+(add --colocate to sleep the server while training; results/colocate.md compares the two.)
 
 It starts `sprout serve` itself (`--quantize q8_0` by default: rollouts run quantized, the
 trainer keeps f32, and the importance weights correct for the difference) and stops it at
@@ -58,6 +74,7 @@ from safetensors.torch import save_file
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from sprout_server import Server  # noqa: E402
+from rss import RssSampler, max_rss_bytes  # noqa: E402
 
 GRADER_VERSION = "sums-v1"
 ANSWER = re.compile(r"-?\d+")
@@ -121,6 +138,20 @@ def rollout(url, question, group, max_tokens, seed):
             "finish_reason": choice["finish_reason"],
         })
     return prompt_ids, samples
+
+
+def sleep(url, level):
+    """Puts the server to sleep once the rollout is over (nothing is in flight, so `wait`
+    returns at once); the reply has its device memory before and after."""
+    reply = post(url, f"/sleep?level={level}&mode=wait", {})
+    if reply.get("is_sleeping") is not True:
+        raise RuntimeError(f"/sleep?level={level} answered, but not asleep: {reply}")
+    return reply
+
+
+def wake_up(url, tag=None):
+    """Wakes what `tag` names (weights, kv_cache), or everything."""
+    return post(url, "/wake_up" + (f"?tags={tag}" if tag else ""), {})
 
 
 # ---------------------------------------------------------------------------------------
@@ -196,7 +227,8 @@ def provenance(args, url):
     return {"kind": "provenance", "model_dir": os.path.abspath(args.model_dir),
             "served_model": model["id"], "sprout": version.stdout.strip(),
             "grader": GRADER_VERSION, "torch": torch.__version__,
-            "transformers": transformers.__version__, "args": vars(args)}
+            "transformers": transformers.__version__, "colocate": args.colocate,
+            "sleep_level": args.sleep_level if args.colocate else None, "args": vars(args)}
 
 
 def trainable(model, layers):
@@ -223,7 +255,7 @@ def rollout_step(url, args, rng, step):
             for (q, a), (prompt_ids, samples) in zip(questions, results)]
 
 
-def run(args, url, log, trajectories):
+def run(args, url, server_pid, log, trajectories):
     rng = random.Random(args.seed)
     torch.manual_seed(args.seed)
     torch.set_num_threads(os.cpu_count() or 1)
@@ -264,20 +296,49 @@ def run(args, url, log, trajectories):
             batch.extend(group)
         rollout_s = time.time() - started
 
-        started = time.time()
-        stats = train_step(model, optimizer, batch, args.clip)
-        train_s = time.time() - started
+        slept, sleep_s = None, None
+        if args.colocate:
+            started = time.time()
+            slept = sleep(url, args.sleep_level)
+            sleep_s = time.time() - started
 
+        # The server's memory is sampled while the trainer steps: with --colocate it sleeps
+        # meanwhile. Unknown (None) for a server this script did not start.
+        with RssSampler({"trainer": "self", "server": server_pid}) as rss:
+            started = time.time()
+            stats = train_step(model, optimizer, batch, args.clip)
+            train_s = time.time() - started
+
+        # update_s: saving the checkpoint, /update_weights and removing the checkpoint
+        # before; wake_s: the /wake_up calls around the update.
+        update_s, wake_s, woken = 0.0, None, None
         started = time.time()
         checkpoint = os.path.join(args.work_dir, f"step-{step}")
         save_checkpoint(model, args.model_dir, checkpoint)
+        update_s += time.time() - started
+        if args.colocate:
+            # Level 2 wakes the weights alone first (they were discarded: the update brings
+            # them); level 1 wakes everything, the weights kept in host memory included.
+            started = time.time()
+            woken = wake_up(url, "weights" if args.sleep_level == 2 else None)
+            wake_s = time.time() - started
+        started = time.time()
         updated = post(url, "/update_weights", {"weight_dir": checkpoint,
                                                 "weights_version": step})
+        update_s += time.time() - started
+        if args.colocate:
+            if args.sleep_level == 2:
+                started = time.time()
+                woken = wake_up(url, "kv_cache")
+                wake_s += time.time() - started
+            if woken.get("is_sleeping") is not False or woken.get("weights") != "device":
+                raise RuntimeError(f"the server did not wake with its weights: {woken}")
+        started = time.time()
         # Only the checkpoint in force is needed; the one before can go.
         previous = os.path.join(args.work_dir, f"step-{step - 1}")
         if os.path.isdir(previous):
             shutil.rmtree(previous)
-        update_s = time.time() - started
+        update_s += time.time() - started
 
         row = {"kind": "step", "step": step,
                "reward": sum(rewards) / len(rewards),
@@ -286,7 +347,18 @@ def run(args, url, log, trajectories):
                "rollout_weights_versions": sorted(versions),
                "weights_version": updated["weights_version"], **stats,
                "rollout_s": round(rollout_s, 2), "train_s": round(train_s, 2),
-               "update_s": round(update_s, 2), "load_s": round(updated["load_s"], 2)}
+               "update_s": round(update_s, 2), "load_s": round(updated["load_s"], 2),
+               "sleep_s": None if sleep_s is None else round(sleep_s, 2),
+               "wake_s": None if wake_s is None else round(wake_s, 2),
+               "server_gpu_memory_bytes_before_sleep":
+                   slept and slept["gpu_memory_bytes_before"],
+               "server_gpu_memory_bytes_asleep": slept and slept["gpu_memory_bytes"],
+               "server_gpu_memory_bytes_woken": woken and woken["gpu_memory_bytes"],
+               "server_rss_train_peak_bytes": rss.peak["server"],
+               "trainer_rss_train_peak_bytes": rss.peak["trainer"],
+               "total_rss_train_peak_bytes": rss.peak_total,
+               "rss_samples": rss.samples,
+               "trainer_max_rss_bytes": max_rss_bytes()}
         log.write(json.dumps(row) + "\n")
         log.flush()
         trajectories.flush()
@@ -294,8 +366,14 @@ def run(args, url, log, trajectories):
               f"format {row['format']:.3f}  kl {row['kl_k3']:.5f}  "
               f"clip {row['clip_fraction']:.3f}  rolled out under {row['rollout_weights_versions']} "
               f"-> {row['weights_version']}  "
-              f"({rollout_s:.1f} s rollout, {train_s:.1f} s train, {update_s:.1f} s update)",
-              flush=True)
+              f"({rollout_s:.1f} s rollout, {train_s:.1f} s train, {update_s:.1f} s update"
+              + (f", {sleep_s:.1f} s sleep, {wake_s:.1f} s wake" if args.colocate else "")
+              + f"; trainer {mib(rss.peak['trainer'])}, server {mib(rss.peak['server'])} "
+              f"while training)", flush=True)
+
+
+def mib(value):
+    return "?" if value is None else f"{value / 2**20:.0f} MiB"
 
 
 def plot(log_path, png_path):
@@ -343,6 +421,12 @@ def parse_args():
     p.add_argument("--trajectories", default="grpo-trajectories.jsonl")
     p.add_argument("--plot", help="write a PNG of reward per step")
     p.add_argument("--server-log", help="keep the server's stderr here")
+    p.add_argument("--colocate", action="store_true",
+                   help="put the server to sleep (/sleep) while the trainer steps, and wake it "
+                        "for the update (see the module docstring)")
+    p.add_argument("--sleep-level", type=int, choices=(1, 2), default=2,
+                   help="with --colocate: 1 keeps the server's weights in host memory, 2 "
+                        "discards them (the update brings new ones)")
     return p.parse_args()
 
 
@@ -359,7 +443,7 @@ def main():
         print(f"started {' '.join(command)} at {url}", flush=True)
     try:
         with open(args.log, "w") as log, open(args.trajectories, "w") as trajectories:
-            run(args, url, log, trajectories)
+            run(args, url, server and server.pid, log, trajectories)
     finally:
         if server is not None:
             print(f"server exit code: {server.stop()}", flush=True)
