@@ -36,8 +36,9 @@ the peak resident set size (/proc/<pid>/status VmRSS, sampled every 50 ms while 
 trainer steps) of the trainer, of the server (None when --url names a server this script
 did not start) and of their sum at the same instant (`*_rss_train_peak_bytes`), and the
 trainer's peak since it started (`trainer_max_rss_bytes`, getrusage). With --colocate also
-sleep and wake seconds and the server's device memory before and after sleeping (from
-/sleep's reply) and once awake (from the last /wake_up's); without it these are None. Raw
+sleep and wake seconds, the server's device memory before and after sleeping and what it
+freed for the KV cache and for the weights (from /sleep's reply), and its device memory
+once awake (from the last /wake_up's); without it these are None. Raw
 trajectories (prompt, completion text and ids, every reward component, versions) go to
 --trajectories. The run's provenance (model, sprout's version, grader version, torch and
 transformers versions, whether it colocated and at which sleep level, arguments) is the
@@ -353,6 +354,8 @@ def run(args, url, server_pid, log, trajectories):
                "server_gpu_memory_bytes_before_sleep":
                    slept and slept["gpu_memory_bytes_before"],
                "server_gpu_memory_bytes_asleep": slept and slept["gpu_memory_bytes"],
+               "server_freed_kv_cache_bytes": slept and slept.get("freed_kv_cache_bytes"),
+               "server_freed_weights_bytes": slept and slept.get("freed_weights_bytes"),
                "server_gpu_memory_bytes_woken": woken and woken["gpu_memory_bytes"],
                "server_rss_train_peak_bytes": rss.peak["server"],
                "trainer_rss_train_peak_bytes": rss.peak["trainer"],
