@@ -70,9 +70,9 @@ fn fixtures(dir: &str) -> Vec<(String, String)> {
 
 fn chat(turns: usize, words: usize) -> Vec<Message> {
     (0..turns)
-        .map(|i| Message {
-            role: if i % 2 == 0 { "user" } else { "assistant" }.into(),
-            content: format!("turn {i}: {}", "word ".repeat(words)),
+        .map(|i| {
+            let role = if i % 2 == 0 { "user" } else { "assistant" };
+            Message::new(role, &format!("turn {i}: {}", "word ".repeat(words)))
         })
         .collect()
 }

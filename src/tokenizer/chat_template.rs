@@ -21,12 +21,75 @@ pub struct TemplateTokens {
     pub eos: Option<u32>,
 }
 
-/// One chat message (`{"role": "user", "content": "..."}`).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// One chat message (`{"role": "user", "content": "..."}`), with what tool-calling and
+/// reasoning templates read besides. A field left `None` is absent for the template (as
+/// a key missing from a Python dict), which templates test apart from an empty value.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Message {
     pub role: String,
     pub content: String,
+    /// The name of a tool result's function, or of a participant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// An assistant turn's calls: `[{"id", "type": "function", "function": {"name",
+    /// "arguments": {...}}}]`, the arguments an object (as vLLM hands templates them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<serde_json::Value>,
+    /// Which call a `tool` message answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    /// An assistant turn's reasoning, apart from its content (Qwen3's template prints it
+    /// in a `<think>` block for the turns after the last user message).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
 }
+
+impl Message {
+    /// A message of `role` saying `content`, nothing else.
+    pub fn new(role: &str, content: &str) -> Message {
+        Message {
+            role: role.to_string(),
+            content: content.to_string(),
+            ..Message::default()
+        }
+    }
+}
+
+/// How to render a conversation besides its messages (Hugging Face's
+/// `apply_chat_template` arguments, as vLLM's chat route takes them).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RenderOptions {
+    /// The tools' JSON schemas (`[{"type": "function", "function": {...}}]`), given to the
+    /// template as `tools`; `None`: absent.
+    pub tools: Option<serde_json::Value>,
+    /// End with the assistant's turn opened (the default).
+    pub add_generation_prompt: bool,
+    /// End inside the last message instead (a prefill the model continues): rendered
+    /// without the generation prompt, and cut right after that message's content.
+    pub continue_final_message: bool,
+    /// More variables for the template (`chat_template_kwargs`: `enable_thinking`, ...).
+    pub kwargs: serde_json::Map<String, serde_json::Value>,
+}
+
+impl Default for RenderOptions {
+    fn default() -> Self {
+        RenderOptions {
+            tools: None,
+            add_generation_prompt: true,
+            continue_final_message: false,
+            kwargs: serde_json::Map::new(),
+        }
+    }
+}
+
+/// The variables sprout sets; `kwargs` may not set them.
+const RESERVED: [&str; 5] = [
+    "messages",
+    "tools",
+    "add_generation_prompt",
+    "bos_token",
+    "eos_token",
+];
 
 /// A model's chat template, ready to render.
 pub struct ChatTemplate {
@@ -86,13 +149,60 @@ impl ChatTemplate {
 
     /// The prompt for `messages`, ending with the assistant's turn opened.
     pub fn render(&self, messages: &[Message]) -> Result<String, SproutError> {
+        self.render_with(messages, &RenderOptions::default())
+    }
+
+    /// The token ids of the prompt for `messages` rendered with `options`.
+    pub fn prompt_ids_with(
+        &self,
+        tokenizer: &Tokenizer,
+        messages: &[Message],
+        options: &RenderOptions,
+    ) -> Result<Vec<u32>, SproutError> {
+        tokenizer.encode(&self.render_with(messages, options)?)
+    }
+
+    /// The prompt for `messages` rendered with `options` (see [`RenderOptions`]).
+    pub fn render_with(
+        &self,
+        messages: &[Message],
+        options: &RenderOptions,
+    ) -> Result<String, SproutError> {
+        if options.continue_final_message && options.add_generation_prompt {
+            return Err(SproutError::Model(
+                "continue_final_message and add_generation_prompt cannot both be true".into(),
+            ));
+        }
+        if let Some(name) = RESERVED.iter().find(|n| options.kwargs.contains_key(**n)) {
+            return Err(SproutError::Model(format!(
+                "chat_template_kwargs may not set {name}: it is set from the request"
+            )));
+        }
+        let rendered = self.render_context(messages, options)?;
+        match options.continue_final_message {
+            false => Ok(rendered),
+            true => cut_after_final_message(rendered, messages),
+        }
+    }
+
+    fn render_context(
+        &self,
+        messages: &[Message],
+        options: &RenderOptions,
+    ) -> Result<String, SproutError> {
         let template = self.env.get_template("chat").expect("added in new");
-        let context = minijinja::context! {
+        let base = minijinja::context! {
             messages => minijinja::value::Serde(messages),
-            add_generation_prompt => true,
+            add_generation_prompt => options.add_generation_prompt,
             bos_token => self.bos_token.as_str(),
             eos_token => self.eos_token.as_str(),
         };
+        let tools = match &options.tools {
+            Some(tools) => minijinja::context! { tools => minijinja::value::Serde(tools) },
+            None => minijinja::context! {},
+        };
+        let kwargs = minijinja::Value::from(minijinja::value::Serde(&options.kwargs));
+        let context = minijinja::context! { ..base, ..tools, ..kwargs };
         let mut out = CappedOutput::default();
         if let Err(e) = template.render_captured_to(context, &mut out) {
             let why = template_limits::describe(&e, out.overflowed);
@@ -106,6 +216,30 @@ impl ChatTemplate {
     }
 }
 
+/// `rendered` cut right after the final message's content (Hugging Face's
+/// `continue_final_message`): the template's end-of-turn text after it goes.
+fn cut_after_final_message(rendered: String, messages: &[Message]) -> Result<String, SproutError> {
+    let last = messages.last().map_or("", |m| m.content.as_str());
+    let found = match rendered.rfind(last) {
+        Some(at) if !last.is_empty() => Some(at + last.len()),
+        _ => {
+            let trimmed = last.trim();
+            rendered
+                .rfind(trimmed)
+                .filter(|_| !trimmed.is_empty())
+                .map(|at| at + trimmed.len())
+        }
+    };
+    match found {
+        Some(end) => Ok(rendered[..end].to_string()),
+        None => Err(SproutError::Model(
+            "continue_final_message: the final message's content is not in the rendered \
+             prompt (the template dropped or changed it), so it cannot be continued"
+                .into(),
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -114,10 +248,50 @@ mod tests {
     const SMOLLM2: &str = "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 
     fn user(text: &str) -> Message {
-        Message {
-            role: "user".into(),
-            content: text.into(),
-        }
+        Message::new("user", text)
+    }
+
+    #[test]
+    fn options_reach_the_template_and_bad_ones_are_refused() {
+        let t = ChatTemplate::new(
+            "{% if tools %}T{{ tools | length }}|{% endif %}{% if enable_thinking is defined %}\
+             think={{ enable_thinking }}|{% endif %}{% for m in messages %}<{{ m.role }}>\
+             {{ m.content }}</{{ m.role }}>{% if m.tool_calls %}{{ m.tool_calls[0].function.name }}\
+             {% endif %}{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}",
+            "",
+            "",
+        )
+        .unwrap();
+        let mut call = Message::new("assistant", "");
+        call.tool_calls = Some(serde_json::json!([{"function": {"name": "add"}}]));
+        let messages = [user("hi"), call, Message::new("assistant", "The sum is")];
+        let mut options = RenderOptions {
+            tools: Some(serde_json::json!([{}, {}])),
+            ..RenderOptions::default()
+        };
+        options
+            .kwargs
+            .insert("enable_thinking".into(), serde_json::json!(false));
+        let out = t.render_with(&messages, &options).unwrap();
+        assert_eq!(
+            out,
+            "T2|think=False|<user>hi</user><assistant></assistant>add\
+             <assistant>The sum is</assistant><assistant>"
+        );
+        // A prefill: the last message left open.
+        options.add_generation_prompt = false;
+        options.continue_final_message = true;
+        let out = t.render_with(&messages, &options).unwrap();
+        assert!(out.ends_with("<assistant>The sum is"), "{out}");
+        options.add_generation_prompt = true;
+        let both = t.render_with(&messages, &options).unwrap_err().to_string();
+        assert!(both.contains("cannot both be true"), "{both}");
+        let mut reserved = RenderOptions::default();
+        reserved
+            .kwargs
+            .insert("messages".into(), serde_json::json!([]));
+        let e = t.render_with(&messages, &reserved).unwrap_err().to_string();
+        assert!(e.contains("may not set messages"), "{e}");
     }
 
     /// Found by fuzzing: a template that repeats an empty tuple 5e10 times ran for as

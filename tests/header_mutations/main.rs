@@ -86,10 +86,7 @@ fn open_gguf(bytes: &[u8], len: u64) -> bool {
     };
     let _ = model.tokenizer();
     if let Some(source) = model.chat_template() {
-        let hi = Message {
-            role: "user".into(),
-            content: "hi".into(),
-        };
+        let hi = Message::new("user", "hi");
         let _ = ChatTemplate::new(source, "", "").and_then(|t| t.render(&[hi]));
     }
     true

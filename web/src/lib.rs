@@ -251,10 +251,7 @@ impl RolloutOptions {
                 model.name
             )
         })?;
-        let messages = [Message {
-            role: "user".into(),
-            content: self.prompt.clone(),
-        }];
+        let messages = [Message::new("user", &self.prompt)];
         template
             .prompt_ids(&model.tokenizer, &messages)
             .map_err(|e| e.to_string())

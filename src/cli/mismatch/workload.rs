@@ -35,10 +35,7 @@ pub fn prompts(
             .iter()
             .map(|text| {
                 let input = match template {
-                    Some(_) => PromptInput::Messages(vec![Message {
-                        role: "user".into(),
-                        content: text.to_string(),
-                    }]),
+                    Some(_) => PromptInput::Messages(vec![Message::new("user", text)]),
                     None => PromptInput::Text(text.to_string()),
                 };
                 encode(&input, tokenizer, template)

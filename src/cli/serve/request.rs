@@ -496,7 +496,11 @@ pub(super) fn messages(value: Option<&Value>) -> Result<Vec<Message>, ApiError> 
                 )));
             }
         };
-        out.push(Message { role, content });
+        out.push(Message {
+            role,
+            content,
+            ..Message::default()
+        });
     }
     Ok(out)
 }
@@ -678,10 +682,7 @@ mod tests {
                 "logprobs": true, "top_logprobs": 3, "max_completion_tokens": 9}"#,
         )
         .unwrap();
-        let m = |role: &str, content: &str| Message {
-            role: role.into(),
-            content: content.into(),
-        };
+        let m = Message::new;
         assert_eq!(r.messages, vec![m("system", ""), m("user", "ab")]);
         assert_eq!((r.fields.logprobs, r.fields.max_tokens), (Some(3), Some(9)));
         let r = chat(r#"{"messages": [{"role": "user", "content": "x"}], "logprobs": true}"#);
