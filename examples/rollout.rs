@@ -53,10 +53,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // One request per prompt: G samples that share the prompt's KV blocks.
     let mut engine = Engine::new(&decoder, &EngineConfig::default())?.with_tokenizer(&tokenizer);
     for (index, prompt) in PROMPTS.iter().enumerate() {
-        let messages = [Message {
-            role: "user".into(),
-            content: prompt.to_string(),
-        }];
+        let messages = [Message::new("user", prompt)];
         let ids = tokenizer.encode(&template.render(&messages)?)?;
         engine.add_request(Request {
             index: index as u32,
