@@ -13,7 +13,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use axum::response::Response;
-use sprout::tokenizer::chat_template::Message;
+use sprout::tokenizer::chat_template::{Message, RenderOptions};
 
 use crate::cli::serve::error::{ApiError, internal};
 use crate::cli::serve::reply;
@@ -23,6 +23,7 @@ use crate::cli::serve::state::AppState;
 use crate::cli::serve::submit::{
     self, Submission, check_context, check_model, echo_texts, tokenize, truncate,
 };
+use crate::cli::serve::token_prefix;
 
 /// The body's bytes, or the extractor's refusal (413 past the limit) as an OpenAI error.
 fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
@@ -116,6 +117,7 @@ pub fn chat_submission(
     let text = render_messages(state, &request.messages)?;
     let f = &request.fields;
     let mut prompts = tokenize(state, &[Prompt::Text(text.clone())], f.add_special_tokens)?;
+    exact_prefix(state, &request, &RenderOptions::default(), &mut prompts[0])?;
     truncate(state, &mut prompts, f.truncate_prompt_tokens)?;
     // Chat's default: the rest of the context.
     let room = state.max_model_len.saturating_sub(prompts[0].len());
@@ -132,8 +134,59 @@ pub fn chat_submission(
     Ok((text, submission))
 }
 
+/// With earlier turns' exact tokens (`token_prefix`), `prompt` (the conversation as
+/// `options` rendered it) made to start with them: the messages through the one the
+/// prefix ends with are rendered again, with the same options but no generation prompt,
+/// to find where the prefix's turn ends in `prompt`.
+fn exact_prefix(
+    state: &AppState,
+    request: &ChatRequest,
+    options: &RenderOptions,
+    prompt: &mut Vec<u32>,
+) -> Result<(), ApiError> {
+    let t = &request.tokens;
+    let required = t.required.as_deref();
+    token_prefix::check(
+        &t.turns,
+        required,
+        state.facts.vocab_size,
+        state.max_model_len,
+    )?;
+    let roles: Vec<&str> = request.messages.iter().map(|m| m.role.as_str()).collect();
+    let Some(prefix) = token_prefix::required_prefix(&roles, &t.turns, required) else {
+        return Ok(());
+    };
+    let partial = RenderOptions {
+        add_generation_prompt: false,
+        continue_final_message: false,
+        ..options.clone()
+    };
+    let text = render_with(state, &request.messages[..=prefix.through], &partial)?;
+    let through = state
+        .facts
+        .tokenizer
+        .encode_with(&text, request.fields.add_special_tokens)
+        .map_err(|e| {
+            ApiError::bad(
+                "messages",
+                format!("the prompt could not be tokenized: {e}"),
+            )
+        })?;
+    *prompt = token_prefix::splice(&prefix.tokens, &through, prompt, &state.facts.eos_token_ids)?;
+    Ok(())
+}
+
 /// `messages` rendered by the server's chat template.
 pub fn render_messages(state: &AppState, messages: &[Message]) -> Result<String, ApiError> {
+    render_with(state, messages, &RenderOptions::default())
+}
+
+/// `messages` rendered by the server's chat template with `options`.
+fn render_with(
+    state: &AppState,
+    messages: &[Message],
+    options: &RenderOptions,
+) -> Result<String, ApiError> {
     let Some(template) = &state.facts.chat_template else {
         return Err(ApiError::bad(
             "messages",
@@ -141,7 +194,7 @@ pub fn render_messages(state: &AppState, messages: &[Message]) -> Result<String,
         ));
     };
     template
-        .render(messages)
+        .render_with(messages, options)
         .map_err(|e| ApiError::bad("messages", e.to_string()))
 }
 

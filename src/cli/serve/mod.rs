@@ -53,6 +53,7 @@ mod sleep_state;
 mod state;
 mod submit;
 mod text_logprobs;
+mod token_prefix;
 mod tokenize;
 mod trl;
 mod update;

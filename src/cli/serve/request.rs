@@ -17,6 +17,7 @@ use sprout::tokenizer::chat_template::Message;
 use crate::cli::serve::error::{ApiError, short};
 use crate::cli::serve::fields::{note_read, screen};
 use crate::cli::serve::response::Api;
+use crate::cli::serve::token_prefix::{self, TurnTokens};
 
 /// A prompt as the client gave it.
 #[derive(Clone, Debug, PartialEq)]
@@ -87,6 +88,18 @@ pub struct CompletionRequest {
 pub struct ChatRequest {
     pub messages: Vec<Message>,
     pub fields: SamplingFields,
+    /// The earlier turns' exact tokens (`token_prefix`), read beside the messages so
+    /// that they never reach the template.
+    pub tokens: ChatTokens,
+}
+
+/// NeMo Gym's token fields of a chat body (see `token_prefix`).
+#[derive(Clone, Debug, Default)]
+pub struct ChatTokens {
+    /// Per message, the token fields it carries.
+    pub turns: Vec<Option<TurnTokens>>,
+    /// `required_prefix_token_ids`.
+    pub required: Option<Vec<u32>>,
 }
 
 /// The longest `request_id` accepted.
@@ -392,8 +405,26 @@ impl ChatRequest {
             (false, None) => None,
             (true, top) => Some(check_top("top_logprobs", top.unwrap_or(0))?),
         };
-        Ok(ChatRequest { messages, fields })
+        let tokens = chat_tokens(&obj)?;
+        Ok(ChatRequest {
+            messages,
+            fields,
+            tokens,
+        })
     }
+}
+
+/// The token fields of a chat body whose `messages` have been read: each message's and
+/// `required_prefix_token_ids`.
+fn chat_tokens(obj: &Map<String, Value>) -> Result<ChatTokens, ApiError> {
+    let items = match get(obj, "messages") {
+        Some(Value::Array(items)) => items.as_slice(),
+        _ => &[],
+    };
+    Ok(ChatTokens {
+        turns: token_prefix::read_turns(items)?,
+        required: token_prefix::read_required(get(obj, token_prefix::REQUIRED_PREFIX))?,
+    })
 }
 
 /// The prompts of field `name`: a string, a list of strings, a list of token ids, or a

@@ -16,6 +16,7 @@ use sprout::tokenizer::Tokenizer;
 use crate::cli::serve::error::ApiError;
 use crate::cli::serve::prompt_logprobs::{Position, PromptScore};
 use crate::cli::serve::text_logprobs::{Logprobs, TopMap};
+use crate::cli::serve::token_prefix::TurnTokens;
 
 /// Which API a request came through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,6 +107,10 @@ pub struct ChatChoice {
 pub struct ChatMessage {
     pub role: &'static str,
     pub content: String,
+    /// With `return_token_ids`: the turn's exact tokens, NeMo Gym's fields beside the
+    /// message's own (a client sends them back with its history: `token_prefix`).
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<TurnTokens>,
 }
 
 /// What a stream chunk adds to a chat choice: the role in its first chunk.
@@ -318,6 +323,11 @@ pub fn choice(tokenizer: &Tokenizer, asked: &Asked, piece: Piece) -> Choice {
                     Some(ChatMessage {
                         role: "assistant",
                         content: piece.text,
+                        tokens: asked.return_token_ids.then(|| TurnTokens {
+                            prompt_token_ids: asked.prompt.to_vec(),
+                            generation_token_ids: piece.tokens.to_vec(),
+                            generation_log_probs: Some(piece.logprobs.to_vec()),
+                        }),
                     }),
                     None,
                 ),
