@@ -353,7 +353,9 @@ mod tests {
 
     #[test]
     fn no_place_to_splice_is_a_400_naming_the_field() {
-        let cases: [(&[u32], &[u32], &[u32], &[u32]); 3] = [
+        // (prefix, through, full, end ids)
+        type Case<'a> = (&'a [u32], &'a [u32], &'a [u32], &'a [u32]);
+        let cases: [Case; 3] = [
             // No end-of-turn token where the prefix ends.
             (&[1, 2], &[7, 8, 9], &[7, 8, 9, 4], &[EOS]),
             // The full rendering has fewer turns than the partial one.
