@@ -8,6 +8,9 @@
 //! Posting a rendered request to `/inference/v1/generate` samples what the route would
 //! have: the same ids, the same parameters (the `max_tokens` the route resolved, the seed
 //! when the request had one), so the same tokens and log-probs.
+//!
+//! With earlier turns' exact tokens (`token_prefix`), `token_ids` are the spliced prompt
+//! the route runs, while `prompt` stays the template's text of the whole conversation.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
