@@ -13,7 +13,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use axum::response::Response;
-use sprout::tokenizer::chat_template::Message;
+use sprout::tokenizer::chat_template::{Message, RenderOptions};
 
 use crate::cli::serve::error::{ApiError, internal};
 use crate::cli::serve::reply;
@@ -113,7 +113,7 @@ pub fn chat_submission(
 ) -> Result<(String, Submission), ApiError> {
     let request = ChatRequest::parse(body)?;
     check_model(state, &request.fields)?;
-    let text = render_messages(state, &request.messages)?;
+    let text = render_messages(state, &request.messages, &request.render)?;
     let f = &request.fields;
     let mut prompts = tokenize(state, &[Prompt::Text(text.clone())], f.add_special_tokens)?;
     truncate(state, &mut prompts, f.truncate_prompt_tokens)?;
@@ -132,8 +132,13 @@ pub fn chat_submission(
     Ok((text, submission))
 }
 
-/// `messages` rendered by the server's chat template.
-pub fn render_messages(state: &AppState, messages: &[Message]) -> Result<String, ApiError> {
+/// `messages` rendered by the server's chat template with `options` (every chat route
+/// renders through here: chat completions, its render route, `/tokenize`).
+pub fn render_messages(
+    state: &AppState,
+    messages: &[Message],
+    options: &RenderOptions,
+) -> Result<String, ApiError> {
     let Some(template) = &state.facts.chat_template else {
         return Err(ApiError::bad(
             "messages",
@@ -141,7 +146,7 @@ pub fn render_messages(state: &AppState, messages: &[Message]) -> Result<String,
         ));
     };
     template
-        .render(messages)
+        .render_with(messages, options)
         .map_err(|e| ApiError::bad("messages", e.to_string()))
 }
 
