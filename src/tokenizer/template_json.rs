@@ -252,7 +252,7 @@ mod tests {
 
     fn json(text: &str) -> Value {
         let parsed: serde_json::Value = serde_json::from_str(text).unwrap();
-        Value::from_serialize(&parsed)
+        Value::from(minijinja::value::Serde(parsed))
     }
 
     #[test]
