@@ -411,7 +411,8 @@ fn tokenize_detokenize_and_render_give_the_ids_the_routes_run() {
         ),
         (
             "/tokenize",
-            json!({"messages": messages, "continue_final_message": true}),
+            json!({"messages": messages, "continue_final_message": true,
+                   "add_generation_prompt": true}),
             "continue_final_message",
         ),
         (

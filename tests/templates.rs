@@ -16,7 +16,8 @@ use std::time::Instant;
 
 use sprout::formats::gguf::GgufValue;
 use sprout::formats::gguf::writer::GgufWriter;
-use sprout::tokenizer::chat_template::{ChatTemplate, Message};
+use sprout::tokenizer::chat_template::{ChatTemplate, Message, RenderOptions};
+use sprout::tokenizer::template_functions;
 
 /// The most a bomb may have live at once.
 const MEMORY_CAP: usize = 100 << 20;
@@ -56,10 +57,12 @@ fn fixtures(dir: &str) -> Vec<(String, String)> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
         .join(dir);
+    // Templates only (chat_templates/ holds renders.json beside them).
     let mut out: Vec<(String, String)> = std::fs::read_dir(&dir)
         .unwrap()
-        .map(|e| {
-            let path = e.unwrap().path();
+        .map(|e| e.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|x| x == "jinja"))
+        .map(|path| {
             let name = path.file_name().unwrap().to_string_lossy().into_owned();
             (name, std::fs::read_to_string(&path).unwrap())
         })
@@ -118,10 +121,15 @@ fn every_bomb_ends_in_an_error_naming_its_bound_within_the_memory_cap() {
     }
 }
 
-/// The same template in minijinja with no bound of sprout's: what it renders unbounded.
+/// The date templates print (Llama 3.x's "Today Date"), fixed so both renders agree.
+const DATE: &str = "26 Jul 2024";
+
+/// The same template in minijinja with transformers' functions (sprout's
+/// `template_functions`) but no bound of sprout's: what it renders unbounded.
 fn unbounded(source: &str, messages: &[Message]) -> String {
     let mut env = minijinja::Environment::new();
     minijinja_contrib::add_to_environment(&mut env);
+    template_functions::add_to(&mut env);
     env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
     env.add_template("chat", source).unwrap();
     env.get_template("chat")
@@ -131,6 +139,9 @@ fn unbounded(source: &str, messages: &[Message]) -> String {
             add_generation_prompt => true,
             bos_token => "<s>",
             eos_token => "</s>",
+            tools => (),
+            documents => (),
+            date_string => DATE,
         })
         .unwrap()
 }
@@ -140,10 +151,12 @@ fn real_templates_render_as_unbounded_minijinja_renders_them() {
     let templates = fixtures("chat_templates");
     assert!(templates.len() >= 4);
     // A short chat, and a long one (500 turns of about 2 KB: 1 MB, past any context).
+    let mut options = RenderOptions::default();
+    options.kwargs.insert("date_string".into(), DATE.into());
     for messages in [chat(2, 5), chat(500, 400)] {
         for (name, source) in &templates {
             let bounded = ChatTemplate::new(source, "<s>", "</s>")
-                .and_then(|t| t.render(&messages))
+                .and_then(|t| t.render_with(&messages, &options))
                 .unwrap_or_else(|e| panic!("{name}: {e}"));
             assert_eq!(bounded, unbounded(source, &messages), "{name}");
             assert!(bounded.contains("turn 1:"), "{name}: {bounded:.200}");

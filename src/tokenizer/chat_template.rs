@@ -6,11 +6,16 @@
 //! [`ChatTemplate::prompt_ids`], so one set of messages becomes the same token ids
 //! everywhere. A template is a program from a file or a server's flags: it renders within
 //! sprout's bounds (`template_limits`) or ends in an error naming the bound it hit.
+//!
+//! A template renders in the environment transformers' `apply_chat_template` gives it
+//! (`template_functions`: its `tojson`, `strftime_now`, whitespace control; `tools` and
+//! `documents` none unless given), so its text is the one transformers and vLLM render.
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::SproutError;
 use crate::tokenizer::Tokenizer;
+use crate::tokenizer::template_functions;
 use crate::tokenizer::template_limits::{self, CappedOutput};
 
 /// The token ids a template prints as `bos_token` and `eos_token`: a model's
@@ -65,7 +70,8 @@ pub struct RenderOptions {
     /// End with the assistant's turn opened (the default).
     pub add_generation_prompt: bool,
     /// End inside the last message instead (a prefill the model continues): rendered
-    /// without the generation prompt, and cut right after that message's content.
+    /// without the generation prompt, and cut right after that message's content (found
+    /// as transformers finds it: by a tag appended to the content).
     pub continue_final_message: bool,
     /// More variables for the template (`chat_template_kwargs`: `enable_thinking`, ...).
     pub kwargs: serde_json::Map<String, serde_json::Value>,
@@ -83,7 +89,7 @@ impl Default for RenderOptions {
 }
 
 /// The variables sprout sets; `kwargs` may not set them.
-const RESERVED: [&str; 5] = [
+pub const RESERVED: [&str; 5] = [
     "messages",
     "tools",
     "add_generation_prompt",
@@ -104,6 +110,7 @@ impl ChatTemplate {
         template_limits::check_source(source).map_err(SproutError::Model)?;
         let mut env = minijinja::Environment::new();
         minijinja_contrib::add_to_environment(&mut env);
+        template_functions::add_to(&mut env);
         env.add_function("raise_exception", |msg: String| -> Result<String, _> {
             Err(minijinja::Error::new(
                 minijinja::ErrorKind::InvalidOperation,
@@ -178,11 +185,20 @@ impl ChatTemplate {
                 "chat_template_kwargs may not set {name}: it is set from the request"
             )));
         }
-        let rendered = self.render_context(messages, options)?;
-        match options.continue_final_message {
-            false => Ok(rendered),
-            true => cut_after_final_message(rendered, messages),
+        if !options.continue_final_message {
+            return self.render_context(messages, options);
         }
+        let Some(last) = messages.last() else {
+            return Err(SproutError::Model(
+                "continue_final_message needs a final message to continue".into(),
+            ));
+        };
+        let mut tagged = messages.to_vec();
+        if let Some(final_message) = tagged.last_mut() {
+            final_message.content.push_str(CONTINUE_TAG);
+        }
+        let rendered = self.render_context(&tagged, options)?;
+        cut_at_tag(rendered, &last.content)
     }
 
     fn render_context(
@@ -197,10 +213,12 @@ impl ChatTemplate {
             bos_token => self.bos_token.as_str(),
             eos_token => self.eos_token.as_str(),
         };
+        // transformers passes both, none when not given: `tools is defined` holds.
         let tools = match &options.tools {
             Some(tools) => minijinja::context! { tools => minijinja::value::Serde(tools) },
-            None => minijinja::context! {},
+            None => minijinja::context! { tools => () },
         };
+        let tools = minijinja::context! { documents => (), ..tools };
         let kwargs = minijinja::Value::from(minijinja::value::Serde(&options.kwargs));
         let context = minijinja::context! { ..base, ..tools, ..kwargs };
         let mut out = CappedOutput::default();
@@ -216,28 +234,30 @@ impl ChatTemplate {
     }
 }
 
-/// `rendered` cut right after the final message's content (Hugging Face's
-/// `continue_final_message`): the template's end-of-turn text after it goes.
-fn cut_after_final_message(rendered: String, messages: &[Message]) -> Result<String, SproutError> {
-    let last = messages.last().map_or("", |m| m.content.as_str());
-    let found = match rendered.rfind(last) {
-        Some(at) if !last.is_empty() => Some(at + last.len()),
-        _ => {
-            let trimmed = last.trim();
-            rendered
-                .rfind(trimmed)
-                .filter(|_| !trimmed.is_empty())
-                .map(|at| at + trimmed.len())
-        }
-    };
-    match found {
-        Some(end) => Ok(rendered[..end].to_string()),
-        None => Err(SproutError::Model(
+/// What transformers appends to the final message's content to find where it ends in
+/// the rendered text (`continue_final_message`).
+const CONTINUE_TAG: &str = "CONTINUE_FINAL_MESSAGE_TAG ";
+
+/// `rendered` (the chat with [`CONTINUE_TAG`] after the final message's content
+/// `content`) cut where the tag begins, as transformers cuts it: right there when the
+/// template kept the tag's trailing space, else with the whitespace before it trimmed
+/// too (the template trimmed the content).
+fn cut_at_tag(rendered: String, content: &str) -> Result<String, SproutError> {
+    let tag = CONTINUE_TAG.trim_end();
+    let Some(at) = rendered
+        .rfind(tag)
+        .filter(|_| rendered.contains(content.trim()))
+    else {
+        return Err(SproutError::Model(
             "continue_final_message: the final message's content is not in the rendered \
              prompt (the template dropped or changed it), so it cannot be continued"
                 .into(),
-        )),
-    }
+        ));
+    };
+    Ok(match rendered[at..].starts_with(CONTINUE_TAG) {
+        true => rendered[..at].to_string(),
+        false => rendered[..at].trim_end().to_string(),
+    })
 }
 
 #[cfg(test)]

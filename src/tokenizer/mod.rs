@@ -18,6 +18,8 @@ pub mod chat_template;
 pub mod gguf_spm;
 pub mod gguf_vocab;
 pub mod spm_merges;
+pub mod template_functions;
+pub mod template_json;
 pub mod template_limits;
 pub mod vocabulary;
 

@@ -114,10 +114,10 @@ pub fn chat_submission(
 ) -> Result<(String, Submission), ApiError> {
     let request = ChatRequest::parse(body)?;
     check_model(state, &request.fields)?;
-    let text = render_messages(state, &request.messages)?;
+    let text = render_messages(state, &request.messages, &request.render)?;
     let f = &request.fields;
     let mut prompts = tokenize(state, &[Prompt::Text(text.clone())], f.add_special_tokens)?;
-    exact_prefix(state, &request, &RenderOptions::default(), &mut prompts[0])?;
+    exact_prefix(state, &request, &request.render, &mut prompts[0])?;
     truncate(state, &mut prompts, f.truncate_prompt_tokens)?;
     // Chat's default: the rest of the context.
     let room = state.max_model_len.saturating_sub(prompts[0].len());
@@ -161,7 +161,7 @@ fn exact_prefix(
         continue_final_message: false,
         ..options.clone()
     };
-    let text = render_with(state, &request.messages[..=prefix.through], &partial)?;
+    let text = render_messages(state, &request.messages[..=prefix.through], &partial)?;
     let through = state
         .facts
         .tokenizer
@@ -176,13 +176,9 @@ fn exact_prefix(
     Ok(())
 }
 
-/// `messages` rendered by the server's chat template.
-pub fn render_messages(state: &AppState, messages: &[Message]) -> Result<String, ApiError> {
-    render_with(state, messages, &RenderOptions::default())
-}
-
-/// `messages` rendered by the server's chat template with `options`.
-fn render_with(
+/// `messages` rendered by the server's chat template with `options` (every chat route
+/// renders through here: chat completions, its render route, `/tokenize`).
+pub fn render_messages(
     state: &AppState,
     messages: &[Message],
     options: &RenderOptions,

@@ -31,6 +31,7 @@
 //! finish reason "abort") and exits 0.
 
 mod admin;
+mod chat_fields;
 mod engine_loop;
 mod engine_sleep;
 mod engine_thread;

@@ -12,8 +12,9 @@ use axum::http::StatusCode;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 use sprout::sched::MAX_TOP_LOGPROBS;
-use sprout::tokenizer::chat_template::Message;
+use sprout::tokenizer::chat_template::{Message, RenderOptions};
 
+use crate::cli::serve::chat_fields::{self, ToolChoice};
 use crate::cli::serve::error::{ApiError, short};
 use crate::cli::serve::fields::{note_read, screen};
 use crate::cli::serve::response::Api;
@@ -88,6 +89,11 @@ pub struct CompletionRequest {
 pub struct ChatRequest {
     pub messages: Vec<Message>,
     pub fields: SamplingFields,
+    /// How the template renders the messages (tools, generation prompt, kwargs).
+    pub render: RenderOptions,
+    /// Whether the model may call the tools; what parses the answer's calls reads it.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub tool_choice: ToolChoice,
     /// The earlier turns' exact tokens (`token_prefix`), read beside the messages so
     /// that they never reach the template.
     pub tokens: ChatTokens,
@@ -385,6 +391,7 @@ impl ChatRequest {
         let obj = object(body)?;
         screen(&obj, Api::Chat)?;
         let messages = messages(get(&obj, "messages"))?;
+        let (render, tool_choice) = chat_fields::render_options(&obj)?;
         let mut fields = SamplingFields::parse(&obj)?;
         let who = provenance(&obj, &["safety_identifier", "prompt_cache_key"])?;
         fields.provenance.extend(who);
@@ -409,6 +416,8 @@ impl ChatRequest {
         Ok(ChatRequest {
             messages,
             fields,
+            render,
+            tool_choice,
             tokens,
         })
     }
@@ -471,7 +480,8 @@ pub(super) fn prompts(value: Option<&Value>, name: &str) -> Result<Vec<Prompt>, 
 }
 
 /// `messages`: a non-empty list of `{"role": ..., "content": ...}`, the content a string,
-/// null, or a list of text parts (`{"type": "text", "text": ...}`, joined).
+/// null, or a list of text parts (`{"type": "text", "text": ...}`, joined), and the
+/// tool-calling and reasoning keys `chat_fields` reads.
 pub(super) fn messages(value: Option<&Value>) -> Result<Vec<Message>, ApiError> {
     let bad = |message: String| ApiError::bad("messages", message);
     let items = match value {
@@ -527,11 +537,13 @@ pub(super) fn messages(value: Option<&Value>) -> Result<Vec<Message>, ApiError> 
                 )));
             }
         };
-        out.push(Message {
+        let mut message = Message {
             role,
             content,
             ..Message::default()
-        });
+        };
+        chat_fields::message_fields(i, m, &mut message)?;
+        out.push(message);
     }
     Ok(out)
 }

@@ -2,12 +2,14 @@
 //! tokenizes text on its own side.
 //!
 //! `/tokenize` takes `{prompt, add_special_tokens = true}` or `{messages, ...}` (rendered
-//! by the server's chat template exactly as `/v1/chat/completions` renders them, and
+//! by the server's chat template exactly as `/v1/chat/completions` renders them, with the
+//! same `tools`, `chat_template_kwargs`, `add_generation_prompt` and
+//! `continue_final_message`, and
 //! tokenized as it tokenizes them: `add_special_tokens` defaults to the chat route's
 //! default, so the ids are the ones that route would run) and answers `{count,
 //! max_model_len, tokens, token_strs}` (`token_strs`: each id's vocabulary entry, with
-//! `return_token_strs`). The chat options sprout's template cannot honour are accepted at
-//! their neutral values only, by the field table's chat rules.
+//! `return_token_strs`). The other chat options are accepted at their neutral values only,
+//! by the field table's chat rules.
 //!
 //! `/detokenize` takes `{tokens}` and answers `{prompt}`: the text of the ids, special
 //! tokens included (transformers' `decode`); an id outside the vocabulary is a 400 naming
@@ -22,6 +24,7 @@ use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use serde_json::{Map, Value, json};
 
+use crate::cli::serve::chat_fields;
 use crate::cli::serve::error::{ApiError, short};
 use crate::cli::serve::fields::{Treatment, rule};
 use crate::cli::serve::handlers::{prepared, render_messages};
@@ -29,17 +32,9 @@ use crate::cli::serve::request::{Prompt, field, get, messages, object};
 use crate::cli::serve::state::AppState;
 use crate::cli::serve::submit::{check_model_name, tokenize as encode};
 
-/// The chat options a `/tokenize` body may carry, each at a neutral value of the chat
-/// route's (the template renders messages only, and always opens the assistant's turn).
-const CHAT_OPTIONS: &[&str] = &[
-    "add_generation_prompt",
-    "continue_final_message",
-    "chat_template",
-    "chat_template_kwargs",
-    "tools",
-    "media_io_kwargs",
-    "mm_processor_kwargs",
-];
+/// The chat options a `/tokenize` body may carry besides those `chat_fields` reads, each
+/// at a neutral value of the chat route's.
+const CHAT_OPTIONS: &[&str] = &["chat_template", "media_io_kwargs", "mm_processor_kwargs"];
 
 /// The token ids of a `/tokenize` body, and whether it asked for their strings.
 fn tokens_of(state: &AppState, body: &[u8], _: Instant) -> Result<(Vec<u32>, bool), ApiError> {
@@ -65,7 +60,9 @@ fn tokens_of(state: &AppState, body: &[u8], _: Instant) -> Result<(Vec<u32>, boo
         }
         (None, messages_value) => {
             chat_options(&obj)?;
-            let text = render_messages(state, &messages(messages_value)?)?;
+            let messages = messages(messages_value)?;
+            let (options, _) = chat_fields::render_options(&obj)?;
+            let text = render_messages(state, &messages, &options)?;
             // The chat route's default, so that these are the ids it runs.
             encode(state, &[Prompt::Text(text)], add.unwrap_or(true))?
         }
