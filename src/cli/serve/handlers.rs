@@ -16,6 +16,7 @@ use axum::response::Response;
 use sprout::tokenizer::chat_template::Message;
 
 use crate::cli::serve::error::{ApiError, internal};
+use crate::cli::serve::parsing::{self, Parsing};
 use crate::cli::serve::reply;
 use crate::cli::serve::request::{ChatRequest, CompletionRequest, DEFAULT_MAX_TOKENS, Prompt};
 use crate::cli::serve::response::Api;
@@ -98,6 +99,7 @@ pub fn prepare_completion(
         max_tokens,
         echo,
         arrived,
+        parsing: Parsing::default(),
     })
 }
 
@@ -128,6 +130,9 @@ pub fn chat_submission(
         max_tokens,
         echo: Vec::new(),
         arrived,
+        // Tool calls are parsed once requests carry tools (`parsing::check_tool_choice`
+        // refuses those the server cannot parse); reasoning with the server's parser.
+        parsing: parsing::reply_parsing(state, false, false, true),
     };
     Ok((text, submission))
 }
