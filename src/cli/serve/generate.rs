@@ -23,6 +23,7 @@ use serde_json::{Map, Value};
 use crate::cli::serve::error::{ApiError, short};
 use crate::cli::serve::fields::screen_generate;
 use crate::cli::serve::handlers::{self, answer};
+use crate::cli::serve::parsing::Parsing;
 use crate::cli::serve::request::{SamplingFields, check_top, field, get, object};
 use crate::cli::serve::response::Api;
 use crate::cli::serve::state::AppState;
@@ -91,6 +92,7 @@ fn prepare(state: &AppState, body: &[u8], arrived: Instant) -> Result<Submission
         max_tokens,
         echo: Vec::new(),
         arrived,
+        parsing: Parsing::default(),
     })
 }
 

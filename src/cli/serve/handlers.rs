@@ -15,7 +15,9 @@ use axum::extract::rejection::BytesRejection;
 use axum::response::Response;
 use sprout::tokenizer::chat_template::{Message, RenderOptions};
 
+use crate::cli::serve::chat_fields::ToolChoice;
 use crate::cli::serve::error::{ApiError, internal};
+use crate::cli::serve::parsing::{self, Parsing};
 use crate::cli::serve::reply;
 use crate::cli::serve::request::{ChatRequest, CompletionRequest, DEFAULT_MAX_TOKENS, Prompt};
 use crate::cli::serve::response::Api;
@@ -99,6 +101,7 @@ pub fn prepare_completion(
         max_tokens,
         echo,
         arrived,
+        parsing: Parsing::default(),
     })
 }
 
@@ -114,6 +117,10 @@ pub fn chat_submission(
 ) -> Result<(String, Submission), ApiError> {
     let request = ChatRequest::parse(body)?;
     check_model(state, &request.fields)?;
+    let has_tools = request.render.tools.is_some();
+    let tool_choice_auto = request.tool_choice == ToolChoice::Auto;
+    parsing::check_tool_choice(state, has_tools, tool_choice_auto)?;
+    let thinking = parsing::thinking_enabled(&request.render.kwargs);
     let text = render_messages(state, &request.messages, &request.render)?;
     let f = &request.fields;
     let mut prompts = tokenize(state, &[Prompt::Text(text.clone())], f.add_special_tokens)?;
@@ -130,6 +137,10 @@ pub fn chat_submission(
         max_tokens,
         echo: Vec::new(),
         arrived,
+        // Tool calls parsed when the request has tools and may call them (the server's
+        // parser; `check_tool_choice` refused those it cannot parse), reasoning with the
+        // server's parser.
+        parsing: parsing::reply_parsing(state, has_tools, tool_choice_auto, thinking),
     };
     Ok((text, submission))
 }

@@ -13,6 +13,9 @@
 //! - `prompt_logprobs`: the prompt's own log-probs (`prompt_logprobs`, `echo` with
 //!   `logprobs`), from a teacher-forced scoring request queued beside the samples;
 //! - `reply`: answering from the samples, whole or streamed;
+//! - `parsing`: a chat reply's text as reasoning, content and tool calls (`reasoning`:
+//!   `--reasoning-parser`; `tool_calls`: `--tool-call-parser`; `tags`: finding their tags
+//!   in text that arrives in pieces);
 //! - `response`: the APIs' response shapes (`text_logprobs`: completions' log-probs);
 //! - `metrics`: `/metrics`, under vLLM's names;
 //! - `admin`: pause, resume, abort, prefix-cache reset and weight updates, for a trainer;
@@ -42,7 +45,9 @@ mod handlers;
 mod logprobs_mode;
 mod messages;
 mod metrics;
+mod parsing;
 mod prompt_logprobs;
+mod reasoning;
 mod render;
 mod reply;
 mod request;
@@ -53,9 +58,11 @@ mod sleep;
 mod sleep_state;
 mod state;
 mod submit;
+mod tags;
 mod text_logprobs;
 mod token_prefix;
 mod tokenize;
+mod tool_calls;
 mod trl;
 mod update;
 
@@ -123,6 +130,19 @@ pub struct ServeArgs {
     /// of being refused with 503 and Retry-After.
     #[arg(long)]
     queue_while_asleep: bool,
+    /// Parse tool calls out of the chat replies of requests with `tools` and `tool_choice`
+    /// "auto" (the default with tools) into `message.tool_calls`; needs
+    /// --tool-call-parser. Without it such requests are refused, as vLLM does.
+    #[arg(long)]
+    enable_auto_tool_choice: bool,
+    /// How the model writes tool calls: hermes (`<tool_call>{...}</tool_call>`: Qwen2.5,
+    /// Qwen3, Hermes) or llama3_json (Llama 3.x's JSON calls).
+    #[arg(long, value_enum, value_name = "NAME")]
+    tool_call_parser: Option<tool_calls::ToolCallParser>,
+    /// Split `<think>...</think>` out of chat replies into `reasoning_content`: qwen3
+    /// (not when `chat_template_kwargs` turn `enable_thinking` off) or deepseek_r1.
+    #[arg(long, value_enum, value_name = "NAME")]
+    reasoning_parser: Option<reasoning::ReasoningParser>,
     #[command(flatten)]
     engine: EngineArgs,
 }
@@ -139,6 +159,9 @@ pub fn run(backend: BackendChoice, args: ServeArgs) -> Result<()> {
     }
     if args.max_n == 0 {
         bail!("--max-n must be at least 1");
+    }
+    if args.enable_auto_tool_choice && args.tool_call_parser.is_none() {
+        bail!("--enable-auto-tool-choice requires --tool-call-parser (hermes or llama3_json)");
     }
     let max_samples = args
         .max_samples_per_request
@@ -196,6 +219,11 @@ pub fn run(backend: BackendChoice, args: ServeArgs) -> Result<()> {
         max_n: args.max_n,
         max_samples,
         logprobs_mode: args.logprobs_mode,
+        parsers: parsing::ServerParsers {
+            enable_auto_tool_choice: args.enable_auto_tool_choice,
+            tool_call_parser: args.tool_call_parser,
+            reasoning_parser: args.reasoning_parser,
+        },
         queued: AtomicUsize::new(0),
         next_index: AtomicU32::new(0),
         base_seed: random_seed(),

@@ -7,6 +7,9 @@
 //! log-probs (which starts with the prompt's), its content goes out in one chunk when it
 //! finishes. Each sample's last chunk carries its finish reason
 //! and sprout's fields; after the last sample, usage (when asked for) and `[DONE]`.
+//! A chat reply with parsers (`parsing`) goes through them as its text comes: each chunk
+//! carries the reasoning and content they decided and each tool call once it is whole,
+//! while the tokens and log-probs go out as they would without them.
 //! Generate's bodies and chunks take vLLM's token shapes (`TokensBody`) around the same
 //! choices.
 //!
@@ -36,9 +39,10 @@ use crate::cli::json_out;
 use crate::cli::serve::error::{ApiError, internal};
 use crate::cli::serve::logprobs_mode::LogprobsMode;
 use crate::cli::serve::messages::Event;
+use crate::cli::serve::parsing::ReplyStream;
 use crate::cli::serve::prompt_logprobs::{Position, PromptScore, unsampled};
 use crate::cli::serve::response::{
-    self, Api, Asked, Body, Choice, Piece, TextOptions, TokensBody, TokensWhole, Usage,
+    self, Api, Asked, Body, ChatParts, Choice, Piece, TextOptions, TokensBody, TokensWhole, Usage,
 };
 use crate::cli::serve::state::AppState;
 use crate::cli::serve::submit::{Job, Pending, cached_share};
@@ -176,6 +180,7 @@ pub async fn whole(
     let mut choices = Vec::with_capacity(samples.len());
     for s in &samples {
         let text = response::sample_text(tokenizer, s, text_options(&job))?;
+        let (text, parsed) = parse(&mut reply_parser(&job), text, true);
         let piece = Piece {
             index: job.choice_index(s.request_index, s.sample_index),
             text: format!("{}{text}", job.echo_of(s.request_index)),
@@ -185,6 +190,7 @@ pub async fn whole(
             text_offset: 0,
             first: true,
             finished: Some(s),
+            parsed,
         };
         let asked = asked_of(state, &job, &scores, s.request_index);
         choices.push(response::choice(tokenizer, &asked, piece));
@@ -259,9 +265,28 @@ fn unsampled_choices(
     out
 }
 
+/// The reply parsers of a sample of `job` (chat with a parser only).
+fn reply_parser(job: &Job) -> Option<ReplyStream> {
+    (job.api == Api::Chat && job.parsing.is_active()).then(|| ReplyStream::new(job.parsing))
+}
+
+/// `text`, the next of a reply's text, through its parsers if it has them (`end`: the
+/// reply has ended): the piece's content, and what else they made of it.
+fn parse(parser: &mut Option<ReplyStream>, text: String, end: bool) -> (String, Option<ChatParts>) {
+    match parser {
+        Some(parser) => {
+            let (content, parts) = parser.piece(&text, end);
+            (content, Some(parts))
+        }
+        None => (text, None),
+    }
+}
+
 /// A sample's progress in a stream.
 struct StreamedSample {
     decoder: IncrementalDecoder,
+    /// Chat with a reply parser: its parsers.
+    parser: Option<ReplyStream>,
     /// Tokens sent so far.
     tokens: Vec<u32>,
     /// Characters of text sent so far.
@@ -301,6 +326,7 @@ pub fn stream(
     let samples = (0..job.total_samples())
         .map(|_| StreamedSample {
             decoder: IncrementalDecoder::new(skip_special_tokens),
+            parser: reply_parser(&job),
             tokens: Vec::new(),
             chars: 0,
             started: false,
@@ -410,6 +436,7 @@ impl Streaming {
         let offset = sample.chars;
         sample.tokens.push(token);
         sample.chars += text.chars().count();
+        let (text, parsed) = parse(&mut sample.parser, text, false);
         let first = !std::mem::replace(&mut sample.started, true);
         let echo = if first {
             self.job.echo_of(request_index)
@@ -433,6 +460,7 @@ impl Streaming {
             text_offset: offset,
             first,
             finished: None,
+            parsed,
         };
         let asked = asked_of(&self.state, &self.job, &self.scores, request_index);
         let choice = response::choice(tokenizer, &asked, piece);
@@ -494,6 +522,7 @@ impl Streaming {
         } else {
             return self.fail("a finished sample differs from the tokens streamed for it");
         };
+        let (text, parsed) = parse(&mut sample.parser, text, true);
         let first = !std::mem::replace(&mut sample.started, true);
         sample.finished = true;
         let echo = if first {
@@ -510,6 +539,7 @@ impl Streaming {
             text_offset: sample.chars,
             first,
             finished: Some(&s),
+            parsed,
         };
         let asked = asked_of(&self.state, &self.job, &self.scores, s.request_index);
         let choice = response::choice(tokenizer, &asked, piece);

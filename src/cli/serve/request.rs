@@ -92,7 +92,6 @@ pub struct ChatRequest {
     /// How the template renders the messages (tools, generation prompt, kwargs).
     pub render: RenderOptions,
     /// Whether the model may call the tools; what parses the answer's calls reads it.
-    #[cfg_attr(not(test), allow(dead_code))]
     pub tool_choice: ToolChoice,
     /// The earlier turns' exact tokens (`token_prefix`), read beside the messages so
     /// that they never reach the template.

@@ -14,9 +14,11 @@ use sprout::sched::{FinishReason, FinishedSample, TopLogprob};
 use sprout::tokenizer::Tokenizer;
 
 use crate::cli::serve::error::ApiError;
+use crate::cli::serve::parsing::tool_call_id;
 use crate::cli::serve::prompt_logprobs::{Position, PromptScore};
 use crate::cli::serve::text_logprobs::{Logprobs, TopMap};
 use crate::cli::serve::token_prefix::TurnTokens;
+use crate::cli::serve::tool_calls::ParsedCall;
 
 /// Which API a request came through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -96,29 +98,117 @@ pub struct ChatChoice {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub delta: Option<ChatDelta>,
     pub logprobs: Option<ChatLogprobs>,
-    pub finish_reason: Option<FinishReason>,
+    pub finish_reason: Option<ChatFinishReason>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub token_ids: Option<Vec<u32>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sprout: Option<SproutFields>,
 }
 
+/// Why a chat choice ended: the sample's reason, or `tool_calls` when it stopped after
+/// making calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChatFinishReason {
+    Stop,
+    Length,
+    Abort,
+    ToolCalls,
+}
+
+impl ChatFinishReason {
+    /// A sample's finish reason as its chat choice's; `called`: the reply made tool calls
+    /// (a sample cut by its length keeps `length`, as in vLLM's streams).
+    pub fn of(reason: FinishReason, called: bool) -> ChatFinishReason {
+        match reason {
+            FinishReason::Stop if called => ChatFinishReason::ToolCalls,
+            FinishReason::Stop => ChatFinishReason::Stop,
+            FinishReason::Length => ChatFinishReason::Length,
+            FinishReason::Abort => ChatFinishReason::Abort,
+        }
+    }
+}
+
+/// A whole chat reply. With a reply parser, `content` is null when nothing is left of it,
+/// and the reasoning goes under both vLLM's names (`reasoning`, and `reasoning_content`,
+/// which older vLLM releases and many clients read).
 #[derive(Serialize)]
 pub struct ChatMessage {
     pub role: &'static str,
-    pub content: String,
+    pub content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
     /// With `return_token_ids`: the turn's exact tokens, NeMo Gym's fields beside the
     /// message's own (a client sends them back with its history: `token_prefix`).
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub tokens: Option<TurnTokens>,
 }
 
-/// What a stream chunk adds to a chat choice: the role in its first chunk.
+/// What a stream chunk adds to a chat choice: the role in its first chunk, the text, and
+/// the reasoning and tool calls the parsers decided in it.
 #[derive(Serialize)]
 pub struct ChatDelta {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub role: Option<&'static str>,
     pub content: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<DeltaToolCall>>,
+}
+
+/// A tool call of a whole reply, in OpenAI's shape.
+#[derive(Clone, Debug, Serialize)]
+pub struct ToolCall {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub function: FunctionCall,
+}
+
+/// A called function: its name and its arguments' JSON text.
+#[derive(Clone, Debug, Serialize)]
+pub struct FunctionCall {
+    pub name: String,
+    pub arguments: String,
+}
+
+impl ToolCall {
+    /// A parsed call under a new id.
+    pub fn new(call: ParsedCall) -> ToolCall {
+        ToolCall {
+            id: tool_call_id(),
+            kind: "function",
+            function: FunctionCall {
+                name: call.name,
+                arguments: call.arguments,
+            },
+        }
+    }
+}
+
+/// A tool call in a stream chunk: sent once, whole, with its index among the reply's.
+#[derive(Serialize)]
+pub struct DeltaToolCall {
+    pub index: usize,
+    #[serde(flatten)]
+    pub call: ToolCall,
+}
+
+/// What the reply parsers made of a chat piece (its content is the piece's `text`).
+pub struct ChatParts {
+    pub reasoning: String,
+    pub tool_calls: Vec<ToolCall>,
+    /// The index of the first of `tool_calls` among the reply's.
+    pub first_call: usize,
+    /// The reply has made tool calls, in this piece or before.
+    pub called: bool,
 }
 
 /// OpenAI's chat log-probs: per token its text, log-prob, UTF-8 bytes and alternatives.
@@ -236,6 +326,8 @@ pub struct Piece<'a> {
     pub first: bool,
     /// The last piece: the finished sample.
     pub finished: Option<&'a FinishedSample>,
+    /// Chat with a reply parser: what it made of the piece.
+    pub parsed: Option<ChatParts>,
 }
 
 /// What the request asked each choice to carry.
@@ -318,27 +410,14 @@ pub fn choice(tokenizer: &Tokenizer, asked: &Asked, piece: Piece) -> Choice {
             sprout,
         }),
         Api::Chat => {
-            let (message, delta) = match asked.stream {
-                false => (
-                    Some(ChatMessage {
-                        role: "assistant",
-                        content: piece.text,
-                        tokens: asked.return_token_ids.then(|| TurnTokens {
-                            prompt_token_ids: asked.prompt.to_vec(),
-                            generation_token_ids: piece.tokens.to_vec(),
-                            generation_log_probs: Some(piece.logprobs.to_vec()),
-                        }),
-                    }),
-                    None,
-                ),
-                true => (
-                    None,
-                    Some(ChatDelta {
-                        role: piece.first.then_some("assistant"),
-                        content: piece.text,
-                    }),
-                ),
-            };
+            let called = piece.parsed.as_ref().is_some_and(|p| p.called);
+            let tokens = (asked.return_token_ids && !asked.stream).then(|| TurnTokens {
+                prompt_token_ids: asked.prompt.to_vec(),
+                generation_token_ids: piece.tokens.to_vec(),
+                generation_log_probs: Some(piece.logprobs.to_vec()),
+            });
+            let (message, delta) =
+                chat_body(asked.stream, piece.first, piece.text, piece.parsed, tokens);
             Choice::Chat(ChatChoice {
                 index: piece.index,
                 message,
@@ -346,12 +425,58 @@ pub fn choice(tokenizer: &Tokenizer, asked: &Asked, piece: Piece) -> Choice {
                 logprobs: asked
                     .logprobs
                     .then(|| chat_logprobs(&name, piece.tokens, piece.logprobs, piece.top)),
-                finish_reason,
+                finish_reason: finish_reason.map(|r| ChatFinishReason::of(r, called)),
                 token_ids,
                 sprout,
             })
         }
     }
+}
+
+/// A chat piece as a whole message or a stream delta.
+fn chat_body(
+    stream: bool,
+    first: bool,
+    text: String,
+    parsed: Option<ChatParts>,
+    tokens: Option<TurnTokens>,
+) -> (Option<ChatMessage>, Option<ChatDelta>) {
+    let was_parsed = parsed.is_some();
+    let (reasoning, calls, first_call) = match parsed {
+        Some(p) => (non_empty(&p.reasoning), p.tool_calls, p.first_call),
+        None => (None, Vec::new(), 0),
+    };
+    if !stream {
+        // A parsed reply's empty content is null, as vLLM's.
+        let content = (!was_parsed || !text.is_empty()).then_some(text);
+        let message = ChatMessage {
+            role: "assistant",
+            content,
+            reasoning_content: reasoning.clone(),
+            reasoning,
+            tool_calls: calls,
+            tokens,
+        };
+        return (Some(message), None);
+    }
+    let tool_calls = (!calls.is_empty()).then(|| {
+        (first_call..)
+            .zip(calls)
+            .map(|(index, call)| DeltaToolCall { index, call })
+            .collect()
+    });
+    let delta = ChatDelta {
+        role: first.then_some("assistant"),
+        content: text,
+        reasoning_content: reasoning.clone(),
+        reasoning,
+        tool_calls,
+    };
+    (None, Some(delta))
+}
+
+fn non_empty(text: &str) -> Option<String> {
+    (!text.is_empty()).then(|| text.to_string())
 }
 
 /// The text of one token by itself, as the log-probs show it.

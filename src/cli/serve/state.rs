@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize};
 
 use crate::cli::serve::engine_thread::{EngineHandle, ModelFacts};
 use crate::cli::serve::logprobs_mode::LogprobsMode;
+use crate::cli::serve::parsing::ServerParsers;
 
 /// Everything the handlers share.
 pub struct AppState {
@@ -23,6 +24,8 @@ pub struct AppState {
     pub max_samples: usize,
     /// Which log-probs the choices report.
     pub logprobs_mode: LogprobsMode,
+    /// The chat replies' parsers the server was started with.
+    pub parsers: ServerParsers,
     pub queued: AtomicUsize,
     pub next_index: AtomicU32,
     /// Keys the draws of requests without a seed of their own.

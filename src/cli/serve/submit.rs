@@ -30,6 +30,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::cli::serve::error::ApiError;
 use crate::cli::serve::messages::{Command, Event, Refusal};
+use crate::cli::serve::parsing::Parsing;
 use crate::cli::serve::prompt_logprobs::scoring_request;
 use crate::cli::serve::request::{Prompt, SamplingFields};
 use crate::cli::serve::response::Api;
@@ -57,6 +58,8 @@ pub struct Job {
     /// Which prompts have a scoring request (prompt i under `base + prompts + i`); empty
     /// when the prompt's log-probs were not asked.
     pub scored: Vec<bool>,
+    /// How the replies' text is parsed.
+    pub parsing: Parsing,
 }
 
 impl Job {
@@ -323,6 +326,8 @@ pub struct Submission {
     pub echo: Vec<String>,
     /// When the HTTP request arrived.
     pub arrived: Instant,
+    /// Chat: how the replies' text is parsed (nothing for the other APIs).
+    pub parsing: Parsing,
 }
 
 /// Queues `s` in the engine: its job, the channel its samples come on, and its claim.
@@ -453,6 +458,7 @@ pub async fn submit(
         base,
         sampled,
         scored,
+        parsing: s.parsing,
     };
     Ok((job, receiver, pending))
 }

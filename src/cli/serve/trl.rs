@@ -32,6 +32,7 @@ use sprout::sched::{FinishReason, FinishedSample};
 
 use crate::cli::serve::error::ApiError;
 use crate::cli::serve::error::internal;
+use crate::cli::serve::parsing::Parsing;
 use crate::cli::serve::reply;
 use crate::cli::serve::request::{self, SamplingFields, check_top, field, object, prompts};
 use crate::cli::serve::response::Api;
@@ -144,6 +145,7 @@ pub async fn generate(
             max_tokens,
             echo: Vec::new(),
             arrived,
+            parsing: Parsing::default(),
         })
     })
     .await
