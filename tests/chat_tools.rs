@@ -156,7 +156,9 @@ fn ids(v: &Value) -> Vec<u64> {
 
 #[test]
 fn the_routes_render_tools_calls_and_kwargs_through_the_server_s_template() {
-    let server = Server::tiny_with_template(TOOLS_TEMPLATE, &[]);
+    // Tools with tool_choice "auto" (their default) need a server that parses calls.
+    let parsing = ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"];
+    let server = Server::tiny_with_template(TOOLS_TEMPLATE, &parsing);
     let port = server.port;
     let messages = json!([
         {"role": "user", "content": "sum?"},

@@ -56,9 +56,10 @@ mod tests {
             to_line(&r).unwrap(),
             r#"{"z":1.0,"a":[-2.1097965,-0.00015640259]}"#
         );
+        // serde_json keeps insertion order (`preserve_order`, which chat templates need).
         assert_eq!(
             to_value(&r).unwrap().to_string(),
-            r#"{"a":[-2.1097965,-0.00015640259],"z":1.0}"#
+            r#"{"z":1.0,"a":[-2.1097965,-0.00015640259]}"#
         );
     }
 
