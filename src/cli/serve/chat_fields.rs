@@ -22,8 +22,8 @@
 use serde_json::{Map, Value, json};
 use sprout::tokenizer::chat_template::{self, Message, RenderOptions};
 
+use crate::cli::serve::body_fields::{field, get};
 use crate::cli::serve::error::{ApiError, short};
-use crate::cli::serve::request::{field, get};
 use crate::cli::serve::token_prefix::MESSAGE_FIELDS;
 
 /// The most tools a request may give (OpenAI's bound), and the most calls one message

@@ -119,7 +119,9 @@ pub fn chat_submission(
     check_model(state, &request.fields)?;
     let has_tools = request.render.tools.is_some();
     let tool_choice_auto = request.tool_choice == ToolChoice::Auto;
-    parsing::check_tool_choice(state, has_tools, tool_choice_auto)?;
+    state
+        .parsers
+        .check_tool_choice(has_tools, tool_choice_auto)?;
     let thinking = parsing::thinking_enabled(&request.render.kwargs);
     let text = render_messages(state, &request.messages, &request.render)?;
     let f = &request.fields;
@@ -140,7 +142,9 @@ pub fn chat_submission(
         // Tool calls parsed when the request has tools and may call them (the server's
         // parser; `check_tool_choice` refused those it cannot parse), reasoning with the
         // server's parser.
-        parsing: parsing::reply_parsing(state, has_tools, tool_choice_auto, thinking),
+        parsing: state
+            .parsers
+            .reply_parsing(has_tools, tool_choice_auto, thinking),
     };
     Ok((text, submission))
 }

@@ -34,6 +34,7 @@
 //! finish reason "abort") and exits 0.
 
 mod admin;
+mod body_fields;
 mod chat_fields;
 mod engine_loop;
 mod engine_sleep;

@@ -7,16 +7,11 @@
 //! Parsing shapes text only: a choice's token ids and log-probs are the sample's, whatever
 //! its text became.
 
-use std::collections::hash_map::RandomState;
-use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use serde_json::{Map, Value};
 
 use crate::cli::serve::error::ApiError;
 use crate::cli::serve::reasoning::{ReasoningParser, ReasoningStream, Split};
 use crate::cli::serve::response::{ChatParts, ToolCall};
-use crate::cli::serve::state::AppState;
 use crate::cli::serve::tags::Incremental;
 use crate::cli::serve::tool_calls::{ParsedCall, Part, ToolCallParser, ToolCallStream};
 
@@ -74,30 +69,6 @@ impl ServerParsers {
             tool_calls: self.tool_call_parser.filter(|_| tools),
         }
     }
-}
-
-/// A 400 for a request with tools whose `tool_choice` is "auto" (the default with tools)
-/// on a server started without `--enable-auto-tool-choice` and `--tool-call-parser`.
-pub fn check_tool_choice(
-    state: &AppState,
-    has_tools: bool,
-    tool_choice_auto: bool,
-) -> Result<(), ApiError> {
-    state.parsers.check_tool_choice(has_tools, tool_choice_auto)
-}
-
-/// The parsers of a chat request: tool calls when it has tools and `tool_choice` "auto"
-/// (and the server parses calls), reasoning when the server has a reasoning parser, except
-/// `qwen3` with thinking off (`thinking`: see [`thinking_enabled`]).
-pub fn reply_parsing(
-    state: &AppState,
-    has_tools: bool,
-    tool_choice_auto: bool,
-    thinking: bool,
-) -> Parsing {
-    state
-        .parsers
-        .reply_parsing(has_tools, tool_choice_auto, thinking)
 }
 
 /// Whether `chat_template_kwargs` leave thinking on: `enable_thinking` absent, or a value
@@ -234,19 +205,6 @@ pub fn shape(parsing: Parsing, text: &str) -> Shaped {
     let mut out = stream.push(text);
     out.extend(stream.finish());
     out
-}
-
-/// A new tool call id in vLLM's shape: `chatcmpl-tool-` and 32 random hex digits.
-pub fn tool_call_id() -> String {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    // std's per-process random keys, with a counter so that no two ids repeat.
-    let keys = RandomState::new();
-    let mut high = keys.build_hasher();
-    high.write_u64(n);
-    let mut low = keys.build_hasher();
-    low.write_u64(!n);
-    format!("chatcmpl-tool-{:016x}{:016x}", high.finish(), low.finish())
 }
 
 #[cfg(test)]

@@ -9,14 +9,14 @@
 //! (`n`, `top_k`, log-prob counts, `truncate_prompt_tokens`).
 
 use axum::http::StatusCode;
-use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 use sprout::sched::MAX_TOP_LOGPROBS;
 use sprout::tokenizer::chat_template::{Message, RenderOptions};
 
+pub(super) use crate::cli::serve::body_fields::{field, get};
 use crate::cli::serve::chat_fields::{self, ToolChoice};
 use crate::cli::serve::error::{ApiError, short};
-use crate::cli::serve::fields::{note_read, screen};
+use crate::cli::serve::fields::screen;
 use crate::cli::serve::response::Api;
 use crate::cli::serve::token_prefix::{self, TurnTokens};
 
@@ -115,27 +115,6 @@ pub const MAX_CACHE_SALT_BYTES: usize = 1024;
 
 /// OpenAI's default for `max_tokens` in completions.
 pub const DEFAULT_MAX_TOKENS: usize = 16;
-
-/// The value of field `name` of `obj` as a `T`, `None` when absent or null; `what` says
-/// what the field must be, in the error.
-pub(super) fn field<T: DeserializeOwned>(
-    obj: &Map<String, Value>,
-    name: &str,
-    what: &str,
-) -> Result<Option<T>, ApiError> {
-    match get(obj, name) {
-        None => Ok(None),
-        Some(v) => serde_json::from_value(v.clone())
-            .map(Some)
-            .map_err(|_| ApiError::bad(name, format!("{name} must be {what}, not {}", short(v)))),
-    }
-}
-
-/// Field `name` of `obj`, `None` when absent or null.
-pub(super) fn get<'a>(obj: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
-    note_read(name);
-    obj.get(name).filter(|v| !v.is_null())
-}
 
 /// The body as a JSON object.
 pub(super) fn object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {

@@ -14,11 +14,10 @@ use sprout::sched::{FinishReason, FinishedSample, TopLogprob};
 use sprout::tokenizer::Tokenizer;
 
 use crate::cli::serve::error::ApiError;
-use crate::cli::serve::parsing::tool_call_id;
 use crate::cli::serve::prompt_logprobs::{Position, PromptScore};
 use crate::cli::serve::text_logprobs::{Logprobs, TopMap};
 use crate::cli::serve::token_prefix::TurnTokens;
-use crate::cli::serve::tool_calls::ParsedCall;
+use crate::cli::serve::tool_calls::{ParsedCall, tool_call_id};
 
 /// Which API a request came through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -23,11 +23,28 @@
 
 mod hermes;
 mod llama3_json;
+/// A new tool call id in vLLM's shape: `chatcmpl-tool-` and 32 random hex digits.
+pub fn tool_call_id() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    // std's per-process random keys, with a counter so that no two ids repeat.
+    let keys = RandomState::new();
+    let mut high = keys.build_hasher();
+    high.write_u64(n);
+    let mut low = keys.build_hasher();
+    low.write_u64(!n);
+    format!("chatcmpl-tool-{:016x}{:016x}", high.finish(), low.finish())
+}
+
 #[cfg(test)]
 mod tests;
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
+
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::cli::serve::tags::Incremental;
 
