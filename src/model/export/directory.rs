@@ -162,7 +162,7 @@ fn write_files(
     files.push(("model.safetensors".to_string(), file.metadata()?.len()));
 
     let pretty = |v: serde_json::Value| -> Result<Vec<u8>, SproutError> {
-        let mut text = serde_json::to_string_pretty(&v)
+        let mut text = serde_json::to_string_pretty(&sorted_keys(v))
             .map_err(|e| SproutError::Model(format!("cannot write JSON: {e}")))?;
         text.push('\n');
         Ok(text.into_bytes())
@@ -218,6 +218,28 @@ fn swap_into_place(partial: &Path, out: &Path, old: &Path) -> Result<(), SproutE
             old.display()
         ))
     })
+}
+
+/// `v` with every object's keys in sorted order, so an exported file's bytes (and the
+/// directory's digest, which records and the mismatch floor name a model by) do not depend
+/// on the order its fields were built in (serde_json keeps insertion order in sprout: chat
+/// templates need a client's order).
+fn sorted_keys(v: serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match v {
+        Value::Object(map) => {
+            let mut entries: Vec<(String, Value)> = map.into_iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            Value::Object(
+                entries
+                    .into_iter()
+                    .map(|(k, v)| (k, sorted_keys(v)))
+                    .collect(),
+            )
+        }
+        Value::Array(items) => Value::Array(items.into_iter().map(sorted_keys).collect()),
+        other => other,
+    }
 }
 
 #[cfg(test)]
