@@ -6,7 +6,10 @@ Writes (under tests/fixtures/ unless --out says otherwise):
   tiny-llama-tied/  LlamaForCausalLM, GQA 6/2, tied embeddings, bfloat16 weights, rope_theta 5e5
   tiny-qwen2/       Qwen2ForCausalLM, q/k/v biases, MQA 4/1, untied, float16 weights
   tiny-qwen3/       Qwen3ForCausalLM, q/k RMSNorms, head_dim 32 (q has 128 rows, hidden 64),
-                    GQA 4/2, tied embeddings, bfloat16 weights, rope_theta 1e6
+                    GQA 4/2, tied embeddings, bfloat16 weights, rope_theta 1e6, a context of
+                    2048 (its 352-entry vocabulary spends a token on about every character,
+                    and the agent episodes of tests/serve_agent.rs carry Qwen3's tools block
+                    through four turns)
   tiny-smollm3/     SmolLM3ForCausalLM, 4 layers, the last without RoPE (transformers' default
                     no_rope_layer_interval of 4), tied, bfloat16 weights, SmolLM2's chat template
   tiny-gemma3/      Gemma3ForCausalLM: 4 layers, every third global (sliding_window_pattern 3:
@@ -294,7 +297,7 @@ TINY_SPECS = [
         eos="<|im_end|>",
         config=dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
                     intermediate_size=128, num_hidden_layers=2, rope_theta=1000000.0,
-                    rms_norm_eps=1e-6, tie_word_embeddings=True, max_position_embeddings=256,
+                    rms_norm_eps=1e-6, tie_word_embeddings=True, max_position_embeddings=2048,
                     attention_bias=False, use_sliding_window=False, sliding_window=None,
                     max_window_layers=2),
     ),

@@ -1,12 +1,16 @@
 //! Multi-turn agent episodes through `sprout serve` on the tiny Qwen3 fixture, whose
-//! `chat_template.jinja` is Qwen3's own (thinking, tool responses): with NeMo Gym's token
-//! fields carried back on each assistant message, every turn's prompt starts with the
-//! previous turn's prompt and sampled tokens exactly, the final trajectory is the
-//! concatenation of each turn's prompt delta and sampled ids, and each turn finds all
-//! earlier tokens in the prefix cache (down to a whole KV block). Without the fields, the
-//! re-rendered prompt does not hold what was sampled (the drift the fields prevent), and
-//! Qwen3's template drops an earlier turn's `<think>` block, which the fields keep. Bad
-//! token fields are 400s naming them.
+//! `chat_template.jinja` is Qwen3's own (thinking, tools, tool responses), with a tool in
+//! every request, thinking on, and the server parsing Hermes calls and Qwen3 reasoning.
+//! With NeMo Gym's token fields carried back on each assistant message (beside its
+//! reasoning and tool call), every turn's prompt starts with the previous turn's prompt
+//! and sampled tokens exactly, the final trajectory is the concatenation of each turn's
+//! prompt delta and sampled ids, and each turn finds all earlier tokens in the prefix
+//! cache (down to a whole KV block). Without the fields, the re-rendered prompt does not
+//! hold what was sampled (the drift the fields prevent), and Qwen3's template drops an
+//! earlier turn's `<think>` block, which the fields keep. `/tokenize` splices the fields
+//! as the chat route does. A chat with tools samples bitwise what `sprout rollout` samples
+//! from the same prompt ids, with other traffic in the batch. Bad token fields are 400s
+//! naming them.
 //!
 //! The server runs the model on the GPU: with no adapter it cannot start, and these
 //! tests fail.
@@ -33,7 +37,30 @@ fn start() -> Server {
     let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-qwen3");
     let mut command = Command::new(env!("CARGO_BIN_EXE_sprout"));
     command.args(["serve", "--model", model.to_str().unwrap(), "--port", "0"]);
+    command.args(["--enable-auto-tool-choice", "--tool-call-parser", "hermes"]);
+    command.args(["--reasoning-parser", "qwen3"]);
     Server::spawn(command)
+}
+
+/// The episode's one tool, in OpenAI's shape.
+fn calculator() -> Value {
+    json!({"type": "function", "function": {
+        "name": "calculator",
+        "description": "Evaluates an arithmetic expression.",
+        "parameters": {"type": "object",
+                       "properties": {"expression": {"type": "string"}},
+                       "required": ["expression"]}}})
+}
+
+/// The assistant message the environment sends back for turn `k`: the reply's content
+/// and reasoning, and the call it read from it (a random model writes no well-formed
+/// call, so the environment reads every reply as a call to the calculator).
+fn assistant_turn(message: &Value, k: usize) -> Value {
+    json!({"role": "assistant", "content": message["content"],
+           "reasoning_content": message["reasoning_content"],
+           "tool_calls": [{"id": format!("call_{k}"), "type": "function",
+                           "function": {"name": "calculator",
+                                        "arguments": format!("{{\"expression\": \"{k}+5\"}}")}}]})
 }
 
 fn ids(v: &Value) -> Vec<u64> {
@@ -61,9 +88,19 @@ fn episode(port: u16, carry: bool) -> Vec<Turn> {
     let mut messages = vec![json!({"role": "user", "content": "What is 2+3? Use the calculator."})];
     let mut turns = Vec::new();
     for k in 0..TURNS {
-        let body = json!({"messages": messages, "max_tokens": 12, "seed": 40 + k,
-                          "return_token_ids": true});
+        let body = json!({"messages": messages, "tools": [calculator()], "max_tokens": 12,
+                          "seed": 40 + k, "return_token_ids": true,
+                          "chat_template_kwargs": {"enable_thinking": true}});
         let r = ok_json(port, "/v1/chat/completions", &body);
+        if carry {
+            // `/tokenize` splices the carried tokens as the chat route does.
+            let mut tokenize = body.clone();
+            for name in ["max_tokens", "seed", "return_token_ids"] {
+                tokenize.as_object_mut().unwrap().remove(name);
+            }
+            let t = ok_json(port, "/tokenize", &tokenize);
+            assert_eq!(t["tokens"], r["prompt_token_ids"], "turn {k}");
+        }
         let choice = &r["choices"][0];
         let message = &choice["message"];
         // The message's fields are the response's own ids and log-probs.
@@ -74,7 +111,7 @@ fn episode(port: u16, carry: bool) -> Vec<Turn> {
             bits(&choice["sprout"]["logprobs"]),
             "{r}"
         );
-        let mut reply = json!({"role": "assistant", "content": message["content"]});
+        let mut reply = assistant_turn(message, k);
         if carry {
             for name in [
                 "prompt_token_ids",
@@ -85,7 +122,7 @@ fn episode(port: u16, carry: bool) -> Vec<Turn> {
             }
         }
         messages.push(reply);
-        let answer = format!("{}", 5 * (k + 1));
+        let answer = format!("{}", k + 5);
         messages.push(json!({"role": "tool", "tool_call_id": format!("call_{k}"),
                              "content": answer}));
         turns.push(Turn {
@@ -139,6 +176,74 @@ fn an_episode_with_token_fields_never_drifts_and_hits_the_prefix_cache() {
         trajectory.extend_from_slice(&turn.generated);
     }
     assert_eq!(trajectory, seen(&turns[TURNS - 1]));
+    // The trajectory holds the template's tools block and each tool's answer but the
+    // last's (the episode ends on the model's turn).
+    let text = ok_json(server.port, "/detokenize", &json!({ "tokens": trajectory }));
+    let text = text["prompt"].as_str().unwrap();
+    assert!(
+        text.contains("<tools>") && text.contains("\"calculator\""),
+        "{text}"
+    );
+    assert_eq!(text.matches("<tool_response>").count(), TURNS - 1, "{text}");
+}
+
+#[test]
+fn a_chat_with_tools_samples_bitwise_what_the_rollout_command_samples() {
+    let server = start();
+    let port = server.port;
+    // Other traffic shares the batch with the request below.
+    let busy = std::thread::spawn(move || {
+        let body = json!({"messages": [{"role": "user", "content": "Count to ten."}],
+                          "n": 3, "max_tokens": 40, "ignore_eos": true});
+        post_json(port, "/v1/chat/completions", &body)
+    });
+    let messages = json!([{"role": "system", "content": "You are terse."},
+                          {"role": "user", "content": "What is 7*6? Use the calculator."}]);
+    let body = json!({"messages": messages, "tools": [calculator()], "n": 4, "seed": 9,
+                      "max_tokens": 16, "return_token_ids": true});
+    let r = ok_json(port, "/v1/chat/completions", &body);
+    assert_eq!(busy.join().unwrap().status, 200);
+    let prompt = ids(&r["prompt_token_ids"]);
+
+    let dir = std::env::temp_dir().join(format!("sprout-agent-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let prompts = dir.join("prompts.jsonl");
+    let out = dir.join("out.jsonl");
+    std::fs::write(
+        &prompts,
+        format!("{}\n", json!({ "prompt_token_ids": prompt })),
+    )
+    .unwrap();
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-qwen3");
+    let status = Command::new(env!("CARGO_BIN_EXE_sprout"))
+        .args(["rollout", "--model", model.to_str().unwrap(), "--prompts"])
+        .arg(&prompts)
+        .args(["-n", "4", "--seed", "9", "--max-tokens", "16", "--out"])
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let records: Vec<Value> = std::fs::read_to_string(&out)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let _ = std::fs::remove_dir_all(&dir);
+    let choices = r["choices"].as_array().unwrap();
+    assert_eq!((choices.len(), records.len()), (4, 4));
+    for (k, (c, record)) in choices.iter().zip(&records).enumerate() {
+        assert_eq!(ids(&record["prompt_token_ids"]), prompt, "sample {k}");
+        assert_eq!(
+            ids(&c["token_ids"]),
+            ids(&record["token_ids"]),
+            "sample {k}"
+        );
+        assert_eq!(
+            bits(&c["sprout"]["logprobs"]),
+            bits(&record["logprobs"]),
+            "sample {k}"
+        );
+    }
 }
 
 #[test]
@@ -214,7 +319,7 @@ fn bad_token_fields_are_400s_naming_them() {
             .extend(extra.as_object().unwrap().clone());
         m
     };
-    let long: Vec<u64> = vec![5; 300];
+    let long: Vec<u64> = vec![5; 3000];
     let cases = [
         (
             json!({"messages": [task, assistant(json!({"prompt_token_ids": [1],

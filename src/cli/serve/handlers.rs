@@ -19,7 +19,9 @@ use crate::cli::serve::chat_fields::ToolChoice;
 use crate::cli::serve::error::{ApiError, internal};
 use crate::cli::serve::parsing::{self, Parsing};
 use crate::cli::serve::reply;
-use crate::cli::serve::request::{ChatRequest, CompletionRequest, DEFAULT_MAX_TOKENS, Prompt};
+use crate::cli::serve::request::{
+    ChatRequest, ChatTokens, CompletionRequest, DEFAULT_MAX_TOKENS, Prompt,
+};
 use crate::cli::serve::response::Api;
 use crate::cli::serve::state::AppState;
 use crate::cli::serve::submit::{
@@ -126,7 +128,14 @@ pub fn chat_submission(
     let text = render_messages(state, &request.messages, &request.render)?;
     let f = &request.fields;
     let mut prompts = tokenize(state, &[Prompt::Text(text.clone())], f.add_special_tokens)?;
-    exact_prefix(state, &request, &request.render, &mut prompts[0])?;
+    exact_prefix(
+        state,
+        &request.messages,
+        &request.tokens,
+        &request.render,
+        f.add_special_tokens,
+        &mut prompts[0],
+    )?;
     truncate(state, &mut prompts, f.truncate_prompt_tokens)?;
     // Chat's default: the rest of the context.
     let room = state.max_model_len.saturating_sub(prompts[0].len());
@@ -149,26 +158,28 @@ pub fn chat_submission(
     Ok((text, submission))
 }
 
-/// With earlier turns' exact tokens (`token_prefix`), `prompt` (the conversation as
-/// `options` rendered it) made to start with them: the messages through the one the
-/// prefix ends with are rendered again, with the same options but no generation prompt,
-/// to find where the prefix's turn ends in `prompt`.
-fn exact_prefix(
+/// With earlier turns' exact tokens (`tokens`, see `token_prefix`), `prompt` (the
+/// conversation `messages` as `options` rendered it, tokenized with `add_special_tokens`)
+/// made to start with them: the messages through the one the prefix ends with are
+/// rendered again, with the same options but no generation prompt, to find where the
+/// prefix's turn ends in `prompt`. The chat route and `/tokenize` both splice here.
+pub fn exact_prefix(
     state: &AppState,
-    request: &ChatRequest,
+    messages: &[Message],
+    tokens: &ChatTokens,
     options: &RenderOptions,
+    add_special_tokens: bool,
     prompt: &mut Vec<u32>,
 ) -> Result<(), ApiError> {
-    let t = &request.tokens;
-    let required = t.required.as_deref();
+    let required = tokens.required.as_deref();
     token_prefix::check(
-        &t.turns,
+        &tokens.turns,
         required,
         state.facts.vocab_size,
         state.max_model_len,
     )?;
-    let roles: Vec<&str> = request.messages.iter().map(|m| m.role.as_str()).collect();
-    let Some(prefix) = token_prefix::required_prefix(&roles, &t.turns, required) else {
+    let roles: Vec<&str> = messages.iter().map(|m| m.role.as_str()).collect();
+    let Some(prefix) = token_prefix::required_prefix(&roles, &tokens.turns, required) else {
         return Ok(());
     };
     let partial = RenderOptions {
@@ -176,11 +187,11 @@ fn exact_prefix(
         continue_final_message: false,
         ..options.clone()
     };
-    let text = render_messages(state, &request.messages[..=prefix.through], &partial)?;
+    let text = render_messages(state, &messages[..=prefix.through], &partial)?;
     let through = state
         .facts
         .tokenizer
-        .encode_with(&text, request.fields.add_special_tokens)
+        .encode_with(&text, add_special_tokens)
         .map_err(|e| {
             ApiError::bad(
                 "messages",

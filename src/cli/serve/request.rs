@@ -403,7 +403,7 @@ impl ChatRequest {
 
 /// The token fields of a chat body whose `messages` have been read: each message's and
 /// `required_prefix_token_ids`.
-fn chat_tokens(obj: &Map<String, Value>) -> Result<ChatTokens, ApiError> {
+pub(super) fn chat_tokens(obj: &Map<String, Value>) -> Result<ChatTokens, ApiError> {
     let items = match get(obj, "messages") {
         Some(Value::Array(items)) => items.as_slice(),
         _ => &[],

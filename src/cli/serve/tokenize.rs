@@ -6,7 +6,9 @@
 //! same `tools`, `chat_template_kwargs`, `add_generation_prompt` and
 //! `continue_final_message`, and
 //! tokenized as it tokenizes them: `add_special_tokens` defaults to the chat route's
-//! default, so the ids are the ones that route would run) and answers `{count,
+//! default, and earlier turns' exact tokens (`token_prefix`'s fields on assistant
+//! messages, `required_prefix_token_ids`) are spliced in as it splices them, so the ids
+//! are the ones that route would run) and answers `{count,
 //! max_model_len, tokens, token_strs}` (`token_strs`: each id's vocabulary entry, with
 //! `return_token_strs`). The other chat options are accepted at their neutral values only,
 //! by the field table's chat rules.
@@ -27,8 +29,8 @@ use serde_json::{Map, Value, json};
 use crate::cli::serve::chat_fields;
 use crate::cli::serve::error::{ApiError, short};
 use crate::cli::serve::fields::{Treatment, rule};
-use crate::cli::serve::handlers::{prepared, render_messages};
-use crate::cli::serve::request::{Prompt, field, get, messages, object};
+use crate::cli::serve::handlers::{exact_prefix, prepared, render_messages};
+use crate::cli::serve::request::{Prompt, chat_tokens, field, get, messages, object};
 use crate::cli::serve::state::AppState;
 use crate::cli::serve::submit::{check_model_name, tokenize as encode};
 
@@ -62,9 +64,13 @@ fn tokens_of(state: &AppState, body: &[u8], _: Instant) -> Result<(Vec<u32>, boo
             chat_options(&obj)?;
             let messages = messages(messages_value)?;
             let (options, _) = chat_fields::render_options(&obj)?;
+            let tokens = chat_tokens(&obj)?;
             let text = render_messages(state, &messages, &options)?;
             // The chat route's default, so that these are the ids it runs.
-            encode(state, &[Prompt::Text(text)], add.unwrap_or(true))?
+            let add = add.unwrap_or(true);
+            let mut ids = encode(state, &[Prompt::Text(text)], add)?;
+            exact_prefix(state, &messages, &tokens, &options, add, &mut ids[0])?;
+            ids
         }
     };
     Ok((ids.into_iter().next().unwrap_or_default(), strs))
