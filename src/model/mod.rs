@@ -18,6 +18,7 @@ pub mod fused_weights;
 pub mod gemma3;
 pub mod gguf_model;
 pub mod hf_config;
+pub mod lora;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod named;
 pub mod names;
