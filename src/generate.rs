@@ -1,5 +1,6 @@
 //! One sample from a prompt (the engine with a single request), and teacher-forced
-//! scoring and logits of one sequence (one forward pass with every row's logits).
+//! scoring and logits of one sequence (one forward pass with every row's logits). Each
+//! runs with the decoder's LoRA adapter when it has one.
 //!
 //! `logprobs[i]` is the log-probability of `token_ids[i]` under the model's own
 //! distribution (temperature 1, no truncation), whatever temperature drew it. A stop token
@@ -66,6 +67,7 @@ pub async fn generate(
         },
         forced: Vec::new(),
         cache_salt: None,
+        lora: decoder.has_adapter(),
     })?;
     let samples = engine
         .run_to_completion(|step| {
@@ -105,7 +107,7 @@ fn forward_all(
     }
     // The engine's packer, for one sequence in a pool of its own.
     let bs = DEFAULT_BLOCK_SIZE;
-    let packed = PackedBatch::whole_sequence(ids, bs);
+    let packed = PackedBatch::whole_sequence(ids, bs, decoder.has_adapter());
     let kv = PagedKv::new(gpu, &decoder.config, t.div_ceil(bs), bs)?;
     let mut inputs = BatchInputs::new(gpu, t, t);
     inputs.write(gpu, &packed);

@@ -26,6 +26,20 @@ pub struct Provenance {
     pub backend: String,
     pub adapter: String,
     pub driver: String,
+    /// The LoRA adapter the samples ran with, if any (absent from records without one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lora: Option<LoraProvenance>,
+}
+
+/// Which LoRA adapter a record's samples ran with.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LoraProvenance {
+    /// The adapter's directory name (or the name a server loaded it under).
+    pub name: String,
+    /// SHA-256 of its files (`model::lora::LoraAdapter::digest`).
+    pub sha256: String,
+    /// Its version: bumped by each load of new contents under its name.
+    pub version: u64,
 }
 
 impl Provenance {

@@ -39,6 +39,7 @@ fn run(decoder: &Decoder) -> Vec<FinishedSample> {
                 },
                 forced: Vec::new(),
                 cache_salt: None,
+                lora: false,
             })
             .unwrap();
     }
@@ -173,6 +174,7 @@ fn a_large_vocabulary_runs_the_same_in_parts_and_chunks() {
                     },
                     forced: Vec::new(),
                     cache_salt: None,
+                    lora: false,
                 })
                 .unwrap();
             let mut draws = Vec::new();

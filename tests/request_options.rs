@@ -20,6 +20,7 @@ fn request(prompt: Vec<u32>, n: usize, params: SamplingParams) -> Request {
         params,
         forced: Vec::new(),
         cache_salt: None,
+        lora: false,
     }
 }
 

@@ -35,6 +35,7 @@ fn request(index: u32, prompt: Vec<u32>, n: usize, max_tokens: usize) -> Request
         },
         forced: Vec::new(),
         cache_salt: None,
+        lora: false,
     }
 }
 

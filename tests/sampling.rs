@@ -70,6 +70,7 @@ fn first_token_p_value(
             params,
             forced: Vec::new(),
             cache_salt: None,
+            lora: false,
         })
         .unwrap();
     let out = pollster::block_on(engine.run_to_completion(|_| {})).unwrap();

@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 use sprout::sched::{
-    DRAWN, DrawResult, FinishReason, FinishedSample, LogitProcessing, Request, RowProcessing,
-    SamplingParams, SchedError, Scheduler, SchedulerConfig, ScoreResult, StepPlan,
+    DRAWN, DrawResult, FinishReason, FinishedSample, LogitProcessing, LoraTag, Request,
+    RowProcessing, SamplingParams, SchedError, Scheduler, SchedulerConfig, ScoreResult, StepPlan,
 };
 use sprout::spec::SpecMode;
 
@@ -45,6 +45,7 @@ fn request(index: u32, prompt: Vec<u32>, n: usize, max_tokens: usize) -> Request
         },
         forced: Vec::new(),
         cache_salt: None,
+        lora: false,
     }
 }
 
@@ -1121,6 +1122,54 @@ fn a_cache_salt_shares_blocks_only_within_the_salt() {
         s.update(&plan, &results.0, &results.1).unwrap();
         let finished = drain(&mut s, &mut model);
         assert_eq!(finished.len(), 2, "request {i}: both samples finish");
+        s.check().unwrap();
+    }
+}
+
+/// A request run with the LoRA adapter reuses a cached prefix only from requests of the
+/// same adapter contents and version (base requests share among themselves), its chunks
+/// say it runs with the adapter, and its tokens are labelled with the adapter's version
+/// rather than the weights'. Without an adapter, such a request is refused.
+#[test]
+fn a_lora_adapter_shares_blocks_only_within_its_contents_and_version() {
+    let c = config(64, 16, 256);
+    let mut s = Scheduler::new(c.clone());
+    let mut model = FakeModel::new(&c, true);
+    let prompt: Vec<u32> = (100..135).collect(); // two full blocks and three tokens
+    let with = |index: u32, lora: bool| Request {
+        lora,
+        ..request(index, prompt.clone(), 2, 4)
+    };
+    assert_eq!(s.add_request(with(0, true)), Err(SchedError::NoAdapter));
+    let tag = |digest: &str, version| LoraTag {
+        digest: digest.into(),
+        version,
+    };
+    // (adapter in force, request runs with it, prompt tokens it should find cached)
+    let order = [
+        (Some(tag("aaaa", 1)), true, 0),
+        (Some(tag("aaaa", 1)), true, 32),
+        (Some(tag("aaaa", 1)), false, 0),
+        (Some(tag("aaaa", 2)), true, 0),
+        (Some(tag("bbbb", 2)), true, 0),
+        (None, false, 32),
+        (Some(tag("aaaa", 2)), true, 32),
+    ];
+    for (i, (adapter, lora, hit)) in order.into_iter().enumerate() {
+        let version = adapter.as_ref().map_or(0, |t| t.version);
+        s.set_lora(adapter);
+        let id = s.add_request(with(i as u32, lora)).unwrap();
+        let plan = s.schedule();
+        assert!(plan.chunks.iter().all(|c| c.lora == lora), "request {i}");
+        assert_eq!(s.cached_prompt_tokens(id), Some(hit), "request {i}");
+        let results = model.run(&plan);
+        s.update(&plan, &results.0, &results.1).unwrap();
+        let finished = drain(&mut s, &mut model);
+        assert_eq!(finished.len(), 2, "request {i}: both samples finish");
+        let label = if lora { version } else { c.weights_version };
+        for f in &finished {
+            assert!(f.weights_versions.iter().all(|&v| v == label), "request {i}");
+        }
         s.check().unwrap();
     }
 }

@@ -41,6 +41,7 @@ fn request(index: u32, seed: u64) -> Request {
         },
         forced: Vec::new(),
         cache_salt: None,
+        lora: false,
     }
 }
 

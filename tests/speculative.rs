@@ -138,6 +138,7 @@ fn drafts_are_accepted_on_repetitive_text_and_the_pool_empties() {
             },
             forced: Vec::new(),
             cache_salt: None,
+            lora: false,
         };
         let mut runs = Vec::new();
         for speculative in [SpecMode::Off, SpecMode::Suffix] {

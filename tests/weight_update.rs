@@ -121,6 +121,7 @@ fn request(index: u32, seed: u64, max_tokens: usize) -> Request {
         },
         forced: Vec::new(),
         cache_salt: None,
+        lora: false,
     }
 }
 

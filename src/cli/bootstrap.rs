@@ -14,9 +14,11 @@ use sprout::model::decoder::Decoder;
 use sprout::model::open::ModelInfo;
 use sprout::tokenizer::Tokenizer;
 use sprout::tokenizer::chat_template::ChatTemplate;
-use sprout::trajectory::Provenance;
+use sprout::model::lora::LoraAdapter;
+use sprout::model::lora::device::DeviceLora;
+use sprout::trajectory::{LoraProvenance, Provenance};
 
-use crate::cli::cli_args::LoadedModel;
+use crate::cli::cli_args::{LoadedModel, LoraArg};
 use crate::cli::progress;
 
 /// Which kernel choices the loaded model runs with.
@@ -117,7 +119,31 @@ impl Opened {
             driver: format!("{} {}", adapter.driver, adapter.driver_info)
                 .trim()
                 .to_string(),
+            lora: self.decoder.adapter().map(|a| LoraProvenance {
+                name: a.name.clone(),
+                sha256: a.digest.clone(),
+                version: a.version,
+            }),
         })
+    }
+
+    /// Reads the PEFT adapter `--lora` names, if any, checks it against the model and the
+    /// adapter's limits, and puts it in force (labelled version 1): every request the
+    /// command makes then runs with it.
+    pub fn apply_lora(&self, lora: &LoraArg) -> Result<()> {
+        let Some(dir) = &lora.lora else {
+            return Ok(());
+        };
+        let config = &self.decoder.config;
+        let adapter = LoraAdapter::read_dir(dir, config, lora.max_lora_rank)
+            .with_context(|| format!("reading the LoRA adapter {}", dir.display()))?;
+        sprout::gpu::kernels::matmul::check_lora_fits(&self.gpu.caps)?;
+        let name = dir
+            .file_name()
+            .map_or_else(|| dir.display().to_string(), |n| n.to_string_lossy().into());
+        let device = DeviceLora::upload(&self.gpu, &adapter, config, &name, 1)?;
+        self.decoder.set_adapter(Some(device));
+        Ok(())
     }
 
     /// An engine over the loaded model (decoding stop strings with its tokenizer, when it

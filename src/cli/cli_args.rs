@@ -28,6 +28,19 @@ pub struct ModelArg {
     pub quantize: Quantize,
 }
 
+/// A LoRA adapter to run with; flattened beside [`ModelArg`] by the commands that run the
+/// model.
+#[derive(Args, Clone)]
+pub struct LoraArg {
+    /// A PEFT LoRA adapter directory (adapter_config.json and adapter_model.safetensors)
+    /// to run every request with, kept apart from the base weights (any format).
+    #[arg(long, value_name = "DIR")]
+    pub lora: Option<PathBuf>,
+    /// The largest LoRA rank accepted (vLLM's --max-lora-rank).
+    #[arg(long, default_value_t = 64, value_name = "R")]
+    pub max_lora_rank: usize,
+}
+
 /// The format `--quantize` names; `None` for `none`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Quantize(pub Option<WeightFormat>);

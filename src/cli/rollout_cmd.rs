@@ -17,7 +17,7 @@ use anyhow::{Result, anyhow, bail};
 use clap::Args;
 
 use crate::cli::bootstrap::{self, Kernels};
-use crate::cli::cli_args::{EngineArgs, ModelArg, SamplingArgs};
+use crate::cli::cli_args::{EngineArgs, LoraArg, ModelArg, SamplingArgs};
 use crate::cli::draft_corpus;
 use crate::cli::json_out;
 use crate::cli::prompts_file;
@@ -38,6 +38,8 @@ use sprout::trajectory::{Provenance, SampleRecord, SamplingRecord};
 pub struct RolloutArgs {
     #[command(flatten)]
     model: ModelArg,
+    #[command(flatten)]
+    lora: LoraArg,
     /// One prompt (special tokens such as <|im_start|> are recognised).
     #[arg(long, conflicts_with = "prompts", required_unless_present = "prompts")]
     prompt: Option<String>,
@@ -149,6 +151,7 @@ pub fn run(backend: BackendChoice, args: RolloutArgs) -> Result<()> {
     };
 
     let opened = bootstrap::open(backend, args.model.open()?, Kernels::Tuned)?;
+    opened.apply_lora(&args.lora)?;
     let (decoder, tokenizer) = (&opened.decoder, opened.tokenizer()?);
     args.sampling.check_tokens(decoder.config.vocab_size)?;
     let mut engine = opened.engine(&config)?;
@@ -502,5 +505,6 @@ fn build_request(
         params,
         forced: Vec::new(),
         cache_salt: None,
+        lora: decoder.has_adapter(),
     })
 }

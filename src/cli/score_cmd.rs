@@ -43,7 +43,7 @@ use sprout::sched::{Request, SamplingParams};
 use sprout::tokenizer::vocabulary;
 
 use crate::cli::bootstrap::{self, Kernels};
-use crate::cli::cli_args::{EngineArgs, LoadedModel, ModelArg};
+use crate::cli::cli_args::{EngineArgs, LoadedModel, LoraArg, ModelArg};
 use crate::cli::record_sink::RecordSink;
 use crate::cli::{json_out, progress, resume};
 use sprout::trajectory::Provenance;
@@ -52,6 +52,8 @@ use sprout::trajectory::Provenance;
 pub struct ScoreArgs {
     #[command(flatten)]
     model: ModelArg,
+    #[command(flatten)]
+    lora: LoraArg,
     /// Rollout records (JSONL) with `prompt_token_ids` and `token_ids`.
     #[arg(long = "in")]
     input: PathBuf,
@@ -219,6 +221,7 @@ pub fn run(backend: BackendChoice, args: ScoreArgs) -> Result<()> {
         Some(path) => open_trainer(path, &args.model)?,
     };
     let opened = bootstrap::open(backend, model, Kernels::Tuned)?;
+    opened.apply_lora(&args.lora)?;
     let scored_by = json_out::to_value(&opened.provenance(config.weights_version)?)?;
     let mut engine = opened.engine(&config)?;
     args.engine.warn_adjusted(engine.adjusted());
@@ -299,6 +302,7 @@ pub fn run(backend: BackendChoice, args: ScoreArgs) -> Result<()> {
             },
             forced,
             cache_salt: None,
+            lora: engine.decoder().has_adapter(),
         };
         match engine.add_request(request) {
             Ok(_) => members.push(group),

@@ -105,6 +105,7 @@ impl BatchInputs {
             },
             r: batch.logit_rows.len(),
             logit_rows: &self.logit_rows.tensor,
+            lora: batch.lora_rows > 0,
         }
     }
 }

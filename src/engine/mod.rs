@@ -43,9 +43,10 @@ use crate::gpu::Gpu;
 use crate::kv::DEFAULT_BLOCK_SIZE;
 use crate::model::decoder::Decoder;
 use crate::model::decoder_weights::DecoderWeights;
+use crate::model::lora::device::DeviceLora;
 use crate::sched::{
-    Adjusted, FinishReason, FinishedSample, Request, RequestId, Scheduler, SchedulerConfig,
-    SchedulerStats, SpecStats, StepPlan, TopLogprob,
+    Adjusted, FinishReason, FinishedSample, LoraTag, Request, RequestId, Scheduler,
+    SchedulerConfig, SchedulerStats, SpecStats, StepPlan, TopLogprob,
 };
 use crate::spec::SpecMode;
 use crate::tokenizer::Tokenizer;
@@ -209,6 +210,11 @@ impl<'d> Engine<'d> {
             speculative: config.speculative,
         });
         let runner = StepRunner::new(decoder, kv, config.max_batch_tokens, max_num_seqs);
+        let mut scheduler = scheduler;
+        scheduler.set_lora(decoder.adapter().map(|a| LoraTag {
+            digest: a.digest.clone(),
+            version: a.version,
+        }));
         Ok(Engine {
             decoder,
             scheduler,
@@ -312,6 +318,33 @@ impl<'d> Engine<'d> {
         self.decoder.replace_weights(weights);
         self.scheduler.set_weights_version(version);
         self.scheduler.reset_prefix_cache();
+    }
+
+    /// Puts `adapter` in force as the LoRA adapter requests with `lora` run with, from
+    /// the next planned step on (`None`: none). Like a weights update, a step in flight
+    /// runs on under the old one and its tokens say so; requests in flight with `lora`
+    /// go on under the new one, their tokens labelled with its version. Blocks filled
+    /// under the old adapter are never a prefix-cache hit for requests admitted from now
+    /// on (`kv::BlockHash::lora_root`). Removing the adapter while a request with `lora`
+    /// is unfinished is an error, and changes nothing.
+    pub fn set_lora(&mut self, adapter: Option<DeviceLora>) -> Result<(), SproutError> {
+        if adapter.is_none() && self.scheduler.has_lora_requests() {
+            return Err(SproutError::Model(
+                "requests running with the LoRA adapter are unfinished: abort or finish \
+                 them before removing it"
+                    .into(),
+            ));
+        }
+        let tag = adapter.as_ref().map(|a| LoraTag {
+            digest: a.digest.clone(),
+            version: a.version,
+        });
+        self.decoder.set_adapter(adapter);
+        if let Some(runner) = self.runner.as_mut() {
+            runner.fit_lora(self.decoder);
+        }
+        self.scheduler.set_lora(tag);
+        Ok(())
     }
 
     /// Adds an earlier completion of `prompt` for speculative drafts (`--draft-corpus`).

@@ -36,12 +36,15 @@ pub struct PackedBatch {
     pub keep_only: Vec<(u32, Arc<[u32]>)>,
     /// Per logits row, how many alternatives to return (the most any of its draws asks).
     pub top_counts: Vec<u32>,
+    /// Rows run with the LoRA adapter (their `RowInfo::adapter` is 1).
+    pub lora_rows: usize,
 }
 
 impl PackedBatch {
     /// One whole sequence `ids` in blocks `0, 1, ...` of a pool of its own, every row's
-    /// logits wanted: a teacher-forced pass (scoring, or the logits of every position).
-    pub fn whole_sequence(ids: &[u32], block_size: usize) -> PackedBatch {
+    /// logits wanted: a teacher-forced pass (scoring, or the logits of every position),
+    /// with the LoRA adapter when `lora`.
+    pub fn whole_sequence(ids: &[u32], block_size: usize, lora: bool) -> PackedBatch {
         let blocks = ids.len().div_ceil(block_size) as u32;
         let plan = StepPlan {
             chunks: vec![Chunk {
@@ -51,6 +54,7 @@ impl PackedBatch {
                 block_table: (0..blocks).collect(),
                 is_prefill: true,
                 drafted: 0,
+                lora,
             }],
             ..StepPlan::default()
         };
@@ -72,6 +76,7 @@ impl PackedBatch {
         self.adjusts.clear();
         self.keep_only.clear();
         self.top_counts.clear();
+        self.lora_rows = 0;
         // (chunk, row within it) of every row that needs logits, in batch order.
         let mut wanted: Vec<(usize, usize)> = plan
             .draws
@@ -89,7 +94,11 @@ impl PackedBatch {
                 let block = chunk.block_table[pos / block_size] as usize;
                 let slot = (block * block_size + pos % block_size) as u32;
                 self.ids.push(id);
-                self.rowinfo.push(RowInfo::new(offset, pos as u32, slot));
+                let info = RowInfo::new(offset, pos as u32, slot);
+                self.rowinfo.push(info.with_adapter(chunk.lora as u32));
+            }
+            if chunk.lora {
+                self.lora_rows += chunk.tokens.len();
             }
         }
         let split_decodes = split == AttentionSplit::DecodePages;

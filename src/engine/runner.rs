@@ -163,6 +163,11 @@ impl StepRunner {
         }
     }
 
+    /// Makes the step buffers' LoRA scratch wide enough for `decoder`'s adapter.
+    pub fn fit_lora(&mut self, decoder: &Decoder) {
+        self.buffers.fit_lora(decoder);
+    }
+
     pub fn kv(&self) -> &PagedKv {
         &self.kv
     }

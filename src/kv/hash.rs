@@ -10,6 +10,9 @@ const DOMAIN_TAG: &[u8] = b"sprout-kv-block-v1";
 /// Domain separation tag of a cache salt's root (see [`BlockHash::salt_root`]).
 const SALT_TAG: &[u8] = b"sprout-kv-salt-v1";
 
+/// Domain separation tag of a LoRA adapter's root (see [`BlockHash::lora_root`]).
+const LORA_TAG: &[u8] = b"sprout-kv-lora-v1";
+
 /// The name of a full KV block: its contents (tokens and everything before them) under one
 /// weights version. See [`BlockHash::chain`] for the exact definition.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
@@ -55,6 +58,23 @@ impl BlockHash {
         hasher.update(SALT_TAG);
         hasher.update(len.to_le_bytes());
         hasher.update(salt.as_bytes());
+        BlockHash(hasher.finalize().into())
+    }
+
+    /// The parent that the first block of a sequence run with a LoRA adapter chains on:
+    /// SHA-256 over the 17 ASCII bytes `b"sprout-kv-lora-v1"`, `parent`'s 32 bytes (the
+    /// salt's root, or 32 zero bytes), the adapter's version as a `u64` (little-endian),
+    /// the length of `digest` in bytes as a `u32` (little-endian) and its UTF-8 bytes
+    /// (the adapter's contents' digest). Sequences run with different adapters, or
+    /// different versions of one, or one with and one without, never share a block.
+    pub fn lora_root(parent: Option<&BlockHash>, digest: &str, version: u64) -> BlockHash {
+        let len = u32::try_from(digest.len()).expect("a digest is shorter than 4 GiB");
+        let mut hasher = Sha256::new();
+        hasher.update(LORA_TAG);
+        hasher.update(parent.map_or([0u8; 32], |p| p.0));
+        hasher.update(version.to_le_bytes());
+        hasher.update(len.to_le_bytes());
+        hasher.update(digest.as_bytes());
         BlockHash(hasher.finalize().into())
     }
 

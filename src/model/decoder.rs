@@ -42,13 +42,14 @@ use crate::gpu::kernels::attention::{
 };
 use crate::gpu::kernels::embedding;
 use crate::gpu::kernels::logits::Logits;
-use crate::gpu::kernels::matmul::{self, Gather, Matmul, NormArgs, Output, QkvArgs};
+use crate::gpu::kernels::matmul::{self, Gather, LoraArgs, Matmul, NormArgs, Output, QkvArgs};
 use crate::gpu::kernels::norm_add::{self, NormAdd};
 use crate::gpu::kernels::rope::{RopeTable, frequencies};
 use crate::gpu::tuning::{KernelChoices, MatmulKey, MatmulSite};
 use crate::gpu::{Gpu, Recorder, Tensor};
 use crate::model::config::{Activation, ModelConfig};
 use crate::model::decoder_weights::{Checks, DecoderWeights};
+use crate::model::lora::device::{DeviceLayer, DeviceLora, DeviceSite};
 use crate::model::qwen3;
 use crate::model::source::WeightSource;
 use crate::model::weight_residency::{self, HeldWeights, Residency};
@@ -102,6 +103,9 @@ pub struct Decoder {
     /// Which kernel variant serves each dispatch (`gpu::tuning`): the adapter's defaults
     /// until a tune file's are set.
     choices: RwLock<KernelChoices>,
+    /// The LoRA adapter rows marked for it run with (`model::lora`), if one is set. It
+    /// stays on the device while the weights sleep (it is small).
+    adapter: RwLock<Option<Arc<DeviceLora>>>,
 }
 
 /// The paged K and V memory a forward pass writes and reads: one buffer of
@@ -132,6 +136,9 @@ pub struct BatchView<'a> {
     pub r: usize,
     /// `[r]` u32: the rows whose logits the pass computes, in output order.
     pub logit_rows: &'a Tensor,
+    /// Some row runs with the LoRA adapter (`RowInfo::adapter`): the pass adds the
+    /// adapter's dispatches; without one it records exactly the base model's.
+    pub lora: bool,
 }
 
 /// The buffers a forward pass writes, allocated once for up to `max_t` tokens and
@@ -155,6 +162,9 @@ pub struct ForwardBuffers {
     scratch: Tensor,
     /// `[max_r, vocab]` in chunks that each fit a binding; a pass writes its first `r` rows.
     pub logits: Logits,
+    /// `[max_t, width]`: a LoRA site's `A x` for every row (`None` until an adapter needs
+    /// it; [`ForwardBuffers::fit_lora`]).
+    lora_t: Option<Tensor>,
 }
 
 impl ForwardBuffers {
@@ -173,13 +183,28 @@ impl ForwardBuffers {
             act: gpu.zeros(max_t * c.intermediate_size),
             scratch: gpu.zeros(Self::max_slots(max_r) * decoder.scratch_per_slot()),
             logits: Logits::zeros(gpu, max_r, c.vocab_size),
+            lora_t: decoder
+                .adapter()
+                .map(|a| gpu.zeros(max_t * a.max_site_rank.max(1))),
+        }
+    }
+
+    /// Makes the LoRA scratch wide enough for `decoder`'s adapter (nothing to do without
+    /// one, or when it already is).
+    pub fn fit_lora(&mut self, decoder: &Decoder) {
+        let Some(adapter) = decoder.adapter() else {
+            return;
+        };
+        let need = self.max_t * adapter.max_site_rank.max(1);
+        if self.lora_t.as_ref().is_none_or(|t| t.len < need) {
+            self.lora_t = Some(decoder.gpu.zeros(need));
         }
     }
 
     /// Bytes these buffers take on the device.
     pub fn device_bytes(&self) -> u64 {
         let tensors = [&self.h, &self.q, &self.attn, &self.act, &self.scratch];
-        let optional = [self.qkv.as_ref(), self.branch.as_ref()];
+        let optional = [self.qkv.as_ref(), self.branch.as_ref(), self.lora_t.as_ref()];
         let chunks = self.logits.chunks.iter();
         let all = tensors
             .into_iter()
@@ -238,7 +263,34 @@ impl Decoder {
             rope,
             no_rope,
             local_rope,
+            adapter: RwLock::new(None),
         })
+    }
+
+    /// Puts `adapter` in force from the next recorded step on (`None`: none). A step
+    /// recorded before keeps the buffers it recorded. The adapter's rank must fit the
+    /// step buffers' LoRA scratch ([`ForwardBuffers::fit_lora`]).
+    #[cfg_attr(target_arch = "wasm32", allow(clippy::arc_with_non_send_sync))]
+    pub fn set_adapter(&self, adapter: Option<DeviceLora>) {
+        *self.adapter.write().unwrap_or_else(|e| e.into_inner()) = adapter.map(Arc::new);
+        // Bind groups over the old buffers would keep them alive.
+        self.gpu.forget_bind_groups();
+    }
+
+    /// The LoRA adapter in force.
+    pub fn adapter(&self) -> Option<Arc<DeviceLora>> {
+        self.adapter
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Whether a LoRA adapter is in force.
+    pub fn has_adapter(&self) -> bool {
+        self.adapter
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
     }
 
     /// The weights in force (an update may replace them between steps); an error while
@@ -315,13 +367,14 @@ impl Decoder {
         }
     }
 
-    /// Bytes the decoder holds on the device: its weights (while there) and its RoPE
-    /// tables.
+    /// Bytes the decoder holds on the device: its weights (while there), its LoRA
+    /// adapter and its RoPE tables.
     pub fn device_bytes(&self) -> u64 {
         let weights = match &*self.weights.read().unwrap_or_else(|e| e.into_inner()) {
             HeldWeights::Device(w) => w.device_bytes(),
             _ => 0,
         };
+        let adapter = self.adapter().map_or(0, |a| a.device_bytes());
         let tables = [
             Some(&self.rope),
             self.no_rope.as_ref(),
@@ -332,7 +385,7 @@ impl Decoder {
             .flatten()
             .map(|t| t.values.buffer.size())
             .sum();
-        weights + tables
+        weights + adapter + tables
     }
 
     /// Bytes of weights kept in host memory while the device's are freed.
@@ -445,6 +498,7 @@ impl Decoder {
         let q_loads = self.attention_variant(t).q_loads_for(&shape);
         let offsets = self.offsets;
         let w = self.weights()?;
+        let lora = self.lora_of(batch, a)?;
         let scale = c.embedding_scale();
         embedding::encode(gpu, rec, &w.embed, batch.ids, batch.drawn, t, &a.h, scale);
         for (l, layer) in w.layers.iter().enumerate() {
@@ -455,6 +509,13 @@ impl Decoder {
                     offset,
                     eps,
                 })
+            };
+            // The layer's LoRA sites, when the batch runs the adapter: each site's `A x`
+            // is recorded just before its base projection, which adds `B (A x)`.
+            let sites = lora.as_ref().map(|(adapter, _)| &adapter.layers[l]);
+            let site_term = |this: &Self, rec: &mut Recorder, site, x, norm, pick: fn(&DeviceLayer) -> Option<&DeviceSite>| {
+                let (s, scratch) = (sites.and_then(pick)?, lora.as_ref()?.1);
+                this.lora_a(rec, site, s, x, t, norm, scratch, batch.rowinfo)
             };
             let qkv = QkvArgs {
                 bias_offset: offsets.qkv_bias,
@@ -467,6 +528,7 @@ impl Decoder {
                 k_pool,
                 v_pool,
             };
+            let qkv_lora = site_term(self, rec, MatmulSite::Qkv, &a.h, norm(offsets.attn_norm), |l| l.qkv.as_ref());
             let projection = |output| Matmul {
                 x: &a.h,
                 m: t,
@@ -474,6 +536,7 @@ impl Decoder {
                 norm: norm(offsets.attn_norm),
                 gather: None,
                 output,
+                lora: qkv_lora,
             };
             match (&a.qkv, offsets.qk_norm) {
                 (Some(stored), Some(norms)) => {
@@ -497,22 +560,23 @@ impl Decoder {
                 ..shape
             };
             attention::encode(gpu, rec, &layer_shape, q_loads, &buffers, work);
-            let plain = |x, weight, output| Matmul {
+            let plain = |x, weight, output, lora| Matmul {
                 x,
                 m: t,
                 weight,
                 norm: None,
                 gather: None,
                 output,
+                lora,
             };
-            // Adds a branch's output to the residual stream: directly, or through the
-            // branch's post norm (the `which`-th after `post_norms`).
-            let add = |this: &Self, rec: &mut Recorder, site, x, weight, which: usize| match (
+            // Adds a branch's output (with its LoRA term) to the residual stream: directly,
+            // or through the branch's post norm (the `which`-th after `post_norms`).
+            let add = |this: &Self, rec: &mut Recorder, site, x, weight, which: usize, lora| match (
                 &a.branch,
                 offsets.post_norms,
             ) {
                 (Some(branch), Some(post)) => {
-                    this.matmul(rec, site, plain(x, weight, Output::Store(branch)));
+                    this.matmul(rec, site, plain(x, weight, Output::Store(branch), lora));
                     let op = NormAdd {
                         x: branch,
                         m: t,
@@ -524,9 +588,11 @@ impl Decoder {
                     };
                     norm_add::encode(gpu, rec, &op);
                 }
-                _ => this.matmul(rec, site, plain(x, weight, Output::Residual(&a.h))),
+                _ => this.matmul(rec, site, plain(x, weight, Output::Residual(&a.h), lora)),
             };
-            add(self, rec, MatmulSite::AttnOut, &a.attn, &layer.o, 0);
+            let o_lora = site_term(self, rec, MatmulSite::AttnOut, &a.attn, None, |l| l.o.as_ref());
+            add(self, rec, MatmulSite::AttnOut, &a.attn, &layer.o, 0, o_lora);
+            let gate_up_lora = site_term(self, rec, MatmulSite::GateUp, &a.h, norm(offsets.mlp_norm), |l| l.gate_up.as_ref());
             self.matmul(
                 rec,
                 MatmulSite::GateUp,
@@ -540,9 +606,11 @@ impl Decoder {
                         Activation::Silu => Output::SiluGate(&a.act),
                         Activation::GeluTanh => Output::GeluGate(&a.act),
                     },
+                    lora: gate_up_lora,
                 },
             );
-            add(self, rec, MatmulSite::Down, &a.act, &layer.down, 1);
+            let down_lora = site_term(self, rec, MatmulSite::Down, &a.act, None, |l| l.down.as_ref());
+            add(self, rec, MatmulSite::Down, &a.act, &layer.down, 1, down_lora);
         }
         if r == 0 {
             return Ok(());
@@ -567,10 +635,69 @@ impl Decoder {
                         first: chunk.first_row,
                     }),
                     output: Output::Store(chunk.tensor),
+                    lora: None,
                 },
             );
         }
         Ok(())
+    }
+
+    /// The adapter and the `A x` scratch a pass over `batch` runs with: `None` when no
+    /// row runs with the adapter (the pass is then exactly the base model's), an error
+    /// when one does and no adapter is set or the scratch is too narrow for it.
+    fn lora_of<'a>(
+        &self,
+        batch: &BatchView,
+        a: &'a ForwardBuffers,
+    ) -> Result<Option<(Arc<DeviceLora>, &'a Tensor)>, SproutError> {
+        if !batch.lora {
+            return Ok(None);
+        }
+        let Some(adapter) = self.adapter() else {
+            return Err(SproutError::Model(
+                "a row runs with the LoRA adapter, and none is set".into(),
+            ));
+        };
+        let need = batch.t * adapter.max_site_rank;
+        match &a.lora_t {
+            Some(scratch) if scratch.len >= need => Ok(Some((adapter, scratch))),
+            _ => Err(SproutError::Shape(format!(
+                "the step buffers' LoRA scratch is narrower than {need} values                  (ForwardBuffers::fit_lora makes room for the adapter)"
+            ))),
+        }
+    }
+
+    /// Records a LoRA site's `A x` for every row into `scratch` (`x` read through `norm`
+    /// as the site's base projection reads it) and returns the term the base projection
+    /// adds: `B (A x)` for the rows run with the adapter.
+    #[allow(clippy::too_many_arguments)]
+    fn lora_a<'a>(
+        &self,
+        rec: &mut Recorder,
+        site: MatmulSite,
+        s: &'a DeviceSite,
+        x: &Tensor,
+        m: usize,
+        norm: Option<NormArgs>,
+        scratch: &'a Tensor,
+        rowinfo: &'a Tensor,
+    ) -> Option<LoraArgs<'a>> {
+        let a_x = Matmul {
+            x,
+            m,
+            weight: &s.a,
+            norm,
+            gather: None,
+            output: Output::Store(scratch),
+            lora: None,
+        };
+        self.matmul(rec, site, a_x);
+        Some(LoraArgs {
+            t: scratch,
+            b: &s.b,
+            rank: s.rank,
+            rowinfo,
+        })
     }
 
     /// The stored formats of the weight matrices in force (see

@@ -80,6 +80,8 @@ pub enum SchedError {
     ForcedCount { n: usize, forced: usize },
     #[error("a completion to score has no tokens")]
     EmptyCompletion,
+    #[error("the request asks for the LoRA adapter, and none is loaded")]
+    NoAdapter,
     #[error("unknown request {0:?}")]
     UnknownRequest(RequestId),
     #[error(

@@ -41,6 +41,6 @@ pub use request::{
     FinishReason, FinishedSample, LogitProcessing, MAX_TOP_LOGPROBS, Request, RequestId,
     SamplingParams, StopMatch, TopLogprob,
 };
-pub use scheduler::Scheduler;
+pub use scheduler::{LoraTag, Scheduler};
 pub use sequence::SeqId;
 pub use validate::SamplingError;

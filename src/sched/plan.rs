@@ -31,6 +31,8 @@ pub struct Chunk {
     /// Drafted tokens at the end of `tokens` (speculative decoding): the chunk is the
     /// sample's last drawn token and then these, each row drawing the token after it.
     pub drafted: usize,
+    /// The sequence runs with the LoRA adapter ([`crate::sched::Request::lora`]).
+    pub lora: bool,
 }
 
 impl Chunk {
@@ -93,6 +95,21 @@ pub struct StepPlan {
     pub targets: Vec<Target>,
     /// The weights the step runs under: each token it draws or scores is labelled so.
     pub weights_version: u64,
+    /// The LoRA adapter's version the step runs under (0 without one): each token of a
+    /// request run with the adapter is labelled so instead of `weights_version`.
+    pub lora_version: u64,
+}
+
+impl StepPlan {
+    /// The version a token drawn or scored for a request run with (`lora`) or without the
+    /// adapter is labelled with.
+    pub fn version_for(&self, lora: bool) -> u64 {
+        if lora {
+            self.lora_version
+        } else {
+            self.weights_version
+        }
+    }
 }
 
 impl StepPlan {

@@ -221,6 +221,7 @@ mod tests {
             },
             forced: Vec::new(),
             cache_salt: None,
+            lora: false,
         }
     }
 

@@ -165,6 +165,11 @@ pub struct Request {
     /// ([`crate::kv::BlockHash::salt_root`]), so that it shares prefix-cache blocks only
     /// with requests of the same salt; `None` shares with every unsalted request.
     pub cache_salt: Option<String>,
+    /// Whether the request runs with the engine's LoRA adapter
+    /// ([`crate::sched::Scheduler::set_lora`]); `false`: the base model alone. Its blocks
+    /// are named under the adapter ([`crate::kv::BlockHash::lora_root`]), so it shares
+    /// prefix-cache blocks only with requests of the same adapter contents and version.
+    pub lora: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

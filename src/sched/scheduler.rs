@@ -73,6 +73,19 @@ pub struct Scheduler {
     drafting: Drafting,
     /// The draws the last `update` did not apply: rows after a rejected drafted token.
     rejected_draws: Vec<usize>,
+    /// The LoRA adapter requests may run with (`Request::lora`), if one is loaded.
+    lora: Option<LoraTag>,
+}
+
+/// The LoRA adapter the engine runs requests with: what names their blocks and labels
+/// their tokens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoraTag {
+    /// The digest of the adapter's contents (`crate::model::lora::LoraAdapter::digest`).
+    pub digest: String,
+    /// Bumped by each load of new contents under the adapter's name: the version its
+    /// requests' tokens are labelled with.
+    pub version: u64,
 }
 
 impl Scheduler {
@@ -97,6 +110,7 @@ impl Scheduler {
             advanced: false,
             drafting: Drafting::new(config.speculative),
             rejected_draws: Vec::new(),
+            lora: None,
             config,
         }
     }
@@ -129,6 +143,9 @@ impl Scheduler {
     /// Queues a request; it is admitted when blocks allow.
     pub fn add_request(&mut self, request: Request) -> Result<RequestId, SchedError> {
         check_request(&self.config, &request)?;
+        if request.lora && self.lora.is_none() {
+            return Err(SchedError::NoAdapter);
+        }
         let len = request.prompt.len();
         let id = RequestId(self.next_request);
         self.next_request += 1;
@@ -153,8 +170,13 @@ impl Scheduler {
             pending_scores: 0,
         });
         self.waiting.push_back(seq);
-        if let Some(salt) = &request.cache_salt {
-            self.blocks.salt(seq, BlockHash::salt_root(salt));
+        let salt = request.cache_salt.as_deref().map(BlockHash::salt_root);
+        let root = match (&self.lora, request.lora) {
+            (Some(tag), true) => Some(BlockHash::lora_root(salt.as_ref(), &tag.digest, tag.version)),
+            _ => salt,
+        };
+        if let Some(root) = root {
+            self.blocks.salt(seq, root);
         }
         if request.forced.is_empty() {
             self.drafting.add_request(id, &request.prompt);
@@ -184,6 +206,7 @@ impl Scheduler {
     pub fn schedule(&mut self) -> StepPlan {
         let mut plan = StepPlan {
             weights_version: self.config.weights_version,
+            lora_version: self.lora.as_ref().map_or(0, |tag| tag.version),
             ..StepPlan::default()
         };
         let mut budget = self.config.max_batch_tokens;
@@ -387,7 +410,14 @@ impl Scheduler {
             block_table: self.blocks.table(id).to_vec(),
             is_prefill: seq.prefilling,
             drafted: 0,
+            lora: self.runs_lora(id),
         }
+    }
+
+    /// Whether sequence `id`'s request runs with the LoRA adapter.
+    fn runs_lora(&self, id: SeqId) -> bool {
+        let request = self.seqs[&id].request;
+        self.requests[&request].request.lora
     }
 
     /// A chunk of sample `id`'s last drawn token followed by `draft`, its blocks taken.
@@ -542,6 +572,25 @@ impl Scheduler {
         self.drafting.corpus.clear();
         self.config.weights_version = version;
         self.blocks.set_weights_version(version);
+    }
+
+    /// The LoRA adapter requests with `lora` run with from the next planned step on
+    /// (`None`: none; requests that ask for one are then refused). Sequences already
+    /// running keep the names their blocks chained on; new ones chain on the new tag's
+    /// root, so nothing computed under another adapter or version is a hit for them.
+    /// The engine must not unload the adapter while a request with `lora` is unfinished.
+    pub fn set_lora(&mut self, tag: Option<LoraTag>) {
+        self.lora = tag;
+    }
+
+    /// The LoRA adapter in force.
+    pub fn lora(&self) -> Option<&LoraTag> {
+        self.lora.as_ref()
+    }
+
+    /// Whether any unfinished request runs with the LoRA adapter.
+    pub fn has_lora_requests(&self) -> bool {
+        self.requests.values().any(|s| s.request.lora)
     }
 
     /// Forgets the prefix cache's reusable entries (the hashes of free blocks); returns

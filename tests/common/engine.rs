@@ -38,5 +38,6 @@ pub fn request(index: u32, prompt: Vec<u32>, n: usize, params: SamplingParams) -
         params,
         forced: Vec::new(),
         cache_salt: None,
+        lora: false,
     }
 }

@@ -372,6 +372,7 @@ async fn run_rollout(
             },
             forced: Vec::new(),
             cache_salt: None,
+            lora: false,
         })
         .map_err(|e| fail(&e))?;
 

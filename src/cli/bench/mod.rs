@@ -46,7 +46,7 @@ use sprout::sched::{FinishReason, Request, RequestId, SamplingParams, SpecStats}
 use sprout::spec::SpecMode;
 
 use crate::cli::bootstrap::{self, Kernels};
-use crate::cli::cli_args::{EngineArgs, LoadArgs, ModelArg};
+use crate::cli::cli_args::{EngineArgs, LoadArgs, LoraArg, ModelArg};
 use crate::cli::json_out;
 use crate::cli::warnings;
 use plot::{ModeBar, PlotFormat};
@@ -76,6 +76,8 @@ impl Mode {
 pub struct BenchArgs {
     #[command(flatten)]
     model: ModelArg,
+    #[command(flatten)]
+    lora: LoraArg,
     #[command(flatten)]
     load: LoadArgs,
     /// Prompts (P), cut from a built-in text or --text (random token ids with dummy
@@ -231,6 +233,7 @@ pub fn run(backend: BackendChoice, args: BenchArgs) -> Result<()> {
         args.load.open(&args.model, args.seed)?,
         Kernels::Tuned,
     )?;
+    opened.apply_lora(&args.lora)?;
     let (decoder, gpu) = (&opened.decoder, &opened.gpu);
     let text_ids = match &opened.tokenizer {
         Some(tokenizer) => match &args.text {
@@ -514,6 +517,7 @@ fn requests(
                     params: params(n),
                     forced: Vec::new(),
                     cache_salt: None,
+                    lora: false,
                 };
                 (request, specs)
             })
@@ -530,6 +534,7 @@ fn requests(
                 params: params(s.target.unwrap_or(n)),
                 forced: Vec::new(),
                 cache_salt: None,
+                lora: false,
             };
             (request, vec![s])
         })
@@ -574,7 +579,11 @@ fn run_mode(
     for (prompt, completion) in corpus {
         engine.add_draft_corpus(prompt, completion);
     }
-    let all = requests(workload, mode, sampling, eos);
+    let mut all = requests(workload, mode, sampling, eos);
+    // With `--lora`, every request runs with the adapter.
+    for (request, _) in &mut all {
+        request.lora = decoder.has_adapter();
+    }
     let mut samples = Vec::new();
     // Static batches wait for their longest member; the other modes queue everything.
     let chunk = match mode {

@@ -122,6 +122,7 @@ pub fn run(opened: &Opened) -> Result<Vec<CaseResult>> {
                 params: spec.params.clone(),
                 forced: Vec::new(),
                 cache_salt: None,
+                lora: false,
             })?;
         }
     }
@@ -160,6 +161,7 @@ fn score(opened: &Opened, config: &EngineConfig, prompts: &[Vec<u32>]) -> Result
             },
             forced,
             cache_salt: None,
+            lora: false,
         })?;
     }
     let finished = pollster::block_on(engine.run_to_completion(|_| {}))?;

@@ -46,6 +46,7 @@ fn requests(prompts: &[Vec<u32>], n: usize, params: &SamplingParams) -> Vec<Requ
             params: params.clone(),
             forced: Vec::new(),
             cache_salt: None,
+            lora: false,
         })
         .collect()
 }
@@ -134,6 +135,7 @@ pub fn score(
             },
             forced: g.completions.clone(),
             cache_salt: None,
+            lora: false,
         })
         .collect();
     let template = format!("{label:<6} scoring {{bar:30}} {{pos}}/{{len}} samples");

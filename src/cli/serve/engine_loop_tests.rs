@@ -55,6 +55,7 @@ fn start(l: &mut EngineLoop<'_>, index: u32) -> tmpsc::UnboundedReceiver<Event> 
         params,
         forced: Vec::new(),
         cache_salt: None,
+        lora: false,
     }];
     l.apply(Command::Add {
         requests,

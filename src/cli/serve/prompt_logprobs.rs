@@ -43,6 +43,7 @@ pub fn scoring_request(sampling: &Request, index: u32, top: usize) -> Option<Req
         },
         forced: vec![rest.to_vec()],
         cache_salt: sampling.cache_salt.clone(),
+        lora: sampling.lora,
     })
 }
 
@@ -232,6 +233,7 @@ mod tests {
             params: SamplingParams::default(),
             forced: Vec::new(),
             cache_salt: Some("v2".into()),
+            lora: false,
         };
         let r = scoring_request(&sampling, 9, 2).unwrap();
         assert_eq!((r.index, r.prompt.clone(), r.n), (9, vec![5], 1));

@@ -367,6 +367,7 @@ pub async fn submit(
             params: params.clone(),
             forced: Vec::new(),
             cache_salt: s.fields.cache_salt.clone(),
+            lora: false,
         })
         .collect();
     let scoring_requests: Vec<Option<Request>> = match scoring {

@@ -17,6 +17,8 @@
 //! the site's base weight of `n` rows and `k` columns; a site with no targeted projection
 //! is `None`; `rank` of a site is at most three times the adapter's largest `r`.
 
+pub mod device;
+
 /// One fused projection site's adapter, laid out for the kernels.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SiteLora {

@@ -159,8 +159,9 @@ impl Scheduler {
                 }
                 Role::Sample(_) => (parent, advanced),
             };
+            let version = plan.version_for(self.runs_lora(seq));
             let s = self.seqs.get_mut(&seq).expect("sequence exists");
-            if s.record_score(score.clone(), plan.weights_version, was_pending) {
+            if s.record_score(score.clone(), version, was_pending) {
                 finished.push(self.finish(seq, FinishReason::Length));
             }
         }
@@ -199,8 +200,9 @@ impl Scheduler {
             }
             Role::Sample(_) => parent,
         };
+        let version = plan.version_for(self.runs_lora(target));
         let seq = self.seqs.get_mut(&target).expect("sequence exists");
-        seq.record_draw(d, result, plan.weights_version);
+        seq.record_draw(d, result, version);
         let (seq, k) = (&self.seqs[&target], draw.sample_index);
         self.drafting.push(seq.request, k, result.token);
         let params = &self.requests[&seq.request].request.params;
