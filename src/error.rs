@@ -23,6 +23,10 @@ pub enum SproutError {
     /// A model file or directory that sprout cannot use; the message names the problem.
     #[error("{0}")]
     Model(String),
+    /// A LoRA adapter that sprout cannot use with this model; the message names the file
+    /// and the field, tensor or value.
+    #[error("LoRA adapter {0}")]
+    Adapter(String),
     #[error("tokenizer: {0}")]
     Tokenizer(String),
     /// Two models whose token ids mean different tokens, or whose logits cover different

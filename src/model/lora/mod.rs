@@ -16,6 +16,23 @@
 //! Invariants: every value is finite; `a.len() == rank * k` and `b.len() == n * rank` for
 //! the site's base weight of `n` rows and `k` columns; a site with no targeted projection
 //! is `None`; `rank` of a site is at most three times the adapter's largest `r`.
+//!
+//! Files: `peft` (the entry points [`LoraAdapter::from_peft`] and, native only,
+//! `LoraAdapter::read_dir`), `peft_config` (what `adapter_config.json` may say, and what
+//! is refused by name), `patterns` (PEFT's rules for which modules are targeted with which
+//! rank and alpha), `peft_tensors` (the safetensors file checked against them),
+//! `projection` (the seven projections and their shapes), `layout` (a layer's sites in the
+//! base's fused row order).
+
+mod layout;
+mod patterns;
+mod peft;
+mod peft_config;
+mod peft_tensors;
+mod projection;
+
+pub use peft::{CONFIG_FILE, TENSORS_FILE};
+pub use projection::Projection;
 
 pub mod device;
 
