@@ -137,7 +137,6 @@ impl Opened {
         let config = &self.decoder.config;
         let adapter = LoraAdapter::read_dir(dir, config, lora.max_lora_rank)
             .with_context(|| format!("reading the LoRA adapter {}", dir.display()))?;
-        sprout::gpu::kernels::matmul::check_lora_fits(&self.gpu.caps)?;
         let name = dir
             .file_name()
             .map_or_else(|| dir.display().to_string(), |n| n.to_string_lossy().into());

@@ -8,6 +8,7 @@
 
 use crate::error::SproutError;
 use crate::formats::WeightFormat;
+use crate::gpu::kernels::matmul;
 use crate::gpu::{Gpu, GpuWeight, Tensor};
 use crate::model::config::ModelConfig;
 use crate::model::lora::{LoraAdapter, SiteLora};
@@ -94,6 +95,14 @@ impl DeviceLora {
         name: &str,
         version: u64,
     ) -> Result<DeviceLora, SproutError> {
+        if !matmul::lora_fits(&gpu.caps) {
+            return Err(SproutError::Adapter(format!(
+                "{name}: this GPU adapter binds at most {} storage buffers per shader stage, \
+                 and LoRA's fused q|k|v kernel binds {}",
+                gpu.caps.max_storage_buffers_per_stage,
+                matmul::lora_storage_bindings_needed()
+            )));
+        }
         if adapter.layers.len() != config.n_layers {
             return Err(SproutError::Model(format!(
                 "the LoRA adapter has {} layers, the model {}",

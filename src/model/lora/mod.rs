@@ -24,6 +24,7 @@
 //! `projection` (the seven projections and their shapes), `layout` (a layer's sites in the
 //! base's fused row order).
 
+pub mod device;
 mod layout;
 mod patterns;
 mod peft;
@@ -34,7 +35,6 @@ mod projection;
 pub use peft::{CONFIG_FILE, TENSORS_FILE};
 pub use projection::Projection;
 
-pub mod device;
 
 /// One fused projection site's adapter, laid out for the kernels.
 #[derive(Clone, Debug, PartialEq)]
