@@ -24,8 +24,9 @@ pub enum SproutError {
     #[error("{0}")]
     Model(String),
     /// A LoRA adapter that sprout cannot use with this model; the message names the file
-    /// and the field, tensor or value.
-    #[error("LoRA adapter {0}")]
+    /// (`adapter_config.json`, `adapter_model.safetensors`, or its path) and the field,
+    /// tensor or value.
+    #[error("{0}")]
     Adapter(String),
     #[error("tokenizer: {0}")]
     Tokenizer(String),

@@ -15,7 +15,9 @@
 //!   part (`model.layers.3.` gives 3);
 //! - `rank_pattern` and `alpha_pattern`: the first key, in the file's order, that matches
 //!   the end of the name after a dot (`re.match(r"(.*\.)?({key})$", name)`) gives the
-//!   value; without one, `r` and `lora_alpha`.
+//!   value; without one, `r` and `lora_alpha`. PEFT writes the file with its keys sorted
+//!   and reads them back in that order, so the file's order is what PEFT computes with
+//!   when it loads the adapter (keys that overlap may have meant otherwise in training).
 //!
 //! Patterns are Python `re` syntax, compiled with the `regex` crate, which agrees with
 //! Python on the syntax PEFT users write (classes, alternation, groups, repetition, lazy

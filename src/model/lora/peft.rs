@@ -160,8 +160,8 @@ impl Plan {
 
     fn too_large(&self, len: u64) -> String {
         format!(
-            "is {len} bytes, more than the {} that the A and B matrices adapter_config.json \
-             targets take in f32 with their header",
+            "is {len} bytes, more than the {} bytes that the A and B matrices of the \
+             modules adapter_config.json targets take in f32, with their header",
             self.max_tensor_bytes
         )
     }
