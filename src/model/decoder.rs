@@ -474,6 +474,7 @@ impl Decoder {
                 norm: norm(offsets.attn_norm),
                 gather: None,
                 output,
+                lora: None,
             };
             match (&a.qkv, offsets.qk_norm) {
                 (Some(stored), Some(norms)) => {
@@ -504,6 +505,7 @@ impl Decoder {
                 norm: None,
                 gather: None,
                 output,
+                lora: None,
             };
             // Adds a branch's output to the residual stream: directly, or through the
             // branch's post norm (the `which`-th after `post_norms`).
@@ -540,6 +542,7 @@ impl Decoder {
                         Activation::Silu => Output::SiluGate(&a.act),
                         Activation::GeluTanh => Output::GeluGate(&a.act),
                     },
+                    lora: None,
                 },
             );
             add(self, rec, MatmulSite::Down, &a.act, &layer.down, 1);
@@ -567,6 +570,7 @@ impl Decoder {
                         first: chunk.first_row,
                     }),
                     output: Output::Store(chunk.tensor),
+                    lora: None,
                 },
             );
         }
