@@ -69,6 +69,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             },
             forced: Vec::new(),
             cache_salt: None,
+            lora: false,
         })?;
     }
 

@@ -67,7 +67,7 @@ struct Params {
 @group(0) @binding(2) var<storage, read> k_pool: array<vec4<f32>>;       // [num_blocks * block_size, n_kv_heads, head_dim / 4]
 @group(0) @binding(3) var<storage, read> v_pool: array<vec4<f32>>;       // [num_blocks * block_size, n_kv_heads, head_dim / 4]
 @group(0) @binding(4) var<storage, read> block_tables: array<u32>;       // [*] block ids; a sequence's table is ceil((p + 1) / block_size) of them from its offset
-@group(0) @binding(5) var<storage, read> rowinfo: array<u32>;            // [t, 4]: (table offset, absolute position p, pool slot, 0)
+@group(0) @binding(5) var<storage, read> rowinfo: array<u32>;            // [t, 4]: (table offset, absolute position p, pool slot, adapter)
 @group(0) @binding(6) var<storage, read> items: array<u32>;              // [n_items, 4]: (row, first page, pages, slot)
 @group(0) @binding(7) var<storage, read_write> out: array<vec4<f32>>;    // [t, n_heads, head_dim / 4]
 @group(0) @binding(8) var<storage, read_write> scratch: array<vec4<f32>>; // [slots, n_heads, 1 + head_dim / 4]: (M, L, 0, 0), then O

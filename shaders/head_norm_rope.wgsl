@@ -32,7 +32,7 @@ struct Params {
 @group(0) @binding(1) var<storage, read> x: array<f32>;             // [m, q_dim + 2 kv_dim]
 @group(0) @binding(2) var<storage, read> vectors: array<f32>;       // the layer's f32 vectors
 @group(0) @binding(3) var<storage, read> table: array<f32>;         // [max_positions, head_dim / 2, 2] (cos, sin)
-@group(0) @binding(4) var<storage, read> rowinfo: array<u32>;       // [m, 4]: (table offset, position, slot, 0)
+@group(0) @binding(4) var<storage, read> rowinfo: array<u32>;       // [m, 4]: (table offset, position, slot, adapter)
 @group(0) @binding(5) var<storage, read_write> q_out: array<f32>;   // [m, q_dim]
 @group(0) @binding(6) var<storage, read_write> k_pool: array<f32>;  // [pool rows, kv_dim]
 @group(0) @binding(7) var<storage, read_write> v_pool: array<f32>;  // [pool rows, kv_dim]

@@ -5,8 +5,9 @@
 // A module is this header, one prologue (prologue_*.wgsl), one epilogue (epilogue_*.wgsl),
 // one shape (the CPU tile written by src/gpu/kernels/matmul/tile.rs, matvec.wgsl or
 // gemm.wgsl), the weight decoder (shaders/weight_formats/) and an activation reader
-// (shaders/activations/: x4 and x1 over binding 1). The host replaces each `B_*` binding
-// number and prepends the shape's constants.
+// (shaders/activations/: x4 and x1 over binding 1); with a LoRA term, also lora.wgsl, whose
+// emit_pair wraps the epilogue's (renamed emit_pair_base). The host replaces each `B_*`
+// binding number and prepends the shape's constants.
 //
 // The order of operations is the contract that makes every shape give bitwise the same
 // output (batch invariance): for each output,
@@ -15,8 +16,9 @@
 //         part = 0.0
 //         for k in the block, in increasing order: part = fma(w[n, k], xin[i, k], part)
 //         acc = acc + part
-// then the epilogue. Weights are decoded exactly as the decoders do, and xin by the
-// prologue's one formula. The shapes differ only in which invocation computes which part
+// then, with a LoRA term and a row that has the adapter, acc = acc + (one fma chain over
+// the term's R products, lora.wgsl), then the epilogue. Weights are decoded exactly as the
+// decoders do, and xin by the prologue's one formula. The shapes differ only in which invocation computes which part
 // and who folds them: never in the arithmetic.
 
 struct Params {
@@ -35,7 +37,7 @@ struct Params {
     max_positions: u32, // QKV epilogue: rows of the RoPE table
     y_cols: u32,        // SiLU-gate epilogue: columns of the output (n_total / 2)
     gather_first: u32,  // gathered rows: batch row i reads rows_index[gather_first + i]
-    _pad0: u32,
+    lora_rank: u32,     // LoRA term: values per row of t and of B' (R)
 }
 
 @group(0) @binding(0) var<uniform> p: Params;

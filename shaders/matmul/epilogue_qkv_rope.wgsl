@@ -9,7 +9,7 @@
 // permuted at load so that those pairs are adjacent). A position at or beyond the table
 // writes NaN, so the mistake cannot pass unnoticed. A slot past the pool writes nothing.
 @group(0) @binding(B_TABLE) var<storage, read> table: array<f32>;      // [max_positions, head_dim / 2, 2] (cos, sin)
-@group(0) @binding(B_ROWINFO) var<storage, read> rowinfo: array<u32>;  // [m, 4]: (table offset, position, slot, 0)
+@group(0) @binding(B_ROWINFO) var<storage, read> rowinfo: array<u32>;  // [m, 4]: (table offset, position, slot, adapter)
 @group(0) @binding(B_Q) var<storage, read_write> q_out: array<f32>;   // [m, q_dim]
 @group(0) @binding(B_K) var<storage, read_write> k_pool: array<f32>;  // [pool rows, kv_dim]
 @group(0) @binding(B_V) var<storage, read_write> v_pool: array<f32>;  // [pool rows, kv_dim]

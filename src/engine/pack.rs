@@ -193,6 +193,7 @@ mod tests {
                     block_table: vec![7, 2],
                     is_prefill: true,
                     drafted: 0,
+                    lora: false,
                 },
                 Chunk {
                     seq: SeqId(1),
@@ -201,6 +202,7 @@ mod tests {
                     block_table: vec![5],
                     is_prefill: true,
                     drafted: 0,
+                    lora: false,
                 },
                 Chunk {
                     seq: SeqId(2),
@@ -209,6 +211,7 @@ mod tests {
                     block_table: vec![1, 4, 6],
                     is_prefill: false,
                     drafted: 0,
+                    lora: false,
                 },
             ],
             draws: vec![
@@ -243,6 +246,7 @@ mod tests {
                 },
             ],
             weights_version: 0,
+            lora_version: 0,
         };
         let mut b = PackedBatch::default();
         b.pack(&plan, 4, AttentionSplit::DecodePages);
@@ -277,7 +281,7 @@ mod tests {
 
     #[test]
     fn a_whole_sequence_is_one_chunk_in_blocks_of_its_own_with_every_row_wanted() {
-        let b = PackedBatch::whole_sequence(&[5, 6, 7, 8, 9], 2);
+        let b = PackedBatch::whole_sequence(&[5, 6, 7, 8, 9], 2, false);
         assert_eq!(b.ids, [5, 6, 7, 8, 9]);
         assert_eq!(b.block_tables, [0, 1, 2]);
         // Position p lives in pool row p.
@@ -299,6 +303,7 @@ mod tests {
             tokens,
             is_prefill: false,
             drafted: 0,
+            lora: false,
         };
         let plan = StepPlan {
             copies: vec![],
@@ -307,6 +312,7 @@ mod tests {
             draws: vec![draw(0, 0, 0)],
             targets: vec![],
             weights_version: 0,
+            lora_version: 0,
         };
         let mut b = PackedBatch::default();
         b.pack(&plan, 16, AttentionSplit::DecodePages);

@@ -27,8 +27,10 @@ const SLOTS: u64 = 16384;
 /// Cached bind groups past which the cache is emptied (tests make many short-lived
 /// buffers, which the cache would otherwise keep alive).
 const MAX_CACHED_GROUPS: usize = 4096;
-/// The most storage buffers a kernel binds (WebGPU's default per-stage limit is 8).
-pub const MAX_STORAGE_BINDINGS: usize = 8;
+/// The most storage buffers a kernel binds: WebGPU's default per-stage limit is 8, which
+/// every kernel keeps within but the q|k|v matmul with a LoRA term (10, run only where the
+/// adapter's limit allows: `kernels::matmul::lora_fits`).
+pub const MAX_STORAGE_BINDINGS: usize = 10;
 
 /// A bind group's identity: the kernel, the parameter buffer and the storage buffers.
 /// Cloning a `wgpu::Buffer` copies a handle, so a key costs no allocation.

@@ -31,6 +31,8 @@ pub struct Capabilities {
     pub max_buffer: u64,
     pub max_workgroups_per_dim: u32,
     pub max_workgroup_invocations: u32,
+    /// The most storage buffers one shader stage binds (the device gets the adapter's).
+    pub max_storage_buffers_per_stage: u32,
 }
 
 /// Limits below the adapter's for sprout to keep within (`None`: the adapter's own).
@@ -118,6 +120,7 @@ impl Gpu {
             ),
             max_workgroups_per_dim: limits.max_compute_workgroups_per_dimension,
             max_workgroup_invocations: limits.max_compute_invocations_per_workgroup,
+            max_storage_buffers_per_stage: limits.max_storage_buffers_per_shader_stage,
         };
         // wgpu's default handler panics, and on the web a panic in its callback would leave
         // the page waiting forever: keep the first error for the next read-back instead.

@@ -179,6 +179,7 @@ pub(crate) fn tests_caps() -> Capabilities {
         max_buffer: 1 << 28,
         max_workgroups_per_dim: 65535,
         max_workgroup_invocations: 256,
+        max_storage_buffers_per_stage: 8,
     }
 }
 

@@ -75,6 +75,7 @@ mod tests {
             block_table: vec![0],
             is_prefill: false,
             drafted: 3,
+            lora: false,
         };
         let draws = (0..4)
             .map(|offset| Draw {

@@ -144,6 +144,7 @@ fn gated(gpu: &Gpu, i: &Inputs, shape: MatmulShape, gate_fn: Gate) -> (Vec<f32>,
             Gate::Silu => Output::SiluGate(&y),
             Gate::Gelu => Output::GeluGate(&y),
         },
+        lora: None,
     };
     matmul::encode(gpu, &mut rec, &op, shape);
     rec.submit();
@@ -174,6 +175,7 @@ fn residual(gpu: &Gpu, i: &Inputs, shape: MatmulShape) -> (Vec<f32>, Vec<f32>) {
         norm: None,
         gather: None,
         output: Output::Residual(&h),
+        lora: None,
     };
     matmul::encode(gpu, &mut rec, &op, shape);
     rec.submit();
@@ -294,6 +296,7 @@ fn run_qkv(
             k_pool: out.k_pool,
             v_pool: out.v_pool,
         }),
+        lora: None,
     };
     matmul::encode(gpu, &mut rec, &op, shape);
     rec.submit();
@@ -330,6 +333,7 @@ fn gathered(gpu: &Gpu, i: &Inputs, shape: MatmulShape) -> (Vec<f32>, Vec<f32>) {
             first: 0,
         }),
         output: Output::Store(&y),
+        lora: None,
     };
     matmul::encode(gpu, &mut rec, &op, shape);
     // The same rows in two dispatches (as chunks of logits are computed), the second
@@ -347,6 +351,7 @@ fn gathered(gpu: &Gpu, i: &Inputs, shape: MatmulShape) -> (Vec<f32>, Vec<f32>) {
                 first,
             }),
             output: Output::Store(&y),
+            lora: None,
         };
         matmul::encode(gpu, &mut rec, &op, shape);
         y
@@ -385,6 +390,7 @@ fn norm_store(gpu: &Gpu, i: &Inputs, shape: MatmulShape) -> (Vec<f32>, Vec<f32>)
         norm: norm_args(&vectors),
         gather: None,
         output: Output::Store(&y),
+        lora: None,
     };
     matmul::encode(gpu, &mut rec, &op, shape);
     rec.submit();

@@ -15,6 +15,7 @@ mod fused;
 mod head_norm_rope;
 mod keep_only;
 mod logit_adjust;
+mod lora;
 mod mask;
 mod matmul;
 mod norm_add;
@@ -32,6 +33,7 @@ fn main() {
     let cases: Vec<Case> = [
         matmul::cases(),
         fused::cases(),
+        lora::cases(),
         head_norm_rope::cases(),
         attention::cases(),
         embedding::cases(),

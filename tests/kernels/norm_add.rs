@@ -113,6 +113,7 @@ fn same_bits_as_the_prologue(gpu: &Gpu, width: usize) -> Result<Outcome, String>
                 }),
                 gather: None,
                 output: Output::Residual(&out),
+                lora: None,
             };
             let mut rec = gpu.recorder();
             matmul::encode(gpu, &mut rec, &op, mm);

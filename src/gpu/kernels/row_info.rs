@@ -2,8 +2,9 @@
 //! its sequence's block table starts, its position, and the pool row its K and V go to.
 //!
 //! The q|k|v epilogue reads the position (RoPE) and the slot (the KV write); attention
-//! reads the table offset and the position (which keys the row attends). The layout is the
-//! shaders' `vec4<u32>`: 16 bytes, the last word zero.
+//! reads the table offset and the position (which keys the row attends); a matmul with a
+//! LoRA term reads the adapter word (whether the row gets the term). The layout is the
+//! shaders' `vec4<u32>`: 16 bytes.
 
 /// One token row's place in the paged KV pool (`rowinfo[t]` in the shaders).
 #[repr(C)]
@@ -15,8 +16,11 @@ pub struct RowInfo {
     pub position: u32,
     /// The pool row its K and V are written to (`block * block_size + position % block_size`).
     pub slot: u32,
-    /// Zero: pads the row to the shaders' `vec4<u32>`.
-    pub reserved: u32,
+    /// Which adapter the row runs with: 0 for the base model alone, 1 for the active
+    /// LoRA adapter. A matmul with a LoRA term adds it only to rows whose word is not 0, so
+    /// a base-model row is bitwise what the kernel without the term gives it, whichever
+    /// rows share its batch.
+    pub adapter: u32,
 }
 
 impl RowInfo {
@@ -25,8 +29,13 @@ impl RowInfo {
             table_offset,
             position,
             slot,
-            reserved: 0,
+            adapter: 0,
         }
+    }
+
+    /// The same row, run with `adapter` (0: the base model alone, 1: the active adapter).
+    pub fn with_adapter(self, adapter: u32) -> RowInfo {
+        RowInfo { adapter, ..self }
     }
 
     /// The keys the row attends: `position + 1`.

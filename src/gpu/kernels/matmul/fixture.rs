@@ -5,14 +5,15 @@
 //! the values those bytes decode to (what a reference multiplies by, so that only the
 //! order of f32 sums can differ from the GPU's). [`MatmulFixture`] puts `x` and an output
 //! on the GPU beside a weight (the inputs', or a loaded model's) and runs the plain matmul
-//! (`y = x · Wᵀ`, stored) on any shape.
+//! (`y = x · Wᵀ`, stored) on any shape, with a LoRA term ([`LoraInputs`]) when given one.
 //!
 //! Invariant: before a run, the output holds NaN, so a value a shape fails to write shows
 //! as NaN instead of as the value of an earlier run.
 
-use super::{Matmul, MatmulShape, Output, encode};
+use super::{LoraArgs, Matmul, MatmulShape, Output, encode};
 use crate::error::SproutError;
 use crate::formats::{FormatError, WeightFormat, dequantize, quantize};
+use crate::gpu::kernels::RowInfo;
 use crate::gpu::{Gpu, GpuWeight, Recorder, Tensor};
 use crate::rng::SplitMix64;
 
@@ -86,12 +87,70 @@ impl MatmulInputs {
     }
 }
 
-/// `m` rows of x and an output on the GPU, against a weight.
+/// A LoRA term on the CPU: `t` is `[m, rank]` (each row's A x), `b` is `[n, rank]` (B',
+/// scaled, in the weight's row layout), and `adapters[i]` row i's RowInfo adapter word
+/// (0: no term).
+#[derive(Clone, Debug)]
+pub struct LoraInputs {
+    pub rank: usize,
+    pub t: Vec<f32>,
+    pub b: Vec<f32>,
+    pub adapters: Vec<u32>,
+}
+
+impl LoraInputs {
+    /// Values from `seed`'s stream: t uniform in ±1, then B' in ±`b_scale`; `adapters` as
+    /// given (`m` of them).
+    pub fn random(n: usize, rank: usize, adapters: Vec<u32>, b_scale: f32, seed: u64) -> Self {
+        let mut rng = SplitMix64::new(seed);
+        let t = rng.vec(adapters.len() * rank, 1.0);
+        let b = rng.vec(n * rank, b_scale);
+        LoraInputs {
+            rank,
+            t,
+            b,
+            adapters,
+        }
+    }
+
+    /// Rows of x.
+    pub fn m(&self) -> usize {
+        self.adapters.len()
+    }
+
+    /// The same term for only rows `first..first + count`.
+    pub fn rows(&self, first: usize, count: usize) -> LoraInputs {
+        let r = self.rank;
+        LoraInputs {
+            t: self.t[first * r..(first + count) * r].to_vec(),
+            adapters: self.adapters[first..first + count].to_vec(),
+            ..self.clone()
+        }
+    }
+
+    /// Each row's RowInfo: only its adapter word matters to the matmul.
+    pub fn rowinfo(&self) -> Vec<RowInfo> {
+        let rows = self.adapters.iter();
+        rows.map(|&a| RowInfo::new(0, 0, 0).with_adapter(a))
+            .collect()
+    }
+}
+
+/// A LoRA term on the GPU.
+struct LoraTensors {
+    rank: usize,
+    t: Tensor,
+    b: Tensor,
+    rowinfo: Tensor,
+}
+
+/// `m` rows of x and an output on the GPU, against a weight (and a LoRA term if given).
 pub struct MatmulFixture<'w> {
     weight: &'w GpuWeight,
     m: usize,
     x: Tensor,
     y: Tensor,
+    lora: Option<LoraTensors>,
 }
 
 impl<'w> MatmulFixture<'w> {
@@ -103,10 +162,36 @@ impl<'w> MatmulFixture<'w> {
             m,
             x: gpu.upload(x),
             y: gpu.upload(&vec![f32::NAN; m * weight.rows]),
+            lora: None,
         }
     }
 
-    /// Records `y = x · Wᵀ` on `shape`.
+    /// The same product with `lora`'s term (its rows the fixture's, its B' the weight's).
+    pub fn with_lora(self, gpu: &Gpu, lora: &LoraInputs) -> MatmulFixture<'w> {
+        let (m, n, r) = (self.m, self.weight.rows, lora.rank);
+        assert_eq!(lora.m(), m, "matmul fixture: LoRA rows");
+        assert_eq!(
+            lora.t.len(),
+            m * r,
+            "matmul fixture: LoRA t is not m x rank"
+        );
+        assert_eq!(
+            lora.b.len(),
+            n * r,
+            "matmul fixture: LoRA B is not n x rank"
+        );
+        MatmulFixture {
+            lora: Some(LoraTensors {
+                rank: r,
+                t: gpu.upload(&lora.t),
+                b: gpu.upload(&lora.b),
+                rowinfo: gpu.upload(&lora.rowinfo()),
+            }),
+            ..self
+        }
+    }
+
+    /// Records `y = x · Wᵀ` (plus the LoRA term) on `shape`.
     pub fn encode(&self, gpu: &Gpu, rec: &mut Recorder, shape: MatmulShape) {
         let op = Matmul {
             x: &self.x,
@@ -115,6 +200,12 @@ impl<'w> MatmulFixture<'w> {
             norm: None,
             gather: None,
             output: Output::Store(&self.y),
+            lora: self.lora.as_ref().map(|l| LoraArgs {
+                t: &l.t,
+                b: &l.b,
+                rank: l.rank,
+                rowinfo: &l.rowinfo,
+            }),
         };
         encode(gpu, rec, &op, shape);
     }

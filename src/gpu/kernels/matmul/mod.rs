@@ -10,6 +10,16 @@
 //!   (each invocation walks all of k for a small tile); `MatVec` and `Gemm` for GPUs (k
 //!   split across a workgroup for few rows; a tiled GEMM through workgroup memory for many).
 //!
+//! A base projection may also carry a LoRA term ([`LoraArgs`]): `y = W x + B' t`, with
+//! `t = A x` computed beforehand by an ordinary matmul (the A matrices of every projection
+//! that shares x concatenated, R their ranks summed) and `B' = (alpha / r) B` scaled on the
+//! CPU, in the weight's own row layout. Each output of a row whose [`RowInfo`] adapter
+//! word is set gets `dot(B'[col], t[i])`, one fma chain over j = 0..R from 0, added before
+//! the epilogue's own work (shaders/matmul/lora.wgsl); a row whose word is 0 skips the add,
+//! so it is bitwise what the kernel without the term gives it. The term binds two or three
+//! more storage buffers (the q|k|v kernel [`lora_storage_bindings_needed`], where the
+//! adapter allows: [`lora_fits`]).
+//!
 //! [`MatmulFixture`] sets one product up for checking and timing (the kernel suite, `sprout
 //! check`, `sprout tune`, the benchmarks).
 //!
@@ -17,14 +27,18 @@
 //! (the canonical order in shaders/matmul/common.wgsl), so an output is bitwise the same
 //! whichever shape computed it and however many rows shared the dispatch. That is what
 //! lets the engine pick shapes per adapter and per batch size (`gpu::tuning`) without
-//! giving up batch invariance; the kernel suite checks it for every pair of shapes.
+//! giving up batch invariance; the kernel suite checks it for every pair of shapes. The
+//! LoRA term keeps it: it reads only the output's row of t and weight row of B', in one
+//! order, whatever the shape or the batch.
+//!
+//! [`RowInfo`]: crate::gpu::kernels::RowInfo
 
 mod fixture;
 mod gemm;
 mod shape;
 pub mod tile;
 
-pub use fixture::{MatmulFixture, MatmulInputs};
+pub use fixture::{LoraInputs, MatmulFixture, MatmulInputs};
 pub use shape::MatmulShape;
 pub use tile::{MIN_SHUFFLE_SUBGROUP, XLoads};
 
@@ -45,6 +59,8 @@ const EPILOGUE_RESIDUAL: &str = include_str!("../../../../shaders/matmul/epilogu
 const EPILOGUE_SILU: &str = include_str!("../../../../shaders/matmul/epilogue_silu_gate.wgsl");
 const EPILOGUE_GELU: &str = include_str!("../../../../shaders/matmul/epilogue_gelu_gate.wgsl");
 const EPILOGUE_QKV: &str = include_str!("../../../../shaders/matmul/epilogue_qkv_rope.wgsl");
+const LORA: &str = include_str!("../../../../shaders/matmul/lora.wgsl");
+const LORA_ROWINFO: &str = include_str!("../../../../shaders/matmul/lora_rowinfo.wgsl");
 pub(crate) const MATVEC: &str = include_str!("../../../../shaders/matmul/matvec.wgsl");
 const X_VEC4: &str = include_str!("../../../../shaders/activations/vec4.wgsl");
 const X_SCALAR: &str = include_str!("../../../../shaders/activations/scalar.wgsl");
@@ -149,6 +165,17 @@ pub struct QkvArgs<'a> {
     pub v_pool: &'a Tensor,
 }
 
+/// The LoRA term of a base projection (`y = W x + Bp t`).
+pub struct LoraArgs<'a> {
+    /// `[m, rank]` f32: each row's A x (the A matmul's output).
+    pub t: &'a Tensor,
+    /// `[n, rank]` f32: (alpha / r)·B in the weight's row layout, zero where no adapter.
+    pub b: &'a Tensor,
+    pub rank: usize,
+    /// `[m]` RowInfo: a row whose `adapter` word is 0 gets no LoRA term.
+    pub rowinfo: &'a Tensor,
+}
+
 /// The outputs and extra inputs of one fused matmul.
 pub enum Output<'a> {
     Store(&'a Tensor),
@@ -177,6 +204,9 @@ pub struct Matmul<'a> {
     /// The rows of x to read (RMSNorm only).
     pub gather: Option<Gather<'a>>,
     pub output: Output<'a>,
+    /// The LoRA term added to each output of the rows with the adapter (`None`: no
+    /// adapter, the plain kernel).
+    pub lora: Option<LoraArgs<'a>>,
 }
 
 impl Matmul<'_> {
@@ -219,29 +249,49 @@ struct Params {
     max_positions: u32,
     y_cols: u32,
     gather_first: u32,
-    _pad: u32,
+    lora_rank: u32,
 }
 
 /// The storage bindings of a kernel: x and the weight, then the prologue's, then the
-/// epilogue's.
-fn storage(prologue: Prologue, epilogue: Epilogue) -> &'static [Access] {
+/// epilogue's, then the LoRA term's (t, B', and the rows' RowInfo unless the q|k|v
+/// epilogue binds it already).
+fn storage(prologue: Prologue, epilogue: Epilogue, lora: bool) -> &'static [Access] {
     use Access::{Read as R, ReadWrite as W};
-    match (prologue, epilogue) {
-        (Prologue::Plain, Epilogue::QkvRope { .. }) => {
-            panic!("the QKV epilogue needs the RMSNorm prologue")
+    let qkv = matches!(epilogue, Epilogue::QkvRope { .. });
+    match (prologue, qkv, lora) {
+        (Prologue::Plain, true, _) => panic!("the QKV epilogue needs the RMSNorm prologue"),
+        (Prologue::Plain, false, false) => &[R, R, W],
+        (Prologue::Plain, false, true) => &[R, R, W, R, R, R],
+        (Prologue::RmsNorm, true, false) => &[R, R, R, R, R, W, W, W],
+        (Prologue::RmsNorm, true, true) => &[R, R, R, R, R, W, W, W, R, R],
+        (Prologue::RmsNorm, false, false) => &[R, R, R, W],
+        (Prologue::RmsNorm, false, true) => &[R, R, R, W, R, R, R],
+        (Prologue::RmsNormGathered, true, _) => panic!("the QKV epilogue reads every row"),
+        (Prologue::RmsNormGathered, false, false) => &[R, R, R, R, W],
+        // The gathered rows are logits rows, not the step's token rows that RowInfo
+        // describes: the vocabulary projection has no LoRA term.
+        (Prologue::RmsNormGathered, false, true) => {
+            panic!("the gathered (vocabulary) projection has no LoRA term")
         }
-        (Prologue::Plain, _) => &[R, R, W],
-        (Prologue::RmsNorm, Epilogue::QkvRope { .. }) => &[R, R, R, R, R, W, W, W],
-        (Prologue::RmsNorm, _) => &[R, R, R, W],
-        (Prologue::RmsNormGathered, Epilogue::QkvRope { .. }) => {
-            panic!("the QKV epilogue reads every row")
-        }
-        (Prologue::RmsNormGathered, _) => &[R, R, R, R, W],
     }
 }
 
+/// The storage buffers the largest LoRA kernel binds (the q|k|v projection's): an adapter
+/// whose per-stage limit is below this cannot run every projection with an adapter.
+pub fn lora_storage_bindings_needed() -> u32 {
+    let qkv = Epilogue::QkvRope { bias: true };
+    storage(Prologue::RmsNorm, qkv, true).len() as u32
+}
+
+/// Whether the adapter binds enough storage buffers per stage for every LoRA kernel (the
+/// engine reports an adapter that does not before it dispatches anything).
+pub fn lora_fits(caps: &Capabilities) -> bool {
+    caps.max_storage_buffers_per_stage >= lora_storage_bindings_needed()
+}
+
 /// One matmul kernel: a weight format, a shape, the rows of x per workgroup of the
-/// `MatVec` shape (`mr`, 0 for the others), the fusions and the x reader.
+/// `MatVec` shape (`mr`, 0 for the others), the fusions, the x reader and whether it adds
+/// a LoRA term.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct MatmulKernel {
     pub format: WeightFormat,
@@ -250,6 +300,7 @@ pub struct MatmulKernel {
     pub prologue: Prologue,
     pub epilogue: Epilogue,
     pub x: XReader,
+    pub lora: bool,
 }
 
 impl MatmulKernel {
@@ -273,7 +324,18 @@ impl MatmulKernel {
             prologue,
             epilogue,
             x,
+            lora: false,
         }
+    }
+
+    /// The same kernel, adding the LoRA term (`lora`) or not.
+    pub fn with_lora(self, lora: bool) -> MatmulKernel {
+        MatmulKernel { lora, ..self }
+    }
+
+    /// The storage buffers the kernel binds.
+    pub fn storage_bindings(&self) -> u32 {
+        self.storage().len() as u32
     }
 }
 
@@ -281,11 +343,12 @@ impl KernelSpec for MatmulKernel {
     fn name(&self) -> String {
         let k = self;
         format!(
-            "matmul/{}/mr{}/{:?}/{:?}/{}/{:?}",
+            "matmul/{}/mr{}/{:?}/{:?}{}/{}/{:?}",
             k.shape.key(),
             k.mr,
             k.prologue,
             k.epilogue,
+            if k.lora { "+lora" } else { "" },
             k.format.name(),
             k.x
         )
@@ -296,7 +359,7 @@ impl KernelSpec for MatmulKernel {
     }
 
     fn storage(&self) -> &'static [Access] {
-        storage(self.prologue, self.epilogue)
+        storage(self.prologue, self.epilogue, self.lora)
     }
 
     /// The kernel's WGSL module.
@@ -308,6 +371,7 @@ impl KernelSpec for MatmulKernel {
             prologue,
             epilogue,
             x,
+            lora,
         } = *self;
         let mut parts: Vec<String> = vec![shape.constants(mr), COMMON.to_string()];
         let mut binding = 3;
@@ -326,18 +390,32 @@ impl KernelSpec for MatmulKernel {
                 parts.push(next("GATHER", ROWS_GATHER));
             }
         }
-        match epilogue {
-            Epilogue::Store => parts.push(next("OUT", EPILOGUE_STORE)),
-            Epilogue::Residual => parts.push(next("OUT", EPILOGUE_RESIDUAL)),
-            Epilogue::SiluGate => parts.push(next("OUT", EPILOGUE_SILU)),
-            Epilogue::GeluGate => parts.push(next("OUT", EPILOGUE_GELU)),
+        let epilogue_text = match epilogue {
+            Epilogue::Store => next("OUT", EPILOGUE_STORE),
+            Epilogue::Residual => next("OUT", EPILOGUE_RESIDUAL),
+            Epilogue::SiluGate => next("OUT", EPILOGUE_SILU),
+            Epilogue::GeluGate => next("OUT", EPILOGUE_GELU),
             Epilogue::QkvRope { bias } => {
                 let mut text = format!("const HAS_BIAS: bool = {bias};\n{EPILOGUE_QKV}\n{NAN}");
                 for name in ["TABLE", "ROWINFO", "Q", "K", "V"] {
                     text = next(name, &text);
                 }
-                parts.push(text);
+                text
             }
+        };
+        if lora {
+            // The shapes call `emit_pair`: the LoRA term's, which adds the term and hands
+            // the pair on to the epilogue's.
+            assert_eq!(epilogue_text.matches("fn emit_pair(").count(), 1);
+            parts.push(epilogue_text.replace("fn emit_pair(", "fn emit_pair_base("));
+            let mut text = next("LORA_T", LORA);
+            text = next("LORA_B", &text);
+            parts.push(text);
+            if !matches!(epilogue, Epilogue::QkvRope { .. }) {
+                parts.push(next("ROWINFO", LORA_ROWINFO));
+            }
+        } else {
+            parts.push(epilogue_text);
         }
         parts.push(shape.body());
         parts.push(x.source().to_string());
@@ -346,7 +424,8 @@ impl KernelSpec for MatmulKernel {
 }
 
 /// Records the fused matmul `op` with `shape`. Panics (naming the problem) when the
-/// buffers are too small for the shapes or the adapter cannot run the shape.
+/// buffers are too small for the shapes or the adapter cannot run the shape or bind the
+/// kernel's buffers (a LoRA term on an adapter that [`lora_fits`] refuses).
 pub fn encode(gpu: &Gpu, rec: &mut Recorder, op: &Matmul, shape: MatmulShape) {
     let (m, k, weight) = (op.m, op.weight.cols, op.weight);
     let (prologue, epilogue) = (op.prologue(), op.epilogue());
@@ -393,9 +472,9 @@ pub fn encode(gpu: &Gpu, rec: &mut Recorder, op: &Matmul, shape: MatmulShape) {
         max_positions: 0,
         y_cols: (n / 2) as u32,
         gather_first: op.gather.map_or(0, |g| g.first as u32),
-        _pad: 0,
+        lora_rank: 0,
     };
-    let mut extra: Vec<&wgpu::Buffer> = Vec::with_capacity(6);
+    let mut extra: Vec<&wgpu::Buffer> = Vec::with_capacity(8);
     if let Some(norm) = &op.norm {
         assert!(
             norm.vectors.len >= norm.offset + k,
@@ -462,12 +541,59 @@ pub fn encode(gpu: &Gpu, rec: &mut Recorder, op: &Matmul, shape: MatmulShape) {
             ]);
         }
     }
+    if let Some(lora) = &op.lora {
+        let r = lora.rank;
+        assert!(
+            r > 0,
+            "matmul: a LoRA term of rank 0 (no adapter is `lora: None`)"
+        );
+        assert!(
+            op.gather.is_none(),
+            "matmul: the gathered (vocabulary) projection has no LoRA term"
+        );
+        assert!(
+            lora.t.len >= m * r,
+            "matmul: LoRA t holds {} values, needs {m}x{r}",
+            lora.t.len
+        );
+        assert!(
+            lora.b.len >= n * r,
+            "matmul: LoRA B holds {} values, needs {n}x{r}",
+            lora.b.len
+        );
+        p.lora_rank = r as u32;
+        extra.extend([&lora.t.buffer, &lora.b.buffer]);
+        match &op.output {
+            // The q|k|v epilogue's RowInfo binding serves the term too.
+            Output::Qkv(q) => assert!(
+                q.rowinfo.buffer == lora.rowinfo.buffer,
+                "matmul: the LoRA term reads the q|k|v epilogue's rowinfo"
+            ),
+            _ => {
+                assert!(
+                    lora.rowinfo.len >= 4 * m,
+                    "matmul: LoRA rowinfo for {m} rows"
+                );
+                extra.push(&lora.rowinfo.buffer);
+            }
+        }
+    }
     if m == 0 {
         return;
     }
     let mr = shape.rows_per_workgroup(m);
     let fusion = (prologue, epilogue);
-    let kernel = MatmulKernel::new(weight.format, shape, mr, fusion, XReader::for_cols(k));
+    let kernel = MatmulKernel::new(weight.format, shape, mr, fusion, XReader::for_cols(k))
+        .with_lora(op.lora.is_some());
+    let (needed, limit) = (
+        kernel.storage_bindings(),
+        gpu.caps.max_storage_buffers_per_stage,
+    );
+    assert!(
+        needed <= limit,
+        "matmul: {} binds {needed} storage buffers, more than the adapter's {limit}",
+        kernel.name()
+    );
     let kernel = gpu.pipeline(&kernel);
     for part in &weight.parts {
         assert!(
@@ -476,7 +602,7 @@ pub fn encode(gpu: &Gpu, rec: &mut Recorder, op: &Matmul, shape: MatmulShape) {
         );
         p.rows = part.rows as u32;
         p.n_offset = part.first_row as u32;
-        let mut buffers: Vec<&wgpu::Buffer> = Vec::with_capacity(8);
+        let mut buffers: Vec<&wgpu::Buffer> = Vec::with_capacity(10);
         buffers.extend([&op.x.buffer, &part.buffer]);
         buffers.extend(extra.iter().copied());
         rec.dispatch(
@@ -489,7 +615,8 @@ pub fn encode(gpu: &Gpu, rec: &mut Recorder, op: &Matmul, shape: MatmulShape) {
 }
 
 /// Every WGSL module this kernel family builds without optional features (validated by
-/// the shader test): every shape, format, x reader and fusion the engine uses.
+/// the shader test): every shape, format, x reader and fusion the engine uses, and a
+/// sample of the LoRA kernels (see `modules_where`).
 pub fn modules() -> Vec<(String, String)> {
     modules_where(|s| !s.needs_subgroups())
 }
@@ -512,15 +639,130 @@ fn modules_where(keep: impl Fn(&MatmulShape) -> bool) -> Vec<(String, String)> {
         (Prologue::RmsNormGathered, Epilogue::Store),
     ];
     let mut out = Vec::new();
-    for shape in MatmulShape::candidates_all().into_iter().filter(keep) {
-        for format in WeightFormat::ALL {
+    for (s, shape) in MatmulShape::candidates_all().into_iter().enumerate() {
+        if !keep(&shape) {
+            continue;
+        }
+        for (f, format) in WeightFormat::ALL.into_iter().enumerate() {
             for x in XReader::ALL {
                 for (prologue, epilogue) in fusions {
                     let k = MatmulKernel::new(format, shape, 2, (prologue, epilogue), x);
                     out.push((k.name(), k.source()));
                 }
             }
+            // The LoRA term wraps whichever epilogue and reads neither x nor the weight,
+            // so a sample covers it: every fusion that takes it, on every third (shape,
+            // format) pair (so every format and every shape), the x readers alternating.
+            // That adds about a sixth to the modules instead of doubling them.
+            if (s + f) % 3 != 0 {
+                continue;
+            }
+            let x = XReader::ALL[(s + f) % 2];
+            for (prologue, epilogue) in fusions {
+                if prologue == Prologue::RmsNormGathered {
+                    continue;
+                }
+                let k = MatmulKernel::new(format, shape, 2, (prologue, epilogue), x);
+                let k = k.with_lora(true);
+                out.push((k.name(), k.source()));
+            }
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::bindings::MAX_STORAGE_BINDINGS;
+
+    #[test]
+    fn the_lora_kernels_bind_what_their_spec_lists() {
+        assert_eq!(lora_storage_bindings_needed(), 10);
+        assert!(lora_storage_bindings_needed() as usize <= MAX_STORAGE_BINDINGS);
+        // WebGPU's default limit of 8 runs the plain kernels, not the q|k|v one with a term.
+        let mut caps = crate::gpu::tuning::tests_caps();
+        assert_eq!(caps.max_storage_buffers_per_stage, 8);
+        assert!(!lora_fits(&caps));
+        caps.max_storage_buffers_per_stage = 10;
+        assert!(lora_fits(&caps));
+        let shape = MatmulShape::Gemm { tm: 4 };
+        for (prologue, epilogue, without) in [
+            (Prologue::Plain, Epilogue::Store, 3),
+            (Prologue::Plain, Epilogue::Residual, 3),
+            (Prologue::RmsNorm, Epilogue::SiluGate, 4),
+            (Prologue::RmsNorm, Epilogue::QkvRope { bias: true }, 8),
+        ] {
+            let base = MatmulKernel::new(
+                WeightFormat::Q4_1,
+                shape,
+                0,
+                (prologue, epilogue),
+                XReader::Vec4,
+            );
+            let lora = base.with_lora(true);
+            assert_ne!(base, lora);
+            assert_ne!(base.name(), lora.name());
+            assert_eq!(base.storage_bindings(), without);
+            // The q|k|v epilogue's RowInfo binding serves the term: t and B' only.
+            let added = if without == 8 { 2 } else { 3 };
+            assert_eq!(lora.storage_bindings(), without + added);
+            // Every binding the spec lists is declared once in the module, numbered 1..
+            let src = lora.source();
+            for b in 1..=lora.storage_bindings() {
+                assert_eq!(src.matches(&format!("@binding({b})")).count(), 1, "{b}");
+            }
+            assert!(!src.contains("@binding(B_"));
+            assert_eq!(src.matches("fn emit_pair(").count(), 1);
+            assert_eq!(src.matches("fn emit_pair_base(").count(), 1);
+            assert!(!base.source().contains("fn emit_pair_base("));
+        }
+    }
+
+    #[test]
+    fn the_lora_sample_is_modest_and_covers_every_format_shape_and_fusion() {
+        let all = modules();
+        let lora: Vec<&String> = all
+            .iter()
+            .map(|(n, _)| n)
+            .filter(|n| n.contains("+lora"))
+            .collect();
+        let plain = all.len() - lora.len();
+        assert!(
+            lora.len() * 4 < plain,
+            "{} LoRA modules of {}",
+            lora.len(),
+            all.len()
+        );
+        for format in WeightFormat::ALL {
+            let tag = format!("/{}/", format.name());
+            assert!(
+                lora.iter().any(|n| n.contains(&tag)),
+                "no LoRA module for {format}"
+            );
+        }
+        for shape in MatmulShape::candidates_all()
+            .iter()
+            .filter(|s| !s.needs_subgroups())
+        {
+            let tag = format!("matmul/{}/", shape.key());
+            assert!(
+                lora.iter().any(|n| n.starts_with(&tag)),
+                "no LoRA module for {shape:?}"
+            );
+        }
+        for epilogue in [
+            "Store+",
+            "Residual+",
+            "SiluGate+",
+            "GeluGate+",
+            "bias: false }+",
+            "bias: true }+",
+        ] {
+            assert!(
+                lora.iter().any(|n| n.contains(epilogue)),
+                "no LoRA module for {epilogue}"
+            );
+        }
+    }
 }
