@@ -61,7 +61,10 @@ fn check_against_peft(name: &str) {
         let got = pollster::block_on(score(&decoder, &ids)).unwrap();
         let diff = max_abs_diff(&got, &want);
         println!("{label}: log-probs with the adapter within {diff:.2e} of PEFT's");
-        assert!(diff <= 1e-3, "{label}: log-probs differ from PEFT's by {diff}");
+        assert!(
+            diff <= 1e-3,
+            "{label}: log-probs differ from PEFT's by {diff}"
+        );
         let out = greedy(&decoder, &prompt, want_greedy.len());
         assert_eq!(out.token_ids, want_greedy, "{label}: greedy tokens");
 
@@ -69,11 +72,20 @@ fn check_against_peft(name: &str) {
         decoder.set_adapter(None);
         let base = pollster::block_on(score(&decoder, &ids)).unwrap();
         let moved = max_abs_diff(&base, &want);
-        assert!(moved > 0.1, "{label}: the adapter moves log-probs by only {moved}");
+        assert!(
+            moved > 0.1,
+            "{label}: the adapter moves log-probs by only {moved}"
+        );
         let base_diff = max_abs_diff(&base, &want_base);
-        assert!(base_diff <= 1e-3, "{label}: base log-probs differ by {base_diff}");
+        assert!(
+            base_diff <= 1e-3,
+            "{label}: base log-probs differ by {base_diff}"
+        );
         let out = greedy(&decoder, &prompt, want_greedy.len());
-        assert_ne!(out.token_ids, want_greedy, "{label}: greedy tokens without it");
+        assert_ne!(
+            out.token_ids, want_greedy,
+            "{label}: greedy tokens without it"
+        );
     }
 }
 
@@ -145,7 +157,11 @@ fn a_request_with_the_adapter_draws_the_same_bits_alone_and_batched_with_base_re
         drop(base_only);
         let decoder = open(&gpu, name, true);
         let (alone_lora, _) = run(&decoder, &config(64, 512), &[with(0, true)]);
-        assert_ne!(bits(&alone_lora), bits(&alone_base), "{label}: the adapter changes nothing");
+        assert_ne!(
+            bits(&alone_lora),
+            bits(&alone_base),
+            "{label}: the adapter changes nothing"
+        );
         // Batched together, whole prompts and prefill chunks of 8 tokens.
         for max_batch_tokens in [512, 8] {
             let both = [with(0, true), with(1, false)];

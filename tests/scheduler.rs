@@ -1168,7 +1168,10 @@ fn a_lora_adapter_shares_blocks_only_within_its_contents_and_version() {
         assert_eq!(finished.len(), 2, "request {i}: both samples finish");
         let label = if lora { version } else { c.weights_version };
         for f in &finished {
-            assert!(f.weights_versions.iter().all(|&v| v == label), "request {i}");
+            assert!(
+                f.weights_versions.iter().all(|&v| v == label),
+                "request {i}"
+            );
         }
         s.check().unwrap();
     }

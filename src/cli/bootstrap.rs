@@ -11,11 +11,11 @@ use anyhow::{Context, Result, anyhow};
 use sprout::engine::{Engine, EngineConfig};
 use sprout::gpu::{BackendChoice, Gpu};
 use sprout::model::decoder::Decoder;
+use sprout::model::lora::LoraAdapter;
+use sprout::model::lora::device::DeviceLora;
 use sprout::model::open::ModelInfo;
 use sprout::tokenizer::Tokenizer;
 use sprout::tokenizer::chat_template::ChatTemplate;
-use sprout::model::lora::LoraAdapter;
-use sprout::model::lora::device::DeviceLora;
 use sprout::trajectory::{LoraProvenance, Provenance};
 
 use crate::cli::cli_args::{LoadedModel, LoraArg};

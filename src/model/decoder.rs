@@ -204,7 +204,11 @@ impl ForwardBuffers {
     /// Bytes these buffers take on the device.
     pub fn device_bytes(&self) -> u64 {
         let tensors = [&self.h, &self.q, &self.attn, &self.act, &self.scratch];
-        let optional = [self.qkv.as_ref(), self.branch.as_ref(), self.lora_t.as_ref()];
+        let optional = [
+            self.qkv.as_ref(),
+            self.branch.as_ref(),
+            self.lora_t.as_ref(),
+        ];
         let chunks = self.logits.chunks.iter();
         let all = tensors
             .into_iter()
@@ -513,10 +517,16 @@ impl Decoder {
             // The layer's LoRA sites, when the batch runs the adapter: each site's `A x`
             // is recorded just before its base projection, which adds `B (A x)`.
             let sites = lora.as_ref().map(|(adapter, _)| &adapter.layers[l]);
-            let site_term = |this: &Self, rec: &mut Recorder, site, x, norm, pick: fn(&DeviceLayer) -> Option<&DeviceSite>| {
-                let (s, scratch) = (sites.and_then(pick)?, lora.as_ref()?.1);
-                this.lora_a(rec, site, s, x, t, norm, scratch, batch.rowinfo)
-            };
+            let site_term =
+                |this: &Self,
+                 rec: &mut Recorder,
+                 site,
+                 x,
+                 norm,
+                 pick: fn(&DeviceLayer) -> Option<&DeviceSite>| {
+                    let (s, scratch) = (sites.and_then(pick)?, lora.as_ref()?.1);
+                    this.lora_a(rec, site, s, x, t, norm, scratch, batch.rowinfo)
+                };
             let qkv = QkvArgs {
                 bias_offset: offsets.qkv_bias,
                 q_dim: c.q_dim(),
@@ -528,7 +538,14 @@ impl Decoder {
                 k_pool,
                 v_pool,
             };
-            let qkv_lora = site_term(self, rec, MatmulSite::Qkv, &a.h, norm(offsets.attn_norm), |l| l.qkv.as_ref());
+            let qkv_lora = site_term(
+                self,
+                rec,
+                MatmulSite::Qkv,
+                &a.h,
+                norm(offsets.attn_norm),
+                |l| l.qkv.as_ref(),
+            );
             let projection = |output| Matmul {
                 x: &a.h,
                 m: t,
@@ -590,9 +607,18 @@ impl Decoder {
                 }
                 _ => this.matmul(rec, site, plain(x, weight, Output::Residual(&a.h), lora)),
             };
-            let o_lora = site_term(self, rec, MatmulSite::AttnOut, &a.attn, None, |l| l.o.as_ref());
+            let o_lora = site_term(self, rec, MatmulSite::AttnOut, &a.attn, None, |l| {
+                l.o.as_ref()
+            });
             add(self, rec, MatmulSite::AttnOut, &a.attn, &layer.o, 0, o_lora);
-            let gate_up_lora = site_term(self, rec, MatmulSite::GateUp, &a.h, norm(offsets.mlp_norm), |l| l.gate_up.as_ref());
+            let gate_up_lora = site_term(
+                self,
+                rec,
+                MatmulSite::GateUp,
+                &a.h,
+                norm(offsets.mlp_norm),
+                |l| l.gate_up.as_ref(),
+            );
             self.matmul(
                 rec,
                 MatmulSite::GateUp,
@@ -609,8 +635,18 @@ impl Decoder {
                     lora: gate_up_lora,
                 },
             );
-            let down_lora = site_term(self, rec, MatmulSite::Down, &a.act, None, |l| l.down.as_ref());
-            add(self, rec, MatmulSite::Down, &a.act, &layer.down, 1, down_lora);
+            let down_lora = site_term(self, rec, MatmulSite::Down, &a.act, None, |l| {
+                l.down.as_ref()
+            });
+            add(
+                self,
+                rec,
+                MatmulSite::Down,
+                &a.act,
+                &layer.down,
+                1,
+                down_lora,
+            );
         }
         if r == 0 {
             return Ok(());

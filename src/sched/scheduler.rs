@@ -172,7 +172,11 @@ impl Scheduler {
         self.waiting.push_back(seq);
         let salt = request.cache_salt.as_deref().map(BlockHash::salt_root);
         let root = match (&self.lora, request.lora) {
-            (Some(tag), true) => Some(BlockHash::lora_root(salt.as_ref(), &tag.digest, tag.version)),
+            (Some(tag), true) => Some(BlockHash::lora_root(
+                salt.as_ref(),
+                &tag.digest,
+                tag.version,
+            )),
             _ => salt,
         };
         if let Some(root) = root {

@@ -72,13 +72,7 @@ fn upload_site(
             site.b.len()
         )));
     }
-    let a = GpuWeight::upload(
-        gpu,
-        WeightFormat::F32,
-        bytemuck::cast_slice(&site.a),
-        r,
-        k,
-    )?;
+    let a = GpuWeight::upload(gpu, WeightFormat::F32, bytemuck::cast_slice(&site.a), r, k)?;
     Ok(DeviceSite {
         a,
         b: gpu.upload(&site.b),
@@ -141,7 +135,10 @@ impl DeviceLora {
 
     /// Bytes the adapter holds on the device.
     pub fn device_bytes(&self) -> u64 {
-        let sites = self.layers.iter().flat_map(|l| [&l.qkv, &l.o, &l.gate_up, &l.down]);
+        let sites = self
+            .layers
+            .iter()
+            .flat_map(|l| [&l.qkv, &l.o, &l.gate_up, &l.down]);
         sites
             .flatten()
             .map(|s| s.b.buffer.size() + s.a.parts.iter().map(|p| p.buffer.size()).sum::<u64>())

@@ -35,7 +35,6 @@ mod projection;
 pub use peft::{CONFIG_FILE, TENSORS_FILE};
 pub use projection::Projection;
 
-
 /// One fused projection site's adapter, laid out for the kernels.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SiteLora {
