@@ -33,7 +33,7 @@ fn adapter_dir(name: &str) -> PathBuf {
 
 /// The tiny fixture `name` on `gpu`, with its PEFT adapter set when `with_adapter`.
 fn open(gpu: &Arc<Gpu>, name: &str, with_adapter: bool) -> Decoder {
-    let mut source = SafetensorsDir::open(&fixtures().join(name)).unwrap();
+    let mut source = SafetensorsDir::open(fixtures().join(name)).unwrap();
     let decoder = load(gpu, &mut source);
     if with_adapter {
         set_adapter(gpu, &decoder, name);

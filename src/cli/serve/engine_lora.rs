@@ -64,7 +64,7 @@ impl EngineLoop<'_> {
     /// Removes the adapter `name`.
     pub(super) fn unload_lora(&mut self, name: &str) -> Result<(), ApiError> {
         let loaded = self.engine.decoder().adapter();
-        if !loaded.is_some_and(|a| a.name == name) {
+        if loaded.is_none_or(|a| a.name != name) {
             return Err(not_found(name));
         }
         let unfinished = self.lora_requests();
