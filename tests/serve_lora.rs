@@ -526,4 +526,32 @@ fn bad_loads_and_unloads_are_refused_and_the_adapter_in_force_stays() {
     );
     param(reply, 400, "z", "unknown fields: z");
     assert_eq!(models(port).len(), 2);
+
+    // A request held by a pause counts as unfinished: unloading would strand it.
+    pause_keep(port);
+    let held = std::thread::spawn(move || complete(port, &probe));
+    await_waiting(port);
+    refused(&unload(port, "x"), 409, "has 1 unfinished requests");
+    resume(port);
+    let reply = held.join().unwrap();
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(unload(port, "x").status, 200);
+}
+
+/// Waits (60 s at most) until `/metrics` counts a request waiting.
+fn await_waiting(port: u16) {
+    let start = std::time::Instant::now();
+    loop {
+        let text = http(port, "GET", "/metrics", &[], b"").body;
+        let waiting = text
+            .lines()
+            .filter(|l| l.starts_with("vllm:num_requests_waiting"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>();
+        if waiting >= 1.0 {
+            return;
+        }
+        assert!(start.elapsed().as_secs() < 60, "no request came to wait");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
 }
