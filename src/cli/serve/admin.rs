@@ -1,7 +1,8 @@
 //! The routes a trainer drives the server with, in vLLM's shapes: `POST /pause`,
 //! `POST /resume`, `GET /is_paused`, `POST /abort_requests`, `POST /reset_prefix_cache`,
 //! `POST /update_weights` (in `update`), and `POST /sleep`, `POST /wake_up` and
-//! `GET /is_sleeping` (in `sleep`).
+//! `GET /is_sleeping` (in `sleep`), and vLLM's `POST /v1/load_lora_adapter` and
+//! `POST /v1/unload_lora_adapter` (in `lora`: they read a directory on the server).
 //!
 //! They answer loopback clients only, unless `--admin-api-key` is set: then anyone with
 //! `Authorization: Bearer ADMIN_KEY`, and no one without it.
@@ -24,7 +25,7 @@ use serde_json::{Value, json};
 use crate::cli::serve::error::{ApiError, poisoned};
 use crate::cli::serve::messages::{Command, PauseMode};
 use crate::cli::serve::state::AppState;
-use crate::cli::serve::{sleep, update};
+use crate::cli::serve::{lora, sleep, update};
 
 pub fn router(state: Arc<AppState>) -> Router<Arc<AppState>> {
     Router::new()
@@ -38,6 +39,8 @@ pub fn router(state: Arc<AppState>) -> Router<Arc<AppState>> {
         .route("/sleep", post(sleep::sleep))
         .route("/wake_up", post(sleep::wake_up))
         .route("/is_sleeping", get(sleep::is_sleeping))
+        .route("/v1/load_lora_adapter", post(lora::load_lora_adapter))
+        .route("/v1/unload_lora_adapter", post(lora::unload_lora_adapter))
         .route_layer(middleware::from_fn_with_state(state, check_admin))
 }
 

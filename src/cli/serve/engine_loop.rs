@@ -42,6 +42,8 @@ struct Live {
     admitted: bool,
     /// Per sample, when its last token was drawn.
     last_token: Vec<Option<Instant>>,
+    /// It runs with the LoRA adapter.
+    lora: bool,
 }
 
 /// Where one HTTP request's events go, and when it arrived.
@@ -56,6 +58,8 @@ struct Client {
 pub(super) struct Held {
     requests: Vec<Request>,
     client: Client,
+    /// The adapter the requests with `lora` name.
+    adapter: Option<String>,
     pub(super) reply: oneshot::Sender<Result<(), Refusal>>,
 }
 
@@ -78,7 +82,7 @@ const MEMORY_EVERY: Duration = Duration::from_secs(1);
 /// The loop's state; see the module docs.
 pub struct EngineLoop<'e> {
     pub(super) engine: Engine<'e>,
-    metrics: Arc<Metrics>,
+    pub(super) metrics: Arc<Metrics>,
     live: HashMap<u32, Live>,
     /// The scheduler's counters when they were last added to the metrics.
     counted: SchedulerStats,
@@ -159,6 +163,7 @@ impl<'e> EngineLoop<'e> {
                 stream_tokens,
                 events,
                 arrived,
+                adapter,
                 reply,
             } => {
                 let client = Client {
@@ -172,10 +177,11 @@ impl<'e> EngineLoop<'e> {
                     self.held.push(Held {
                         requests,
                         client,
+                        adapter,
                         reply,
                     });
                 } else {
-                    let _ = reply.send(self.add(requests, client));
+                    let _ = reply.send(self.add(requests, client, adapter.as_deref()));
                 }
             }
             Command::Abort { indexes } => {
@@ -235,6 +241,17 @@ impl<'e> EngineLoop<'e> {
                 self.refresh_memory();
                 let _ = reply.send(Ok(()));
             }
+            Command::LoadLora {
+                adapter,
+                name,
+                inplace,
+                reply,
+            } => {
+                let _ = reply.send(self.load_lora(&adapter, name, inplace));
+            }
+            Command::UnloadLora { name, reply } => {
+                let _ = reply.send(self.unload_lora(&name));
+            }
             Command::Shutdown => unreachable!("handled by the loop"),
         }
     }
@@ -269,7 +286,8 @@ impl<'e> EngineLoop<'e> {
         for held in std::mem::take(&mut self.held) {
             // A client that left while held is not worth starting.
             if !held.reply.is_closed() {
-                let _ = held.reply.send(self.add(held.requests, held.client));
+                let added = self.add(held.requests, held.client, held.adapter.as_deref());
+                let _ = held.reply.send(added);
             }
         }
     }
@@ -279,28 +297,46 @@ impl<'e> EngineLoop<'e> {
         self.memory.1 = None;
     }
 
+    /// The engine requests with the LoRA adapter that are unfinished: live, or held for
+    /// a pause, a drain or a wake.
+    pub(super) fn lora_requests(&self) -> usize {
+        let live = self.live.values().filter(|l| l.lora).count();
+        let held = self.held.iter().flat_map(|h| &h.requests);
+        live + held.filter(|r| r.lora).count()
+    }
+
     /// Adds every request of one HTTP request, or none: a refusal aborts those already
-    /// added.
-    fn add(&mut self, requests: Vec<Request>, client: Client) -> Result<(), Refusal> {
+    /// added. Requests with `lora` are refused unless `adapter` names the adapter in
+    /// force.
+    fn add(
+        &mut self,
+        requests: Vec<Request>,
+        client: Client,
+        adapter: Option<&str>,
+    ) -> Result<(), Refusal> {
+        if requests.iter().any(|r| r.lora) {
+            self.check_adapter(adapter)?;
+        }
         let mut added = Vec::new();
         for request in requests {
-            let (index, n) = (request.index, request.n);
+            let (index, n, lora) = (request.index, request.n, request.lora);
             match self.engine.add_request(request) {
-                Ok(id) => added.push((index, n, id)),
+                Ok(id) => added.push((index, n, lora, id)),
                 Err(e) => {
-                    for (_, _, id) in added {
+                    for (_, _, _, id) in added {
                         let _ = self.engine.abort(id);
                     }
                     return Err(Refusal::Invalid(e.to_string()));
                 }
             }
         }
-        for (index, n, id) in added {
+        for (index, n, lora, id) in added {
             let live = Live {
                 id,
                 client: client.clone(),
                 admitted: false,
                 last_token: vec![None; n],
+                lora,
             };
             self.live.insert(index, live);
         }

@@ -62,6 +62,7 @@ fn start(l: &mut EngineLoop<'_>, index: u32) -> tmpsc::UnboundedReceiver<Event> 
         stream_tokens: false,
         events,
         arrived: Instant::now(),
+        adapter: None,
         reply,
     });
     assert_eq!(added.try_recv(), Ok(Ok(())));

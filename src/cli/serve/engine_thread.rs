@@ -19,7 +19,8 @@ use sprout::tokenizer::chat_template::ChatTemplate;
 use tokio::sync::oneshot;
 
 use crate::cli::bootstrap::{self, Kernels};
-use crate::cli::cli_args::ModelArg;
+use crate::cli::cli_args::{LoraArg, ModelArg};
+use crate::cli::serve::adapters::ServedLora;
 use crate::cli::serve::engine_loop::EngineLoop;
 use crate::cli::serve::error::ApiError;
 use crate::cli::serve::messages::Command;
@@ -45,6 +46,8 @@ pub struct ModelFacts {
     /// The model file's (or directory's) name and path.
     pub model_name: String,
     pub model_path: String,
+    /// The LoRA adapter `--lora` put in force at start, if any.
+    pub lora: Option<ServedLora>,
 }
 
 /// The HTTP side's end of the engine thread.
@@ -99,6 +102,9 @@ pub struct Labels {
     pub quantize: Option<WeightFormat>,
     /// `--queue-while-asleep`: requests that arrive while asleep wait (else: 503).
     pub queue_while_asleep: bool,
+    /// `--lora`: an adapter in force from the start (under its directory's name, version
+    /// 1).
+    pub lora: LoraArg,
 }
 
 /// Starts the engine thread: it opens the GPU and loads `model` there (the engine borrows
@@ -156,6 +162,11 @@ fn run(
             return;
         }
     };
+    // Before the engine exists: it takes the adapter in force from the decoder.
+    if let Err(e) = opened.apply_lora(&labels.lora) {
+        let _ = ready.send(Err(e));
+        return;
+    }
     let engine = opened
         .tokenizer()
         .and_then(|t| Ok((t, opened.engine(&config)?)));
@@ -197,6 +208,16 @@ fn run(
         kv_blocks: engine.num_blocks(),
         model_name: info.name.clone(),
         model_path: info.path.clone(),
+        lora: opened.decoder.adapter().map(|a| ServedLora {
+            name: a.name.clone(),
+            path: labels
+                .lora
+                .lora
+                .as_ref()
+                .map(|dir| dir.display().to_string())
+                .unwrap_or_default(),
+            version: a.version,
+        }),
     };
     let name = labels
         .served_name
@@ -208,6 +229,7 @@ fn run(
             return;
         }
     };
+    metrics.set_lora(facts.lora.as_ref().map(|l| l.version));
     let status = Arc::new(Mutex::new(EngineStatus {
         sleep: SleepState::default(),
         weights: opened.decoder.residency(),

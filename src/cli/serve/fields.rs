@@ -79,7 +79,7 @@ const fn f(
 /// Every field of the three routes, in the README's order (one row a line: a table).
 #[rustfmt::skip]
 pub const FIELDS: &[FieldRule] = &[
-    f("model", Some(I), Some(I), Some(I), &[], r#""m""#, "must name the served model (else 404)"),
+    f("model", Some(I), Some(I), Some(I), &[], r#""m""#, "the served model, or the loaded LoRA adapter to run with it (else 404)"),
     f("prompt", Some(I), None, None, &[], r#"[1, 2]"#, "text, token ids, or a list of either"),
     f("messages", None, Some(I), None, &[], r#"[{"role": "user", "content": "x"}]"#, "rendered by the chat template; text parts only"),
     f("n", Some(I), Some(I), Some(I), &[], "2", "samples per prompt, at most `--max-n`"),

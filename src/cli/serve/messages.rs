@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use sprout::engine::DrawnToken;
 use sprout::model::decoder_weights::DecoderWeights;
+use sprout::model::lora::LoraAdapter;
 use sprout::model::weight_residency::Residency;
 use sprout::sched::{FinishedSample, Request};
 use tokio::sync::{mpsc as tmpsc, oneshot};
@@ -25,6 +26,9 @@ pub enum Command {
         events: tmpsc::UnboundedSender<Event>,
         /// When the HTTP request arrived (the metrics' clocks start here).
         arrived: Instant,
+        /// The LoRA adapter the requests with `lora` run with, by name: refused unless it
+        /// is the one in force when they are queued.
+        adapter: Option<String>,
         /// Whether the requests were queued, or why not.
         reply: oneshot::Sender<Result<(), Refusal>>,
     },
@@ -65,6 +69,22 @@ pub enum Command {
         tags: Option<Vec<WakeTag>>,
         reply: oneshot::Sender<Result<WakeReport, String>>,
     },
+    /// Upload `adapter` and put it in force under `name` between two steps (`inplace`:
+    /// replacing the adapter of that name, one version up); replies with its version, or
+    /// why not (another adapter is loaded, this one is and `inplace` is not set, or the
+    /// device refuses it).
+    LoadLora {
+        adapter: Box<LoraAdapter>,
+        name: String,
+        inplace: bool,
+        reply: oneshot::Sender<Result<u64, ApiError>>,
+    },
+    /// Remove the adapter `name`; replies once removed, or why not (it is not loaded, or
+    /// requests with it are unfinished).
+    UnloadLora {
+        name: String,
+        reply: oneshot::Sender<Result<(), ApiError>>,
+    },
     /// Abort everything, send each client its aborted samples, and end the thread.
     Shutdown,
 }
@@ -103,6 +123,8 @@ pub enum Refusal {
     Invalid(String),
     /// The server cannot take any now: it sleeps, or shuts down (a 503).
     Unavailable(String),
+    /// The LoRA adapter they name is not the one in force (a 404 naming `model`).
+    UnknownModel(String),
 }
 
 /// What `/wake_up` may wake (vLLM's tags).

@@ -4,7 +4,9 @@
 //! the KV pool in blocks (`sprout:kv_blocks_in_use`, `sprout:kv_blocks`), the device
 //! memory held (`sprout:gpu_memory_bytes`, labelled with its `source`: `allocator`, wgpu's
 //! report on Vulkan and DX12, or `buffers`, sprout's own sum of its buffers elsewhere; see
-//! `sprout::gpu::memory`) and whether the server sleeps (`sprout:is_sleeping`).
+//! `sprout::gpu::memory`), whether the server sleeps (`sprout:is_sleeping`), and whether
+//! a LoRA adapter is loaded and its version (`sprout:lora_adapter_loaded`,
+//! `sprout:lora_adapter_version`: 0 with none).
 //!
 //! The engine thread owns every figure here: it measures the histograms (from when the
 //! HTTP side received the request) and moves the counters on after each step, so a figure
@@ -42,6 +44,8 @@ pub struct Metrics {
     pub request_queue_time: Histogram,
     gpu_memory_bytes: IntGaugeVec,
     pub is_sleeping: IntGauge,
+    lora_adapter_loaded: IntGauge,
+    lora_adapter_version: IntGauge,
 }
 
 // vLLM's buckets, so that dashboards' quantiles mean the same thing.
@@ -143,6 +147,15 @@ impl Metrics {
                 "sprout:is_sleeping",
                 "1 while the server sleeps (/sleep), 0 awake.",
             )?,
+            lora_adapter_loaded: gauge(
+                "sprout:lora_adapter_loaded",
+                "1 while a LoRA adapter is loaded (a request's model names it), 0 without.",
+            )?,
+            lora_adapter_version: gauge(
+                "sprout:lora_adapter_version",
+                "The loaded LoRA adapter's version (one more at each in-place load); 0 \
+                 without one.",
+            )?,
             registry: registry.clone(),
         };
         let kv_blocks_total = gauge("sprout:kv_blocks", "Blocks in the KV pool.")?;
@@ -165,6 +178,8 @@ impl Metrics {
         reg(Box::new(m.request_queue_time.clone()))?;
         reg(Box::new(m.gpu_memory_bytes.clone()))?;
         reg(Box::new(m.is_sleeping.clone()))?;
+        reg(Box::new(m.lora_adapter_loaded.clone()))?;
+        reg(Box::new(m.lora_adapter_version.clone()))?;
         // Every finish reason from the start, so that a rate over it is defined at once.
         for reason in ["stop", "length", "abort"] {
             m.request_success.with_label_values(&[reason]);
@@ -203,6 +218,13 @@ impl Metrics {
         self.gpu_memory_bytes
             .with_label_values(&[source])
             .set(bytes);
+    }
+
+    /// Sets the LoRA adapter's gauges: its version, `None` with none loaded.
+    pub fn set_lora(&self, version: Option<u64>) {
+        self.lora_adapter_loaded.set(version.is_some() as i64);
+        let version = version.map_or(0, |v| i64::try_from(v).unwrap_or(i64::MAX));
+        self.lora_adapter_version.set(version);
     }
 
     /// Counts one finished sample.
@@ -248,6 +270,11 @@ mod tests {
         m.set_device_memory(memory(sprout::gpu::memory::MemorySource::Allocator));
         m.set_device_memory(memory(sprout::gpu::memory::MemorySource::Buffers));
         let text = m.render().unwrap();
+        assert!(text.contains("sprout:lora_adapter_loaded{model_name=\"smol\"} 0"));
+        m.set_lora(Some(3));
+        let with_lora = m.render().unwrap();
+        assert!(with_lora.contains("sprout:lora_adapter_loaded{model_name=\"smol\"} 1"));
+        assert!(with_lora.contains("sprout:lora_adapter_version{model_name=\"smol\"} 3"));
         for line in [
             "vllm:prompt_tokens_total{model_name=\"smol\"} 10",
             "vllm:generation_tokens_total{model_name=\"smol\"} 7",

@@ -19,6 +19,8 @@
 //! - `response`: the APIs' response shapes (`text_logprobs`: completions' log-probs);
 //! - `metrics`: `/metrics`, under vLLM's names;
 //! - `admin`: pause, resume, abort, prefix-cache reset and weight updates, for a trainer;
+//! - `lora`: loading and unloading the LoRA adapter (the loop's side: `engine_lora`; what
+//!   the HTTP side knows of it: `adapters`);
 //! - `sleep`: sleep and wake (the engine loop's side: `engine_sleep`; what sleeps:
 //!   `sleep_state`), for a trainer that shares the device;
 //! - `trl`: `/generate/` in the schema of TRL's vLLM server;
@@ -33,10 +35,12 @@
 //! connections, aborts what is in flight (clients get what their samples had, with
 //! finish reason "abort") and exits 0.
 
+mod adapters;
 mod admin;
 mod body_fields;
 mod chat_fields;
 mod engine_loop;
+mod engine_lora;
 mod engine_sleep;
 mod engine_thread;
 mod error;
@@ -44,6 +48,7 @@ mod fields;
 mod generate;
 mod handlers;
 mod logprobs_mode;
+mod lora;
 mod messages;
 mod metrics;
 mod parsing;
@@ -78,7 +83,7 @@ use clap::Args;
 use sprout::gpu::BackendChoice;
 use sprout::tokenizer::template_limits;
 
-use crate::cli::cli_args::{EngineArgs, ModelArg};
+use crate::cli::cli_args::{EngineArgs, LoraArg, ModelArg};
 use messages::Command;
 use state::AppState;
 
@@ -86,6 +91,11 @@ use state::AppState;
 pub struct ServeArgs {
     #[command(flatten)]
     model: ModelArg,
+    /// `--lora DIR`: an adapter loaded at start under its directory's name (a request's
+    /// `model` names it to run with it); more come and go with /v1/load_lora_adapter and
+    /// /v1/unload_lora_adapter, one at a time.
+    #[command(flatten)]
+    lora: LoraArg,
     /// The address to listen on.
     #[arg(long, default_value = "127.0.0.1")]
     host: String,
@@ -183,6 +193,7 @@ pub fn run(backend: BackendChoice, args: ServeArgs) -> Result<()> {
         None => None,
     };
     let quantize = args.model.quantize.0;
+    let max_lora_rank = args.lora.max_lora_rank;
     let (engine, facts, thread) = engine_thread::start(
         backend,
         args.model,
@@ -192,6 +203,7 @@ pub fn run(backend: BackendChoice, args: ServeArgs) -> Result<()> {
             chat_template,
             quantize,
             queue_while_asleep: args.queue_while_asleep,
+            lora: args.lora,
         },
     )?;
     let max_model_len = match args.max_model_len {
@@ -205,6 +217,16 @@ pub fn run(backend: BackendChoice, args: ServeArgs) -> Result<()> {
     let served_name = args
         .served_model_name
         .unwrap_or_else(|| facts.model_name.clone());
+    if let Some(lora) = &facts.lora
+        && lora.name == served_name
+    {
+        bail!(
+            "the LoRA adapter's name `{}` (its directory's) is the served model's: rename the \
+             directory or set --served-model-name",
+            lora.name
+        );
+    }
+    let adapters = adapters::Adapters::new(facts.lora.clone(), max_lora_rank);
     let state = Arc::new(AppState {
         engine,
         facts,
@@ -216,6 +238,7 @@ pub fn run(backend: BackendChoice, args: ServeArgs) -> Result<()> {
         weights_version: AtomicU64::new(config_version),
         updating: AtomicBool::new(false),
         jobs: Mutex::new(HashMap::new()),
+        adapters,
         max_queued: args.max_queued_requests,
         max_n: args.max_n,
         max_samples,

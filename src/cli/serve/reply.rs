@@ -84,8 +84,19 @@ fn asked_of<'a>(
         score: score_of(job, scores, p),
         prompt_logprobs: f.prompt_logprobs,
         echo_logprobs: f.logprobs.filter(|_| f.echo),
-        weights_version: state.weights_version.load(Ordering::Acquire),
+        weights_version: version_in_force(state, job),
     }
+}
+
+/// The version a job's tokens are drawn under now: its LoRA adapter's when it runs with
+/// one (the tokens of such a request are labelled with the adapter's version), else the
+/// weights'.
+fn version_in_force(state: &AppState, job: &Job) -> u64 {
+    let lora = job.adapter.as_ref().and_then(|name| {
+        let served = state.adapters.get()?;
+        (served.name == *name).then_some(served.version)
+    });
+    lora.unwrap_or_else(|| state.weights_version.load(Ordering::Acquire))
 }
 
 /// Chat and generate with `prompt_logprobs` name their (one) prompt's log-probs at the top of
@@ -160,7 +171,7 @@ fn body_line(
         id: &job.id,
         object: job.api.object(chunk.is_some()),
         created: job.created,
-        model: &state.served_name,
+        model: job.adapter.as_deref().unwrap_or(&state.served_name),
         prompt_token_ids: top_prompt(job).filter(|_| chunk != Some(false)),
         prompt_logprobs,
         choices,

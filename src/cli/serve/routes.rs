@@ -1,5 +1,7 @@
 //! The HTTP routes: `POST /v1/completions`, `POST /v1/chat/completions`,
-//! `GET /v1/models`, `GET /health`, `GET /metrics`, with the API-key check, the body
+//! `GET /v1/models` (the served model, and the LoRA adapter when one is loaded, as vLLM
+//! lists one: `parent` the served model, `root` its directory), `GET /health`,
+//! `GET /metrics`, with the API-key check, the body
 //! limit and one access-log line per request; the API key guards the token routes
 //! (`generate`, `tokenize`, `render`) as it guards `/v1`.
 //!
@@ -127,6 +129,11 @@ async fn health(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
         "kv_blocks_in_use": m.kv_blocks_in_use.get(),
         "kv_blocks": state.facts.kv_blocks,
         "weights_version": state.weights_version.load(Ordering::Acquire),
+        "lora_adapter": state.adapters.get().map(|l| json!({
+            "name": l.name,
+            "path": l.path,
+            "version": l.version,
+        })),
         "is_sleeping": status.sleep.is_sleeping(),
         "weights": status.weights,
         "gpu_memory_bytes": status.memory.bytes,
@@ -141,17 +148,27 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Result<Response, ApiErro
 }
 
 async fn models(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
-    Json(json!({
-        "object": "list",
-        "data": [{
-            "id": state.served_name,
+    let mut data = vec![json!({
+        "id": state.served_name,
+        "object": "model",
+        "created": state.started,
+        "owned_by": "sprout",
+        "root": state.facts.model_path,
+        "parent": null,
+        "max_model_len": state.max_model_len,
+        "weights_version": state.weights_version.load(Ordering::Acquire),
+    })];
+    if let Some(lora) = state.adapters.get() {
+        data.push(json!({
+            "id": lora.name,
             "object": "model",
             "created": state.started,
             "owned_by": "sprout",
-            "root": state.facts.model_path,
-            "parent": null,
+            "root": lora.path,
+            "parent": state.served_name,
             "max_model_len": state.max_model_len,
-            "weights_version": state.weights_version.load(Ordering::Acquire),
-        }],
-    }))
+            "lora_version": lora.version,
+        }));
+    }
+    Json(json!({"object": "list", "data": data}))
 }

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize};
 
+use crate::cli::serve::adapters::Adapters;
 use crate::cli::serve::engine_thread::{EngineHandle, ModelFacts};
 use crate::cli::serve::logprobs_mode::LogprobsMode;
 use crate::cli::serve::parsing::ServerParsers;
@@ -42,4 +43,6 @@ pub struct AppState {
     pub updating: AtomicBool,
     /// The requests in flight by id, with their engine indexes (for `/abort_requests`).
     pub jobs: Mutex<HashMap<String, Vec<u32>>>,
+    /// The LoRA adapter in force, if any, and `--max-lora-rank`.
+    pub adapters: Adapters,
 }

@@ -15,6 +15,10 @@
 //! `base + prompts + i`. With `max_tokens` 0 (allowed only then) the prompts are not
 //! sampled at all: only the scoring requests run.
 //!
+//! LoRA: a `model` naming the adapter in force (not the served model) runs the request
+//! with it (`Request::lora`, its prompt scoring too); the engine thread refuses it (404)
+//! should that adapter no longer be in force when it is queued.
+//!
 //! Seeds: a request with a `seed` has its own seed (`SamplingParams::own_seed`), so its
 //! draws are keyed by (seed, 0, sample, position) and equal `sprout rollout --prompt ...
 //! --seed` whatever else is in the batch. Without one, draws are keyed by the server's
@@ -60,6 +64,8 @@ pub struct Job {
     pub scored: Vec<bool>,
     /// How the replies' text is parsed.
     pub parsing: Parsing,
+    /// The LoRA adapter it runs with, by name (`None`: the base model).
+    pub adapter: Option<String>,
 }
 
 impl Job {
@@ -164,20 +170,34 @@ pub fn check_model(state: &AppState, fields: &SamplingFields) -> Result<(), ApiE
     check_model_name(state, fields.model.as_deref())
 }
 
-/// Refuses a `model` this server does not serve (absent: the served one).
+/// Refuses a `model` this server does not serve (absent: the served one; the LoRA
+/// adapter in force is served too).
 pub fn check_model_name(state: &AppState, model: Option<&str>) -> Result<(), ApiError> {
+    model_adapter(state, model).map(|_| ())
+}
+
+/// The LoRA adapter a request's `model` names (`None`: the base model, by its name or by
+/// none), or a 404 for a model this server does not serve.
+pub fn model_adapter(state: &AppState, model: Option<&str>) -> Result<Option<String>, ApiError> {
     match model {
-        Some(model) if model != state.served_name => Err(ApiError {
+        None => Ok(None),
+        Some(model) if model == state.served_name => Ok(None),
+        Some(model) if state.adapters.serves(model) => Ok(Some(model.to_string())),
+        Some(model) => Err(ApiError {
             param: Some("model".into()),
             ..ApiError::status(
                 StatusCode::NOT_FOUND,
                 format!(
-                    "the model `{model}` does not exist (this server serves `{}`)",
-                    state.served_name
+                    "the model `{model}` does not exist (this server serves `{}`{})",
+                    state.served_name,
+                    state
+                        .adapters
+                        .get()
+                        .map(|l| format!(" and its LoRA adapter `{}`", l.name))
+                        .unwrap_or_default()
                 ),
             )
         }),
-        _ => Ok(()),
     }
 }
 
@@ -336,6 +356,7 @@ pub async fn submit(
     s: Submission,
 ) -> Result<(Job, mpsc::UnboundedReceiver<Event>, Pending), ApiError> {
     check_no_generation(&s.fields, s.max_tokens)?;
+    let adapter = model_adapter(state, s.fields.model.as_deref())?;
     let sampled = s.max_tokens > 0;
     // Checked as if sampled, so that a request is refused for the same fields whatever
     // its max_tokens.
@@ -367,7 +388,7 @@ pub async fn submit(
             params: params.clone(),
             forced: Vec::new(),
             cache_salt: s.fields.cache_salt.clone(),
-            lora: false,
+            lora: adapter.is_some(),
         })
         .collect();
     let scoring_requests: Vec<Option<Request>> = match scoring {
@@ -414,6 +435,7 @@ pub async fn submit(
             stream_tokens,
             events,
             arrived: s.arrived,
+            adapter: adapter.clone(),
             reply,
         })
         .map_err(|e| ApiError::status(StatusCode::SERVICE_UNAVAILABLE, e))?;
@@ -422,6 +444,13 @@ pub async fn submit(
         Ok(Err(Refusal::Invalid(e))) => {
             pending.done = true;
             return Err(ApiError::bad("prompt", e));
+        }
+        Ok(Err(Refusal::UnknownModel(e))) => {
+            pending.done = true;
+            return Err(ApiError {
+                param: Some("model".into()),
+                ..ApiError::status(StatusCode::NOT_FOUND, e)
+            });
         }
         Ok(Err(Refusal::Unavailable(e))) => {
             pending.done = true;
@@ -460,6 +489,7 @@ pub async fn submit(
         sampled,
         scored,
         parsing: s.parsing,
+        adapter,
     };
     Ok((job, receiver, pending))
 }
