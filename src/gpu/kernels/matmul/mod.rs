@@ -172,7 +172,8 @@ pub struct LoraArgs<'a> {
     /// `[n, rank]` f32: (alpha / r)·B in the weight's row layout, zero where no adapter.
     pub b: &'a Tensor,
     pub rank: usize,
-    /// `[m]` RowInfo: a row whose `adapter` word is 0 gets no LoRA term.
+    /// `[m]` RowInfo: a row whose `adapter` word is 0 gets no LoRA term. With the q|k|v
+    /// epilogue, the buffer its [`QkvArgs::rowinfo`] binds (the kernel binds it once).
     pub rowinfo: &'a Tensor,
 }
 
