@@ -29,6 +29,7 @@ use crate::cli::serve::adapters::ServedLora;
 use crate::cli::serve::engine_lora::{already_loaded, another_loaded};
 use crate::cli::serve::error::{ApiError, internal, short};
 use crate::cli::serve::messages::Command;
+use crate::cli::serve::request;
 use crate::cli::serve::state::AppState;
 
 /// The longest adapter name accepted, in bytes.
@@ -36,18 +37,7 @@ pub const MAX_LORA_NAME_BYTES: usize = 256;
 
 /// The body as an object with only the `allowed` keys.
 fn object(body: &[u8], allowed: &[&str]) -> Result<Map<String, Value>, ApiError> {
-    let value: Value = serde_json::from_slice(body).map_err(|e| {
-        ApiError::status(
-            StatusCode::BAD_REQUEST,
-            format!("the body is not valid JSON: {e}"),
-        )
-    })?;
-    let Value::Object(obj) = value else {
-        return Err(ApiError::status(
-            StatusCode::BAD_REQUEST,
-            "the body must be a JSON object",
-        ));
-    };
+    let obj = request::object(body)?;
     let unknown: Vec<&str> = obj
         .keys()
         .map(String::as_str)
