@@ -51,6 +51,15 @@ Run (the default model exported to f32 first; the venv has torch and transformer
         --steps 30 --log /tmp/grpo.jsonl --plot /tmp/grpo.png
 (add --colocate to sleep the server while training; results/colocate.md compares the two.)
 
+--lora trains a LoRA adapter instead (peft, on every projection of the top --train-layers
+layers, the f32 base frozen) and pushes only the adapter: sprout serves the q8_0 base plus the adapter,
+loaded once under --lora-name and then reloaded in place each step
+(`POST /v1/load_lora_adapter {lora_name, lora_path, load_inplace: true}`, vLLM's route),
+which bumps the adapter's version; requests name the adapter in `model`, and each
+completion reports the adapter version that drew it. The push (update_s) is saving the
+adapter and that call. Merging the adapter into a q8_0 base could not work: one step's
+change is far below a q8_0 rounding step. results/lora.md compares the two modes.
+
 It starts `sprout serve` itself (`--quantize q8_0` by default: rollouts run quantized, the
 trainer keeps f32, and the importance weights correct for the difference) and stops it at
 the end.
@@ -72,6 +81,11 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 import transformers
 from safetensors.torch import save_file
+
+try:
+    import peft
+except ImportError:  # only --lora needs it
+    peft = None
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from sprout_server import Server  # noqa: E402
@@ -120,14 +134,18 @@ def post(url, path, body, timeout=600):
 SYSTEM = "You answer arithmetic questions with a number."
 
 
-def rollout(url, question, group, max_tokens, seed):
-    """G completions of one question, with everything the trainer needs."""
-    out = post(url, "/v1/chat/completions", {
+def rollout(url, question, group, max_tokens, seed, model=None):
+    """G completions of one question, with everything the trainer needs; `model` names a
+    LoRA adapter to draw them with (None: the base model)."""
+    body = {
         "messages": [{"role": "system", "content": SYSTEM},
                      {"role": "user", "content": question}],
         "n": group, "max_tokens": max_tokens, "temperature": 1.0, "seed": seed,
         "return_token_ids": True,
-    })
+    }
+    if model is not None:
+        body["model"] = model
+    out = post(url, "/v1/chat/completions", body)
     prompt_ids = out["prompt_token_ids"]
     samples = []
     for choice in out["choices"]:
@@ -139,6 +157,27 @@ def rollout(url, question, group, max_tokens, seed):
             "finish_reason": choice["finish_reason"],
         })
     return prompt_ids, samples
+
+
+def load_adapter(url, name, path, inplace):
+    """`POST /v1/load_lora_adapter` (vLLM's route; a plain-text answer on success); the
+    adapter's version in force afterwards, from /health."""
+    request = urllib.request.Request(
+        url + "/v1/load_lora_adapter",
+        data=json.dumps({"lora_name": name, "lora_path": path,
+                         "load_inplace": inplace}).encode(),
+        headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=600) as response:
+            response.read()
+    except urllib.error.HTTPError as e:
+        raise RuntimeError(f"/v1/load_lora_adapter answered {e.code}: "
+                           f"{e.read().decode(errors='replace')}")
+    health = json.loads(urllib.request.urlopen(url + "/health").read())
+    adapter = health.get("lora_adapter") or {}
+    if adapter.get("name") != name:
+        raise RuntimeError(f"the server does not report adapter {name} in force: {health}")
+    return adapter["version"]
 
 
 def sleep(url, level):
@@ -186,6 +225,7 @@ def train_step(model, optimizer, batch, clip):
     total_tokens = sum(len(s["token_ids"]) for s in batch)
     loss = torch.zeros(())
     k3_sum, clipped, tokens = 0.0, 0, 0
+    w_sum, w2_sum = 0.0, 0.0
     for s, logp in zip(batch, trainer):
         rollout_logp = torch.tensor(s["sampling_logprobs"])
         log_ratio = logp.detach() - rollout_logp
@@ -196,13 +236,41 @@ def train_step(model, optimizer, batch, clip):
         # with r = p_train / p_rollout.
         k3_sum += float((ratio - 1 - log_ratio).sum())
         clipped += int((ratio > clip).sum())
+        w_sum += float(ratio.sum())
+        w2_sum += float((ratio * ratio).sum())
         tokens += len(s["token_ids"])
     optimizer.zero_grad()
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     optimizer.step()
+    # Effective sample size of the (untruncated) importance weights over the step's
+    # tokens, as a fraction: (sum w)^2 / (n sum w^2); 1 when trainer and rollout agree.
+    ess = (w_sum * w_sum) / (tokens * w2_sum) if tokens and w2_sum > 0 else None
     return {"loss": float(loss.detach()), "kl_k3": k3_sum / max(tokens, 1),
-            "clip_fraction": clipped / max(tokens, 1), "tokens": tokens}
+            "ess": ess, "clip_fraction": clipped / max(tokens, 1), "tokens": tokens}
+
+
+def lora_model(model, args):
+    """`model` wrapped with a fresh LoRA adapter on every projection of the top
+    --train-layers layers, the same layers the full fine-tune trains (B starts at zero, so
+    version 1 draws exactly what the base model draws); only the adapter learns."""
+    layers = model.config.num_hidden_layers
+    config = peft.LoraConfig(
+        r=args.lora_rank, lora_alpha=args.lora_alpha, lora_dropout=0.0, bias="none",
+        target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                        "down_proj"],
+        layers_to_transform=list(range(layers - min(args.train_layers, layers), layers)))
+    model = peft.get_peft_model(model, config)
+    return model, [p for p in model.parameters() if p.requires_grad]
+
+
+def save_adapter(model, out_dir):
+    """PEFT's adapter directory (adapter_config.json, adapter_model.safetensors)."""
+    model.save_pretrained(out_dir)
+
+
+def pushed_bytes(directory):
+    return sum(os.path.getsize(os.path.join(directory, f)) for f in os.listdir(directory))
 
 
 def save_checkpoint(model, source_dir, out_dir):
@@ -228,7 +296,9 @@ def provenance(args, url):
     return {"kind": "provenance", "model_dir": os.path.abspath(args.model_dir),
             "served_model": model["id"], "sprout": version.stdout.strip(),
             "grader": GRADER_VERSION, "torch": torch.__version__,
-            "transformers": transformers.__version__, "colocate": args.colocate,
+            "transformers": transformers.__version__,
+            "peft": peft.__version__ if args.lora else None, "lora": args.lora,
+            "colocate": args.colocate,
             "sleep_level": args.sleep_level if args.colocate else None, "args": vars(args)}
 
 
@@ -244,12 +314,12 @@ def trainable(model, layers):
     return params
 
 
-def rollout_step(url, args, rng, step):
+def rollout_step(url, args, rng, step, model):
     """Every prompt's group, requested at once so that sprout batches them together."""
     questions = [make_prompt(rng) for _ in range(args.prompts)]
     seeds = [args.seed * 1_000_003 + step * 1_000 + p for p in range(args.prompts)]
     with ThreadPoolExecutor(max_workers=args.prompts) as pool:
-        futures = [pool.submit(rollout, url, q, args.group, args.max_tokens, seed)
+        futures = [pool.submit(rollout, url, q, args.group, args.max_tokens, seed, model)
                    for (q, _), seed in zip(questions, seeds)]
         results = [f.result() for f in futures]
     return [(q, a, prompt_ids, samples)
@@ -263,16 +333,27 @@ def run(args, url, server_pid, log, trajectories):
     model = transformers.AutoModelForCausalLM.from_pretrained(
         args.model_dir, dtype=torch.float32)
     model.train()
-    params = trainable(model, args.train_layers)
+    served = None
+    if args.lora:
+        model, params = lora_model(model, args)
+        # Version 1: the untrained adapter (B = 0), so step 1 rolls out with it in force.
+        first = os.path.join(args.work_dir, "step-0")
+        save_adapter(model, first)
+        load_adapter(url, args.lora_name, first, inplace=False)
+        served = args.lora_name
+    else:
+        params = trainable(model, args.train_layers)
     optimizer = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0)
     header = provenance(args, url)
+    header["trainable_parameters"] = sum(p.numel() for p in params)
     for f in (log, trajectories):
         f.write(json.dumps(header) + "\n")
     for step in range(1, args.steps + 1):
         started = time.time()
         batch, rewards, components = [], [], {"correct": [], "format": []}
         versions = set()
-        for question, answer, prompt_ids, samples in rollout_step(url, args, rng, step):
+        for question, answer, prompt_ids, samples in rollout_step(url, args, rng, step,
+                                                                  served):
             group = []
             for s in samples:
                 parts, reward = grade(s["text"], answer)
@@ -315,7 +396,11 @@ def run(args, url, server_pid, log, trajectories):
         update_s, wake_s, woken = 0.0, None, None
         started = time.time()
         checkpoint = os.path.join(args.work_dir, f"step-{step}")
-        save_checkpoint(model, args.model_dir, checkpoint)
+        if args.lora:
+            save_adapter(model, checkpoint)
+        else:
+            save_checkpoint(model, args.model_dir, checkpoint)
+        pushed = pushed_bytes(checkpoint)
         update_s += time.time() - started
         if args.colocate:
             # Level 2 wakes the weights alone first (they were discarded: the update brings
@@ -324,8 +409,14 @@ def run(args, url, server_pid, log, trajectories):
             woken = wake_up(url, "weights" if args.sleep_level == 2 else None)
             wake_s = time.time() - started
         started = time.time()
-        updated = post(url, "/update_weights", {"weight_dir": checkpoint,
-                                                "weights_version": step})
+        if args.lora:
+            # In place: the adapter's version goes one up (step + 1: version 1 was the
+            # untrained adapter).
+            updated = {"weights_version": load_adapter(url, args.lora_name, checkpoint,
+                                                       inplace=True), "load_s": None}
+        else:
+            updated = post(url, "/update_weights", {"weight_dir": checkpoint,
+                                                    "weights_version": step})
         update_s += time.time() - started
         if args.colocate:
             if args.sleep_level == 2:
@@ -348,7 +439,9 @@ def run(args, url, server_pid, log, trajectories):
                "rollout_weights_versions": sorted(versions),
                "weights_version": updated["weights_version"], **stats,
                "rollout_s": round(rollout_s, 2), "train_s": round(train_s, 2),
-               "update_s": round(update_s, 2), "load_s": round(updated["load_s"], 2),
+               "update_s": round(update_s, 2),
+               "load_s": None if updated["load_s"] is None else round(updated["load_s"], 2),
+               "pushed_bytes": pushed,
                "sleep_s": None if sleep_s is None else round(sleep_s, 2),
                "wake_s": None if wake_s is None else round(wake_s, 2),
                "server_gpu_memory_bytes_before_sleep":
@@ -366,7 +459,7 @@ def run(args, url, server_pid, log, trajectories):
         log.flush()
         trajectories.flush()
         print(f"step {step:3d}  reward {row['reward']:.3f}  correct {row['correct']:.3f}  "
-              f"format {row['format']:.3f}  kl {row['kl_k3']:.5f}  "
+              f"format {row['format']:.3f}  kl {row['kl_k3']:.5f}  ess {row['ess'] or 0:.4f}  "
               f"clip {row['clip_fraction']:.3f}  rolled out under {row['rollout_weights_versions']} "
               f"-> {row['weights_version']}  "
               f"({rollout_s:.1f} s rollout, {train_s:.1f} s train, {update_s:.1f} s update"
@@ -392,7 +485,9 @@ def plot(log_path, png_path):
     ax.plot(x, [r["format"] for r in steps], label="format (0.5 max)")
     ax.set_xlabel("step (= weights version)")
     ax.set_ylabel("mean over the step's completions")
-    ax.set_title("GRPO on sprout rollouts: SmolLM2-135M-Instruct, sums")
+    lora = rows[0].get("lora") if rows and rows[0].get("kind") == "provenance" else False
+    ax.set_title("GRPO on sprout rollouts: SmolLM2-135M-Instruct, sums"
+                 + (", LoRA" if lora else ""))
     ax.legend()
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -412,9 +507,12 @@ def parse_args():
     p.add_argument("--prompts", type=int, default=4, help="prompts per step (P)")
     p.add_argument("--group", type=int, default=8, help="completions per prompt (G)")
     p.add_argument("--max-tokens", type=int, default=8)
-    p.add_argument("--lr", type=float, default=2e-5)
+    p.add_argument("--lr", type=float,
+                   help="AdamW's learning rate (default 2e-5, or 2e-4 with --lora: LoRA "
+                        "wants about 10x the full fine-tune's)")
     p.add_argument("--train-layers", type=int, default=10,
-                   help="how many of the top decoder layers learn (the rest stay frozen)")
+                   help="how many of the top decoder layers learn (the rest stay frozen); "
+                        "with --lora, the layers the adapter covers")
     p.add_argument("--clip", type=float, default=2.0,
                    help="the importance weight's upper bound")
     p.add_argument("--seed", type=int, default=0)
@@ -430,7 +528,23 @@ def parse_args():
     p.add_argument("--sleep-level", type=int, choices=(1, 2), default=2,
                    help="with --colocate: 1 keeps the server's weights in host memory, 2 "
                         "discards them (the update brings new ones)")
-    return p.parse_args()
+    p.add_argument("--lora", action="store_true",
+                   help="train a LoRA adapter (peft) and push it in place each step "
+                        "(see the module docstring)")
+    p.add_argument("--lora-rank", type=int, default=16)
+    p.add_argument("--lora-alpha", type=float, default=32.0)
+    p.add_argument("--lora-name", default="policy",
+                   help="the adapter's name on the server (requests' `model`)")
+    args = p.parse_args()
+    if args.lora:
+        if peft is None:
+            p.error("--lora needs peft (pip install peft)")
+        if args.colocate:
+            p.error("--lora with --colocate is not supported: the adapter route has no "
+                    "sleeping counterpart here; run one or the other")
+    if args.lr is None:
+        args.lr = 2e-4 if args.lora else 2e-5
+    return args
 
 
 def main():
@@ -441,6 +555,8 @@ def main():
     if url is None:
         command = [args.sprout, "serve", "--port", "0", "--model", args.model_dir,
                    "--quantize", args.quantize]
+        if args.lora:
+            command += ["--max-lora-rank", str(args.lora_rank)]
         server = Server(command, args.server_log, 600)
         url = server.url
         print(f"started {' '.join(command)} at {url}", flush=True)
