@@ -3,6 +3,7 @@
 sampled completions, which sprout's own float32 forward pass scores again.
 
     /root/.cache/sprout/venv/bin/python scripts/mismatch_floor.py [--model DIR] [--out FILE]
+        [--lora DIR]
 
 MODEL (default ~/.cache/sprout/grpo/smollm2-f32, made by `sprout export --out DIR`) is a
 float32 Hugging Face directory. For each built-in prompt (rendered with the model's chat
@@ -14,6 +15,13 @@ over prompt + completion, the log-probability of every completion token
 and `model_sha256`: the SHA-256 of the lines `<sha256>  <name>` of the directory's regular
 files in name order (as `sprout::model::open::model_sha256` computes it, and as records
 name their model), so sprout applies the floor only to this very model.
+
+With --lora DIR (a PEFT LoRA adapter; PEFT is installed beside transformers) the model
+samples and scores with the adapter (its tensors in float32), and the header's `lora`
+names it: `name` (the directory's), `sha256` (the SHA-256 of adapter_config.json's bytes
+then adapter_model.safetensors', as `LoraAdapter::digest` computes it) and `peft` (the
+version). sprout then measures the floor only for a trainer running that very adapter
+(`sprout mismatch --lora DIR --floor FILE`).
 
 The fixture is committed (tests/fixtures/mismatch_floor.json, embedded in the binary);
 building and testing sprout needs no Python. Floats are the shortest decimals that
@@ -77,6 +85,14 @@ def model_sha256(path):
     return hashlib.sha256(listing.encode()).hexdigest()
 
 
+def lora_sha256(path):
+    """sprout's digest of a PEFT adapter directory."""
+    h = hashlib.sha256()
+    for name in ("adapter_config.json", "adapter_model.safetensors"):
+        h.update((Path(path) / name).read_bytes())
+    return h.hexdigest()
+
+
 def f32_list(values):
     import numpy as np
 
@@ -89,6 +105,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, default=DEFAULT_MODEL)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--lora", type=Path, help="a PEFT LoRA adapter directory")
     args = parser.parse_args()
     check_versions()
 
@@ -101,6 +118,13 @@ def main():
     model = AutoModelForCausalLM.from_pretrained(
         args.model, dtype=torch.float32, attn_implementation="eager"
     ).eval()
+    if args.lora:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, args.lora).eval()
+        for name, p in model.named_parameters():
+            if ".lora_" in name:
+                p.data = p.data.float()
     samples = []
     with torch.inference_mode():
         for prompt in PROMPTS:
@@ -142,8 +166,14 @@ def main():
         "model": args.model.name,
         "model_sha256": model_sha256(args.model),
         "seed": SEED,
-        "samples": samples,
     }
+    if args.lora:
+        fixture["lora"] = {
+            "name": args.lora.name,
+            "sha256": lora_sha256(args.lora),
+            "peft": importlib.metadata.version("peft"),
+        }
+    fixture["samples"] = samples
     args.out.write_text(json.dumps(fixture, indent=1) + "\n")
     print(f"wrote {args.out}", file=sys.stderr)
 
