@@ -40,7 +40,6 @@ Deterministic: running it twice gives byte-identical files. Floats in reference.
 the shortest decimal strings that round-trip to the float32 value (parse them as f32).
 """
 
-import importlib.metadata
 import json
 import os
 import shutil
@@ -62,11 +61,12 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TQDM_DISABLE", "1")
 
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from peft import LoraConfig, PeftModel, get_peft_model  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
-from mismatch_floor import model_sha256  # noqa: E402  (scripts/ is on sys.path)
+from fixture_io import (  # noqa: E402  (scripts/ is on sys.path)
+    check_versions, f32, f32_list, installed_version, model_sha256, write_json,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
@@ -116,45 +116,6 @@ SPECS = [
     dict(model=EXPORT, seed=16, dtype=torch.bfloat16, max_bytes=1_000_000,
          lora=dict(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj", "down_proj"])),
 ]
-
-
-def installed_version(pkg):
-    try:
-        return importlib.metadata.version(pkg)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def check_versions():
-    for pkg, want in PINNED.items():
-        have = installed_version(pkg)
-        if have != want:
-            print(f"WARNING: {pkg} {have} installed, {want} pinned; fixtures may differ",
-                  file=sys.stderr)
-
-
-def f32_list(values):
-    """Floats as Python floats whose repr is the shortest decimal that round-trips to float32."""
-    arr = np.asarray(values, dtype=np.float32).reshape(-1)
-    assert np.all(np.isfinite(arr)), "non-finite value in fixture"
-    return [float(str(x)) for x in arr]
-
-
-def f32(x):
-    return f32_list([x])[0]
-
-
-def dumps(obj, indent, level=0):
-    """JSON with objects indented and lists of scalars on one line (as make_fixtures.py)."""
-    def flat(o):
-        return json.dumps(o, ensure_ascii=False, separators=(",", ":"))
-    pad, inner = " " * (indent * level), " " * (indent * (level + 1))
-    if isinstance(obj, dict):
-        items = [f"{inner}{json.dumps(k)}: {dumps(v, indent, level + 1)}" for k, v in obj.items()]
-        return "{\n" + ",\n".join(items) + "\n" + pad + "}"
-    if isinstance(obj, list) and any(isinstance(v, (dict, list)) for v in obj):
-        return "[\n" + ",\n".join(inner + dumps(v, indent, level + 1) for v in obj) + "\n" + pad + "]"
-    return flat(obj)
 
 
 def base_model(path):
@@ -343,7 +304,8 @@ def make_in(spec, d, model_dir, inputs, want_base_greedy, header):
             "base_logprobs": f32_list(base_glp),
         },
     }
-    (d / "reference.json").write_text(dumps(reference, 1) + "\n", encoding="utf-8")
+    # Each layer's site ranks on a line of their own, however few the layers.
+    write_json(d / "reference.json", reference, min_rows=1)
     sizes = {f.name: f.stat().st_size for f in sorted(d.iterdir())}
     assert all(s < spec.get("max_bytes", 200_000) for s in sizes.values()), sizes
     print(f"{name}: site ranks {ranks}, max |log-prob delta| {delta:.3f}, greedy {new} "
@@ -351,7 +313,7 @@ def make_in(spec, d, model_dir, inputs, want_base_greedy, header):
 
 
 def main():
-    check_versions()
+    check_versions(PINNED)
     torch.manual_seed(0)
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))

@@ -30,7 +30,6 @@ round-trip to the float32 value. About a minute on 2 CPU cores.
 
 import argparse
 import hashlib
-import importlib.metadata
 import json
 import os
 import sys
@@ -58,31 +57,9 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TQDM_DISABLE", "1")
 
-
-def check_versions():
-    for pkg, want in PINNED.items():
-        try:
-            have = importlib.metadata.version(pkg)
-        except importlib.metadata.PackageNotFoundError:
-            have = None
-        # torch's CPU and CUDA wheels carry a local suffix (2.15.0+cpu): the same release.
-        if have is None or have.split("+")[0] != want:
-            print(f"WARNING: {pkg} {have} installed, {want} pinned; the fixture may differ",
-                  file=sys.stderr)
-
-
-def model_sha256(path):
-    """sprout's model_sha256 of a directory."""
-    def file_hash(p):
-        h = hashlib.sha256()
-        with open(p, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-        return h.hexdigest()
-
-    files = sorted(p for p in Path(path).iterdir() if p.is_file())
-    listing = "".join(f"{file_hash(p)}  {p.name}\n" for p in files)
-    return hashlib.sha256(listing.encode()).hexdigest()
+from fixture_io import (  # noqa: E402  (scripts/ is on sys.path)
+    check_versions, f32_list, installed_version, model_sha256,
+)
 
 
 def lora_sha256(path):
@@ -93,21 +70,13 @@ def lora_sha256(path):
     return h.hexdigest()
 
 
-def f32_list(values):
-    import numpy as np
-
-    arr = np.asarray(values, dtype=np.float32).reshape(-1)
-    assert np.all(np.isfinite(arr)), "non-finite log-prob"
-    return [float(str(x)) for x in arr]
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, default=DEFAULT_MODEL)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--lora", type=Path, help="a PEFT LoRA adapter directory")
     args = parser.parse_args()
-    check_versions()
+    check_versions(PINNED)
 
     import torch
     import transformers
@@ -171,7 +140,7 @@ def main():
         fixture["lora"] = {
             "name": args.lora.name,
             "sha256": lora_sha256(args.lora),
-            "peft": importlib.metadata.version("peft"),
+            "peft": installed_version("peft"),
         }
     fixture["samples"] = samples
     args.out.write_text(json.dumps(fixture, indent=1) + "\n")

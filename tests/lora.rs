@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
+use common::cli::stdout_of;
 use common::engine::{config, request, run};
 use common::fixtures::{f32s, fixtures, greedy, json, load, max_abs_diff, u32s};
 use common::gpus;
@@ -144,19 +145,14 @@ fn the_exported_default_model_with_a_lora_adapter_matches_peft() {
     let dir = std::env::temp_dir().join(format!("sprout-lora-export-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let _removed = Removed(dir.clone());
-    let out = Command::new(env!("CARGO_BIN_EXE_sprout"))
-        .arg("export")
-        .arg("--model")
-        .arg(common::smollm2_path())
-        .arg("--out")
-        .arg(&dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "sprout export: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (model, out) = (common::smollm2_path(), dir.display().to_string());
+    stdout_of(&[
+        "export",
+        "--model",
+        &model.display().to_string(),
+        "--out",
+        &out,
+    ]);
     let sha = sprout::model::open::model_sha256(&dir).unwrap();
     assert_eq!(
         sha, reference["model_sha256"],

@@ -11,8 +11,8 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
+use common::cli::{failure, stdout_of};
 use serde_json::Value;
 
 fn fixture(name: &str) -> String {
@@ -44,27 +44,6 @@ impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
-}
-
-fn sprout(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_sprout"))
-        .args(args)
-        .output()
-        .expect("running sprout")
-}
-
-fn stdout_of(args: &[&str]) -> String {
-    let out = sprout(args);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "sprout {args:?} failed: {stderr}");
-    String::from_utf8(out.stdout).expect("UTF-8 output")
-}
-
-/// Runs sprout, which must fail; its stderr.
-fn failure(args: &[&str]) -> String {
-    let out = sprout(args);
-    assert!(!out.status.success(), "sprout {args:?} succeeded");
-    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 fn report(args: &[&str]) -> Value {
