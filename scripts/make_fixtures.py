@@ -54,8 +54,6 @@ round-trip to the float32 value (parse them as f32).
 
 import argparse
 import glob
-import hashlib
-import importlib.metadata
 import json
 import os
 import shutil
@@ -80,24 +78,6 @@ GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 CACHE = Path(os.path.expanduser("~/.cache/sprout"))
 
 
-def installed_version(pkg):
-    try:
-        return importlib.metadata.version(pkg)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def check_versions():
-    ok = True
-    for pkg, want in PINNED.items():
-        have = installed_version(pkg)
-        if have != want:
-            ok = False
-            print(f"WARNING: {pkg} {have} installed, {want} pinned; fixtures may differ",
-                  file=sys.stderr)
-    return ok
-
-
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -107,6 +87,9 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers  # noqa: E402
 from gguf_sentencepiece import GgufSentencePiece  # noqa: E402  (scripts/ is on sys.path)
+from fixture_io import (  # noqa: E402
+    check_versions, f32, f32_list, installed_version, sha256_of, write_json,
+)
 from transformers import (  # noqa: E402
     AutoModelForCausalLM,
     AutoTokenizer,
@@ -121,39 +104,6 @@ from transformers import (  # noqa: E402
     SmolLM3Config,
     SmolLM3ForCausalLM,
 )
-
-# ---------------------------------------------------------------------------------------------
-# JSON helpers
-
-def f32_list(values):
-    """Floats as Python floats whose repr is the shortest decimal that round-trips to float32."""
-    arr = np.asarray(values, dtype=np.float32).reshape(-1)
-    assert np.all(np.isfinite(arr)), "non-finite value in fixture"
-    return [float(str(x)) for x in arr]
-
-
-def f32(x):
-    return f32_list([x])[0]
-
-
-def dumps(obj, indent, level=0):
-    """JSON with objects indented and lists of scalars (or of scalar lists) on one line."""
-    def flat(o):
-        return json.dumps(o, ensure_ascii=False, separators=(",", ":"))
-    pad, inner = " " * (indent * level), " " * (indent * (level + 1))
-    if isinstance(obj, dict):
-        items = [f"{inner}{json.dumps(k)}: {dumps(v, indent, level + 1)}" for k, v in obj.items()]
-        return "{\n" + ",\n".join(items) + "\n" + pad + "}"
-    if isinstance(obj, list) and any(isinstance(v, dict) for v in obj):
-        return "[\n" + ",\n".join(inner + dumps(v, indent, level + 1) for v in obj) + "\n" + pad + "]"
-    if isinstance(obj, list) and obj and all(isinstance(v, list) for v in obj) and len(obj) > 8:
-        return "[\n" + ",\n".join(inner + flat(v) for v in obj) + "\n" + pad + "]"
-    return flat(obj)
-
-
-def write_json(path, obj):
-    path.write_text(dumps(obj, 1) + "\n", encoding="utf-8")
-
 
 def versions():
     return {"transformers": installed_version("transformers"), "torch": installed_version("torch")}
@@ -695,14 +645,6 @@ def find_gguf(arg):
     return None
 
 
-def sha256_of(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def gguf_reference_tokenizer(path):
     """A plain `tokenizers` BPE built from the GGUF vocabulary (tokenizer.ggml.pre = smollm:
     single digits, then GPT-2 byte-level), used to cross-check transformers' prompt ids."""
@@ -856,7 +798,7 @@ def main():
     ap.add_argument("--tiny", action="append", help="with --only tiny: just this model (repeatable)")
     args = ap.parse_args()
 
-    check_versions()
+    check_versions(PINNED)
     torch.manual_seed(0)
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Make sprout's LoRA adapter fixtures with PEFT, on the tiny models of make_fixtures.py.
+"""Make sprout's LoRA adapter fixtures with PEFT, on the tiny models of make_fixtures.py and
+on the exported default model.
 
 Writes tests/fixtures/lora/<model>/ for each spec below:
   adapter_config.json, adapter_model.safetensors   PEFT's save_pretrained of a seeded random
@@ -13,6 +14,14 @@ Writes tests/fixtures/lora/<model>/ for each spec below:
       ranks of the site's targeted projections), counted on PEFT's own modules, and the
       factor PEFT multiplies each module's B (A x) by (`scales`, a float64).
 
+`smollm2-135m-export` is the default model (SmolLM2-135M-Instruct Q4_1) as `sprout export
+--out DIR` writes it (float32; the script runs target/release/sprout, so build it first),
+exported afresh into a temporary directory: its reference.json also holds the directory's
+`model_sha256` (as sprout computes it), which the test checks its own export against, and
+its inputs are text through the exported tokenizer (a sentence teacher forced; a chat-template
+prompt for the greedy tokens). Its adapter is kept small, since it is committed: rank 2 on
+q_proj, v_proj and down_proj of every layer, BF16 tensors (about 0.5 MB).
+
 The adapters differ in what they exercise (see SPECS): every projection of every layer,
 F32, F16 and BF16 tensors, a regex target_modules with exclude_modules, layers_to_transform
 with layers_pattern, rank_pattern and alpha_pattern, rsLoRA. Each must move the log-probs by
@@ -23,17 +32,18 @@ The venv is make_fixtures.py's (torch 2.15.0, transformers 4.57.6, safetensors 0
 numpy 2.4.6) plus PEFT, pinned here:
   /root/.cache/sprout/venv/bin/pip install peft==0.21.2
 
-Run from the repository root (after make_fixtures.py has made the tiny models):
-  /root/.cache/sprout/venv/bin/python scripts/make_lora_fixtures.py
+Run from the repository root (after make_fixtures.py has made the tiny models, and
+`cargo build --release`), all of them or the ones named:
+  /root/.cache/sprout/venv/bin/python scripts/make_lora_fixtures.py [MODEL...]
 
 Deterministic: running it twice gives byte-identical files. Floats in reference.json are
 the shortest decimal strings that round-trip to the float32 value (parse them as f32).
 """
 
-import importlib.metadata
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -51,13 +61,22 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TQDM_DISABLE", "1")
 
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from peft import LoraConfig, PeftModel, get_peft_model  # noqa: E402
-from transformers import AutoModelForCausalLM  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
+from fixture_io import (  # noqa: E402  (scripts/ is on sys.path)
+    check_versions, f32, f32_list, installed_version, model_sha256, write_json,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
+SPROUT = REPO / "target" / "release" / "sprout"
+EXPORT = "smollm2-135m-export"
+# The exported default model's inputs: a sentence scored teacher forced, and a question
+# whose answer is drawn greedily (rendered with the model's chat template).
+EXPORT_TEXT = ("The old lighthouse keeper climbed the spiral stairs every evening, lit the "
+               "lamp, and watched the ships pass")
+EXPORT_QUESTION = "Name three colours of the rainbow."
 ALL = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 N_GREEDY = 16
 MIN_GAP = 0.05        # least top1-top2 logit gap on every greedy step with the adapter
@@ -92,51 +111,36 @@ SPECS = [
          lora=dict(r=4, lora_alpha=8,
                    target_modules=r"model\.layers\.\d+\.(self_attn\.[kv]_proj|mlp\.(gate|up)_proj)",
                    exclude_modules=["model.layers.2.mlp.gate_proj"])),
+    # The exported default model (30 layers, hidden 576): rank 2 on q (the q|k|v site with
+    # k left out), v and down of every layer, BF16: committed, so small.
+    dict(model=EXPORT, seed=16, dtype=torch.bfloat16, max_bytes=1_000_000,
+         lora=dict(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj", "down_proj"])),
 ]
 
 
-def installed_version(pkg):
-    try:
-        return importlib.metadata.version(pkg)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def check_versions():
-    for pkg, want in PINNED.items():
-        have = installed_version(pkg)
-        if have != want:
-            print(f"WARNING: {pkg} {have} installed, {want} pinned; fixtures may differ",
-                  file=sys.stderr)
-
-
-def f32_list(values):
-    """Floats as Python floats whose repr is the shortest decimal that round-trips to float32."""
-    arr = np.asarray(values, dtype=np.float32).reshape(-1)
-    assert np.all(np.isfinite(arr)), "non-finite value in fixture"
-    return [float(str(x)) for x in arr]
-
-
-def f32(x):
-    return f32_list([x])[0]
-
-
-def dumps(obj, indent, level=0):
-    """JSON with objects indented and lists of scalars on one line (as make_fixtures.py)."""
-    def flat(o):
-        return json.dumps(o, ensure_ascii=False, separators=(",", ":"))
-    pad, inner = " " * (indent * level), " " * (indent * (level + 1))
-    if isinstance(obj, dict):
-        items = [f"{inner}{json.dumps(k)}: {dumps(v, indent, level + 1)}" for k, v in obj.items()]
-        return "{\n" + ",\n".join(items) + "\n" + pad + "}"
-    if isinstance(obj, list) and any(isinstance(v, (dict, list)) for v in obj):
-        return "[\n" + ",\n".join(inner + dumps(v, indent, level + 1) for v in obj) + "\n" + pad + "]"
-    return flat(obj)
-
-
-def base_model(name):
+def base_model(path):
     return AutoModelForCausalLM.from_pretrained(
-        FIXTURES / name, dtype=torch.float32, attn_implementation="eager").eval()
+        path, dtype=torch.float32, attn_implementation="eager").eval()
+
+
+def export_default_model(out):
+    """The default model exported by sprout (float32) into `out`; sprout's version."""
+    if not SPROUT.is_file():
+        raise SystemExit(f"{SPROUT} is missing: run cargo build --release first")
+    subprocess.run([str(SPROUT), "export", "--out", str(out)], check=True)
+    version = subprocess.run([str(SPROUT), "--version"], check=True, capture_output=True,
+                             text=True).stdout.strip()
+    return version
+
+
+def export_inputs(model_dir):
+    """The exported model's teacher-forced ids and greedy prompt, through its tokenizer."""
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    input_ids = tokenizer(EXPORT_TEXT, add_special_tokens=False)["input_ids"]
+    text = tokenizer.apply_chat_template([{"role": "user", "content": EXPORT_QUESTION}],
+                                         tokenize=False, add_generation_prompt=True)
+    prompt_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    return input_ids, prompt_ids
 
 
 @torch.no_grad()
@@ -164,14 +168,14 @@ def greedy(model, prompt_ids, n):
     return new, lp, top2[:, 0] - top2[:, 1]
 
 
-def randomize(peft_model, seed, dtype):
-    """A and B of every LoRA layer drawn N(0, A_STD) and N(0, B_STD), in name order, rounded
+def randomize(peft_model, seed, dtype, b_std):
+    """A and B of every LoRA layer drawn N(0, A_STD) and N(0, b_std), in name order, rounded
     to the dtype the adapter is saved in (so the float32 reference sees the stored values)."""
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in sorted(peft_model.named_parameters()):
             if ".lora_A." in name or ".lora_B." in name:
-                std = A_STD if ".lora_A." in name else B_STD
+                std = A_STD if ".lora_A." in name else b_std
                 noise = torch.randn(p.shape, generator=gen, dtype=torch.float32)
                 p.copy_((std * noise).to(dtype).float())
 
@@ -218,23 +222,39 @@ def make(spec):
     if d.exists():
         shutil.rmtree(d)
     d.mkdir(parents=True)
-    base_ref = json.loads((FIXTURES / name / "reference.json").read_text(encoding="utf-8"))
-    input_ids, prompt_ids = base_ref["input_ids"], base_ref["greedy"]["prompt_ids"]
+    if name != EXPORT:
+        base_ref = json.loads((FIXTURES / name / "reference.json").read_text(encoding="utf-8"))
+        inputs = base_ref["input_ids"], base_ref["greedy"]["prompt_ids"]
+        make_in(spec, d, FIXTURES / name, inputs, base_ref["greedy"]["token_ids"], {})
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = Path(tmp) / "smollm2-f32"
+        version = export_default_model(model_dir)
+        header = {"exported_by": version, "model_sha256": model_sha256(model_dir)}
+        make_in(spec, d, model_dir, export_inputs(model_dir), None, header)
 
-    base = base_model(name)
+
+def make_in(spec, d, model_dir, inputs, want_base_greedy, header):
+    """The fixture of `spec` into `d`, on the model at `model_dir` with `inputs` (teacher
+    forced ids, greedy prompt); `want_base_greedy`: the base's greedy tokens as recorded,
+    if they are; `header`: more fields for reference.json, after the model's name."""
+    name = spec["model"]
+    input_ids, prompt_ids = inputs
+    base = base_model(model_dir)
     base_lp = next_token_logprobs(base, input_ids)
     base_greedy, base_glp, _ = greedy(base, prompt_ids, N_GREEDY)
-    assert base_greedy == base_ref["greedy"]["token_ids"], f"{name}: base greedy moved"
+    if want_base_greedy is not None:
+        assert base_greedy == want_base_greedy, f"{name}: base greedy moved"
 
     # Seeds seed * 1000, + 1, ...: the first whose adapter moves the log-probs by more than
     # MIN_DELTA, changes the greedy tokens, and leaves every greedy step a gap of MIN_GAP.
     for field in ("rank_pattern", "alpha_pattern"):
         keys = list(spec["lora"].get(field, {}))
         assert keys == sorted(keys), f"{name}: {field}'s keys must be sorted, as PEFT saves them"
-    model = get_peft_model(base_model(name), LoraConfig(task_type="CAUSAL_LM", **spec["lora"]))
+    model = get_peft_model(base_model(model_dir), LoraConfig(task_type="CAUSAL_LM", **spec["lora"]))
     model.eval()
     for seed in range(spec["seed"] * 1000, spec["seed"] * 1000 + 100):
-        randomize(model, seed, spec["dtype"])
+        randomize(model, seed, spec["dtype"], spec.get("b_std", B_STD))
         lp = next_token_logprobs(model, input_ids)
         new, glp, gaps = greedy(model, prompt_ids, N_GREEDY)
         delta = float((lp - base_lp).abs().max())
@@ -250,7 +270,7 @@ def make(spec):
 
     save_adapter(model, d, spec["dtype"], name)
     # What was saved, loaded back by PEFT, gives the same log-probs.
-    loaded = PeftModel.from_pretrained(base_model(name), d).eval()
+    loaded = PeftModel.from_pretrained(base_model(model_dir), d).eval()
     for n, p in loaded.named_parameters():
         if ".lora_" in n:
             p.data = p.data.float()
@@ -262,6 +282,7 @@ def make(spec):
         "transformers": installed_version("transformers"),
         "torch": installed_version("torch"),
         "model": name,
+        **header,
         "seed": seed,
         "adapter": {
             "dtype": str(spec["dtype"]).removeprefix("torch."),
@@ -283,15 +304,16 @@ def make(spec):
             "base_logprobs": f32_list(base_glp),
         },
     }
-    (d / "reference.json").write_text(dumps(reference, 1) + "\n", encoding="utf-8")
+    # Each layer's site ranks on a line of their own, however few the layers.
+    write_json(d / "reference.json", reference, min_rows=1)
     sizes = {f.name: f.stat().st_size for f in sorted(d.iterdir())}
-    assert all(s < 200_000 for s in sizes.values()), sizes
+    assert all(s < spec.get("max_bytes", 200_000) for s in sizes.values()), sizes
     print(f"{name}: site ranks {ranks}, max |log-prob delta| {delta:.3f}, greedy {new} "
           f"(base {base_greedy}), min gap {float(gaps.min()):.3f}, files {sizes}")
 
 
 def main():
-    check_versions()
+    check_versions(PINNED)
     torch.manual_seed(0)
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))

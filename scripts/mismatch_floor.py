@@ -3,6 +3,7 @@
 sampled completions, which sprout's own float32 forward pass scores again.
 
     /root/.cache/sprout/venv/bin/python scripts/mismatch_floor.py [--model DIR] [--out FILE]
+        [--lora DIR]
 
 MODEL (default ~/.cache/sprout/grpo/smollm2-f32, made by `sprout export --out DIR`) is a
 float32 Hugging Face directory. For each built-in prompt (rendered with the model's chat
@@ -15,6 +16,13 @@ and `model_sha256`: the SHA-256 of the lines `<sha256>  <name>` of the directory
 files in name order (as `sprout::model::open::model_sha256` computes it, and as records
 name their model), so sprout applies the floor only to this very model.
 
+With --lora DIR (a PEFT LoRA adapter; PEFT is installed beside transformers) the model
+samples and scores with the adapter (its tensors in float32), and the header's `lora`
+names it: `name` (the directory's), `sha256` (the SHA-256 of adapter_config.json's bytes
+then adapter_model.safetensors', as `LoraAdapter::digest` computes it) and `peft` (the
+version). sprout then measures the floor only for a trainer running that very adapter
+(`sprout mismatch --lora DIR --floor FILE`).
+
 The fixture is committed (tests/fixtures/mismatch_floor.json, embedded in the binary);
 building and testing sprout needs no Python. Floats are the shortest decimals that
 round-trip to the float32 value. About a minute on 2 CPU cores.
@@ -22,7 +30,6 @@ round-trip to the float32 value. About a minute on 2 CPU cores.
 
 import argparse
 import hashlib
-import importlib.metadata
 import json
 import os
 import sys
@@ -50,47 +57,26 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TQDM_DISABLE", "1")
 
-
-def check_versions():
-    for pkg, want in PINNED.items():
-        try:
-            have = importlib.metadata.version(pkg)
-        except importlib.metadata.PackageNotFoundError:
-            have = None
-        # torch's CPU and CUDA wheels carry a local suffix (2.15.0+cpu): the same release.
-        if have is None or have.split("+")[0] != want:
-            print(f"WARNING: {pkg} {have} installed, {want} pinned; the fixture may differ",
-                  file=sys.stderr)
+from fixture_io import (  # noqa: E402  (scripts/ is on sys.path)
+    check_versions, f32_list, installed_version, model_sha256,
+)
 
 
-def model_sha256(path):
-    """sprout's model_sha256 of a directory."""
-    def file_hash(p):
-        h = hashlib.sha256()
-        with open(p, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-        return h.hexdigest()
-
-    files = sorted(p for p in Path(path).iterdir() if p.is_file())
-    listing = "".join(f"{file_hash(p)}  {p.name}\n" for p in files)
-    return hashlib.sha256(listing.encode()).hexdigest()
-
-
-def f32_list(values):
-    import numpy as np
-
-    arr = np.asarray(values, dtype=np.float32).reshape(-1)
-    assert np.all(np.isfinite(arr)), "non-finite log-prob"
-    return [float(str(x)) for x in arr]
+def lora_sha256(path):
+    """sprout's digest of a PEFT adapter directory."""
+    h = hashlib.sha256()
+    for name in ("adapter_config.json", "adapter_model.safetensors"):
+        h.update((Path(path) / name).read_bytes())
+    return h.hexdigest()
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, default=DEFAULT_MODEL)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--lora", type=Path, help="a PEFT LoRA adapter directory")
     args = parser.parse_args()
-    check_versions()
+    check_versions(PINNED)
 
     import torch
     import transformers
@@ -101,6 +87,13 @@ def main():
     model = AutoModelForCausalLM.from_pretrained(
         args.model, dtype=torch.float32, attn_implementation="eager"
     ).eval()
+    if args.lora:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, args.lora).eval()
+        for name, p in model.named_parameters():
+            if ".lora_" in name:
+                p.data = p.data.float()
     samples = []
     with torch.inference_mode():
         for prompt in PROMPTS:
@@ -142,8 +135,14 @@ def main():
         "model": args.model.name,
         "model_sha256": model_sha256(args.model),
         "seed": SEED,
-        "samples": samples,
     }
+    if args.lora:
+        fixture["lora"] = {
+            "name": args.lora.name,
+            "sha256": lora_sha256(args.lora),
+            "peft": installed_version("peft"),
+        }
+    fixture["samples"] = samples
     args.out.write_text(json.dumps(fixture, indent=1) + "\n")
     print(f"wrote {args.out}", file=sys.stderr)
 

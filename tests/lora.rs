@@ -1,5 +1,6 @@
 //! LoRA adapters against PEFT (fixtures by scripts/make_lora_fixtures.py: a random
-//! adapter per tiny model family, recorded with transformers + peft), on every adapter:
+//! adapter per tiny model family and one for the exported default model, recorded with
+//! transformers + peft), on every adapter:
 //! - the teacher-forced log-probs with the adapter within 1e-3 of PEFT's, and the greedy
 //!   tokens equal; without the adapter the same comparison fails (the adapter moves
 //!   log-probs by more than 0.1), and the base model matches PEFT's base log-probs;
@@ -12,10 +13,11 @@
 
 mod common;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
+use common::cli::stdout_of;
 use common::engine::{config, request, run};
 use common::fixtures::{f32s, fixtures, greedy, json, load, max_abs_diff, u32s};
 use common::gpus;
@@ -33,7 +35,12 @@ fn adapter_dir(name: &str) -> PathBuf {
 
 /// The tiny fixture `name` on `gpu`, with its PEFT adapter set when `with_adapter`.
 fn open(gpu: &Arc<Gpu>, name: &str, with_adapter: bool) -> Decoder {
-    let mut source = SafetensorsDir::open(fixtures().join(name)).unwrap();
+    open_dir(gpu, &fixtures().join(name), name, with_adapter)
+}
+
+/// The model directory `dir` on `gpu`, with the PEFT adapter `name` set when `with_adapter`.
+fn open_dir(gpu: &Arc<Gpu>, dir: &Path, name: &str, with_adapter: bool) -> Decoder {
+    let mut source = SafetensorsDir::open(dir).unwrap();
     let decoder = load(gpu, &mut source);
     if with_adapter {
         set_adapter(gpu, &decoder, name);
@@ -48,6 +55,11 @@ fn set_adapter(gpu: &Arc<Gpu>, decoder: &Decoder, name: &str) {
 }
 
 fn check_against_peft(name: &str) {
+    check_dir_against_peft(name, &fixtures().join(name));
+}
+
+/// The model directory `dir` with the adapter `name` against its PEFT reference.
+fn check_dir_against_peft(name: &str, dir: &Path) {
     let reference = json(&adapter_dir(name).join("reference.json"));
     let ids = u32s(&reference["input_ids"]);
     let want = f32s(&reference["logprobs"]);
@@ -57,7 +69,7 @@ fn check_against_peft(name: &str) {
     let want_greedy = u32s(&g["token_ids"]);
     for gpu in gpus() {
         let label = format!("{name} on {}", gpu.adapter.label());
-        let decoder = open(&gpu, name, true);
+        let decoder = open_dir(&gpu, dir, name, true);
         let got = pollster::block_on(score(&decoder, &ids)).unwrap();
         let diff = max_abs_diff(&got, &want);
         println!("{label}: log-probs with the adapter within {diff:.2e} of PEFT's");
@@ -112,6 +124,41 @@ fn tiny_gemma3_with_a_lora_adapter_matches_peft() {
 #[test]
 fn tiny_smollm3_with_a_lora_adapter_matches_peft() {
     check_against_peft("tiny-smollm3");
+}
+
+/// A directory removed when dropped (an export is half a gigabyte: not left behind by a
+/// failing test).
+struct Removed(PathBuf);
+
+impl Drop for Removed {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The default model as `sprout export` writes it (f32), exported here as the script
+/// exported it: the same bytes, or the reference is of another model.
+#[test]
+fn the_exported_default_model_with_a_lora_adapter_matches_peft() {
+    let name = "smollm2-135m-export";
+    let reference = json(&adapter_dir(name).join("reference.json"));
+    let dir = std::env::temp_dir().join(format!("sprout-lora-export-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let _removed = Removed(dir.clone());
+    let (model, out) = (common::smollm2_path(), dir.display().to_string());
+    stdout_of(&[
+        "export",
+        "--model",
+        &model.display().to_string(),
+        "--out",
+        &out,
+    ]);
+    let sha = sprout::model::open::model_sha256(&dir).unwrap();
+    assert_eq!(
+        sha, reference["model_sha256"],
+        "the export is not the model scripts/make_lora_fixtures.py recorded"
+    );
+    check_dir_against_peft(name, &dir);
 }
 
 fn bits(samples: &[FinishedSample]) -> Vec<(Vec<u32>, Vec<u32>)> {

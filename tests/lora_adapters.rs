@@ -5,6 +5,12 @@
 //! projection (Hugging Face's rows, PEFT's own scale from reference.json) with q and k
 //! rows permuted, then stacked or interleaved, by the base's own functions.
 //! (Whether sprout's forward pass with the adapter gives PEFT's log-probs is a GPU test.)
+//! The exported default model's adapter is read against the default model's config (the
+//! export writes that config), so these tests need the default model.
+
+// Only the default model's path is used here.
+#[allow(dead_code)]
+mod common;
 
 use std::path::{Path, PathBuf};
 
@@ -16,6 +22,7 @@ use sprout::model::config::ModelConfig;
 use sprout::model::fused_weights::{
     half_split_to_adjacent, interleave_rows, permute_head_rows, stack_rows,
 };
+use sprout::model::gguf_model::GgufModel;
 use sprout::model::lora::{LoraAdapter, Projection, SiteLora};
 use sprout::model::safetensors_dir::SafetensorsDir;
 use sprout::model::source::WeightSource;
@@ -37,11 +44,23 @@ fn fixtures() -> Vec<(PathBuf, Value, ModelConfig)> {
         .map(|dir| {
             let text = std::fs::read_to_string(dir.join("reference.json")).unwrap();
             let reference: Value = serde_json::from_str(&text).unwrap();
-            let model = reference["model"].as_str().unwrap();
-            let base = SafetensorsDir::open(fixtures_dir().join(model)).unwrap();
-            (dir, reference, base.config().clone())
+            let config = base_config(reference["model"].as_str().unwrap());
+            (dir, reference, config)
         })
         .collect()
+}
+
+/// The config of an adapter's base model: a tiny fixture's, or for the exported default
+/// model the default model's own (the export writes it as it is).
+fn base_config(model: &str) -> ModelConfig {
+    if model == "smollm2-135m-export" {
+        let gguf = GgufModel::open(common::smollm2_path()).unwrap();
+        return gguf.config().clone();
+    }
+    SafetensorsDir::open(fixtures_dir().join(model))
+        .unwrap()
+        .config()
+        .clone()
 }
 
 fn read(dir: &Path, model: &ModelConfig) -> LoraAdapter {

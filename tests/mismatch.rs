@@ -1,7 +1,8 @@
 //! `sprout mismatch` and `sprout score --trainer-model` on the command line: a row per
 //! format with its speed, exactly 0 for a format against itself, the floor row on the
 //! exported default model, TIS weights per record, and a clear refusal of a trainer with
-//! another vocabulary. (The metrics' arithmetic is checked against hand-worked numbers in
+//! another vocabulary; with `--lora`, the adapter on both sides and named in the report,
+//! the floor only against a fixture of the same adapter (PEFT's log-probs). (The metrics' arithmetic is checked against hand-worked numbers in
 //! the library's own tests: `cargo test --lib mismatch`.)
 //!
 //! They run the release binary on the GPU: with no adapter the commands fail, and so do
@@ -10,8 +11,8 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
+use common::cli::{failure, stdout_of};
 use serde_json::Value;
 
 fn fixture(name: &str) -> String {
@@ -43,27 +44,6 @@ impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
-}
-
-fn sprout(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_sprout"))
-        .args(args)
-        .output()
-        .expect("running sprout")
-}
-
-fn stdout_of(args: &[&str]) -> String {
-    let out = sprout(args);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "sprout {args:?} failed: {stderr}");
-    String::from_utf8(out.stdout).expect("UTF-8 output")
-}
-
-/// Runs sprout, which must fail; its stderr.
-fn failure(args: &[&str]) -> String {
-    let out = sprout(args);
-    assert!(!out.status.success(), "sprout {args:?} succeeded");
-    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 fn report(args: &[&str]) -> Value {
@@ -359,6 +339,188 @@ fn bad_arguments_are_refused_with_the_reason() {
     let e = failure(&["mismatch", "--model", &qwen, "--formats", "f32"]);
     assert!(
         e.contains("loads as f16") && e.contains("sprout export"),
+        "{e}"
+    );
+}
+
+/// A floor fixture (scripts/mismatch_floor.py's shape) of PEFT's reference for the tiny
+/// model `name` (tests/fixtures/lora/NAME/reference.json): its input ids scored, with
+/// `logprobs` (PEFT's `logprobs` with the adapter, or `base_logprobs`), claiming the adapter
+/// `lora` (name and sha256) or none.
+fn peft_floor(dir: &TempDir, name: &str, logprobs: &str, lora: Option<(&str, &str)>) -> String {
+    let reference: Value = serde_json::from_str(
+        &std::fs::read_to_string(fixture(&format!("lora/{name}/reference.json"))).unwrap(),
+    )
+    .unwrap();
+    let ids = reference["input_ids"].as_array().unwrap();
+    let model_sha256 = sprout::model::open::model_sha256(Path::new(&fixture(name))).unwrap();
+    let mut floor = serde_json::json!({
+        "transformers": reference["transformers"],
+        "torch": reference["torch"],
+        "model": name,
+        "model_sha256": model_sha256,
+        "samples": [{
+            "prompt_token_ids": ids[..1],
+            "token_ids": ids[1..],
+            "logprobs": reference[logprobs],
+        }],
+    });
+    if let Some((lora, sha256)) = lora {
+        floor["lora"] =
+            serde_json::json!({"name": lora, "sha256": sha256, "peft": reference["peft"]});
+    }
+    let path = dir.path(&format!("floor-{logprobs}-{}.json", lora.is_some()));
+    std::fs::write(&path, floor.to_string()).unwrap();
+    path
+}
+
+#[test]
+fn with_lora_both_sides_run_the_adapter_and_the_report_names_it() {
+    use sprout::model::source::WeightSource;
+    let dir = TempDir::new("lora");
+    let name = "tiny-llama";
+    let (model, lora) = (fixture(name), fixture(&format!("lora/{name}")));
+    let source = sprout::model::safetensors_dir::SafetensorsDir::open(&model).unwrap();
+    let adapter =
+        sprout::model::lora::LoraAdapter::read_dir(Path::new(&lora), source.config(), 64).unwrap();
+    let sha = adapter.digest.as_str();
+    let with_adapter = peft_floor(&dir, name, "logprobs", Some((name, sha)));
+    let args = [
+        "mismatch",
+        "--model",
+        &model,
+        "--lora",
+        &lora,
+        "--formats",
+        "f32,q8_0",
+        "-n",
+        "2",
+        "--max-tokens",
+        "12",
+        "--floor",
+        &with_adapter,
+    ];
+    let r = report(&[&args[..], &["--json"]].concat());
+    assert_eq!(r["lora"]["name"], name, "{r}");
+    assert_eq!(r["lora"]["sha256"], sha, "{r}");
+    for format in ["f32", "q8_0"] {
+        let row = row(&r, format);
+        assert!(f(&row["speed"]["tokens_per_s"]) > 0.0, "{row}");
+        assert!(row["tokens"].as_u64().unwrap() > 0, "{row}");
+        for side in ["rollout", "trainer"] {
+            let label = row[side].as_str().unwrap();
+            assert!(
+                label.ends_with("+ LoRA tiny-llama"),
+                "{format} {side}: {label}"
+            );
+        }
+    }
+    // The f32 rollout is the trainer itself, adapter and all: exactly 0.
+    let f32_row = row(&r, "f32");
+    for field in ["kl", "abs_r_max", "max_abs_dp"] {
+        assert_eq!(f(&f32_row[field]), 0.0, "{field}: {f32_row}");
+    }
+    // q8_0 + adapter against f32 + adapter: a copy apart from the trainer, so not 0.
+    assert!(f(&row(&r, "q8_0")["abs_r_max"]) > 0.0, "{r}");
+    // The trainer with the adapter scores PEFT's tokens within 1e-3 of PEFT's log-probs.
+    assert!(r["floor_left_out"].is_null(), "{r}");
+    let floor = row(&r, "floor");
+    assert!(f(&floor["abs_r_max"]) < 1e-3, "{floor}");
+    assert!(
+        floor["trainer"]
+            .as_str()
+            .unwrap()
+            .ends_with("LoRA tiny-llama"),
+        "{floor}"
+    );
+    // The Markdown says so too.
+    let table = stdout_of(&args);
+    assert!(
+        table.contains(&format!(
+            "ran with the LoRA adapter tiny-llama (sha256 {sha})"
+        )),
+        "{table}"
+    );
+
+    // Without --lora the trainer is the base: on the same tokens it is far from PEFT's
+    // adapter log-probs (a fixture claiming no adapter, so that the floor runs).
+    let base_floor = peft_floor(&dir, name, "logprobs", None);
+    let few = ["--formats", "f32", "-n", "1", "--max-tokens", "2", "--json"];
+    let r = report(
+        &[
+            &["mismatch", "--model", &model, "--floor", &base_floor],
+            &few[..],
+        ]
+        .concat(),
+    );
+    assert!(r["lora"].is_null(), "{r}");
+    assert!(f(&row(&r, "floor")["abs_r_max"]) > 0.1, "{r}");
+    // A floor fixture of another adapter state than the trainer's is left out, named.
+    let r = report(
+        &[
+            &["mismatch", "--model", &model, "--floor", &with_adapter],
+            &few[..],
+        ]
+        .concat(),
+    );
+    let why = r["floor_left_out"].as_str().unwrap();
+    assert!(
+        why.contains("runs without one") && why.contains("tiny-llama"),
+        "{why}"
+    );
+    let r = report(
+        &[
+            &[
+                "mismatch",
+                "--model",
+                &model,
+                "--lora",
+                &lora,
+                "--floor",
+                &base_floor,
+            ],
+            &few[..],
+        ]
+        .concat(),
+    );
+    let why = r["floor_left_out"].as_str().unwrap();
+    assert!(
+        why.contains("without a LoRA adapter") && why.contains(&sha[..12]),
+        "{why}"
+    );
+}
+
+#[test]
+fn an_adapter_that_does_not_fit_a_model_is_refused_naming_both() {
+    let (llama, smollm3) = (fixture("tiny-llama"), fixture("tiny-smollm3"));
+    let lora = fixture("lora/tiny-llama");
+    // The trainer is another model, whose shapes the adapter does not fit.
+    let e = failure(&[
+        "mismatch",
+        "--model",
+        &llama,
+        "--trainer-model",
+        &smollm3,
+        "--lora",
+        &lora,
+        "--formats",
+        "q8_0",
+    ]);
+    assert!(e.contains(&smollm3) && e.contains(&lora), "{e}");
+    // A rank above --max-lora-rank.
+    let e = failure(&[
+        "mismatch",
+        "--model",
+        &llama,
+        "--lora",
+        &lora,
+        "--max-lora-rank",
+        "4",
+        "--formats",
+        "q8_0",
+    ]);
+    assert!(
+        e.contains(&llama) && e.contains("rank 8, above the largest LoRA rank allowed, 4"),
         "{e}"
     );
 }

@@ -119,11 +119,16 @@ impl Opened {
             driver: format!("{} {}", adapter.driver, adapter.driver_info)
                 .trim()
                 .to_string(),
-            lora: self.decoder.adapter().map(|a| LoraProvenance {
-                name: a.name.clone(),
-                sha256: a.digest.clone(),
-                version: a.version,
-            }),
+            lora: self.lora(),
+        })
+    }
+
+    /// The LoRA adapter in force, as records name it; `None` without one.
+    pub fn lora(&self) -> Option<LoraProvenance> {
+        self.decoder.adapter().map(|a| LoraProvenance {
+            name: a.name.clone(),
+            sha256: a.digest.clone(),
+            version: a.version,
         })
     }
 

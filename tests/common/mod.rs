@@ -5,6 +5,8 @@
 #[allow(dead_code)]
 pub mod chi_square;
 #[allow(dead_code)]
+pub mod cli;
+#[allow(dead_code)]
 pub mod engine;
 #[allow(dead_code)]
 pub mod fixtures;

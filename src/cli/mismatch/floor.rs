@@ -8,11 +8,18 @@
 //! transformers' float32 log-prob of every token. The fixture names its model by
 //! `model_sha256` (as records do), and the floor is measured only for that very model: on
 //! another the row is left out with the reason.
+//!
+//! A fixture made with a PEFT LoRA adapter (`mismatch_floor.py --lora DIR`) names it by its
+//! sha256 (`LoraAdapter::digest`, as records do) and applies only to a trainer running that
+//! adapter; a fixture without one applies only to a trainer without one. Any other pairing
+//! leaves the row out with the reason: a floor of the base against a trainer with an
+//! adapter (or the other way round) would measure the adapter, not the kernels.
 
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 use serde::Deserialize;
+use sprout::trajectory::LoraProvenance;
 
 /// The committed fixture (the exported default model).
 const BUILT_IN: &str = include_str!("../../../tests/fixtures/mismatch_floor.json");
@@ -24,7 +31,21 @@ pub struct Fixture {
     pub torch: String,
     pub model: String,
     pub model_sha256: String,
+    /// The adapter transformers ran with, if any.
+    #[serde(default)]
+    pub lora: Option<FixtureLora>,
     pub samples: Vec<FixtureSample>,
+}
+
+/// The PEFT LoRA adapter a fixture was made with.
+#[derive(Deserialize)]
+pub struct FixtureLora {
+    /// Its directory's name.
+    pub name: String,
+    /// `LoraAdapter::digest` of its files.
+    pub sha256: String,
+    /// The PEFT version that applied it.
+    pub peft: String,
 }
 
 #[derive(Deserialize)]
@@ -71,27 +92,59 @@ pub fn read(path: Option<&Path>) -> Result<Fixture> {
 }
 
 impl Fixture {
-    /// Why the floor does not apply to a trainer whose `model_sha256` is `trainer`, if
-    /// it does not.
-    pub fn mismatch_with(&self, trainer: &str) -> Option<String> {
-        (self.model_sha256 != trainer).then(|| {
-            format!(
+    /// Why the floor does not apply to a trainer whose `model_sha256` is `trainer`, running
+    /// the adapter `lora` (if any), if it does not.
+    pub fn mismatch_with(&self, trainer: &str, lora: Option<&LoraProvenance>) -> Option<String> {
+        if self.model_sha256 != trainer {
+            return Some(format!(
                 "the floor fixture is of {} (model_sha256 {}), the trainer is another model \
                  ({}); make one for it with scripts/mismatch_floor.py --model DIR and pass \
                  --floor FILE",
                 self.model,
                 short(&self.model_sha256),
                 short(trainer)
-            )
-        })
+            ));
+        }
+        let made_with =
+            |l: &FixtureLora| format!("the LoRA adapter {} (sha256 {})", l.name, short(&l.sha256));
+        let runs = |l: &LoraProvenance| {
+            format!("the LoRA adapter {} (sha256 {})", l.name, short(&l.sha256))
+        };
+        match (&self.lora, lora) {
+            (None, None) => None,
+            (Some(f), Some(t)) if f.sha256 == t.sha256 => None,
+            (None, Some(t)) => Some(format!(
+                "the floor fixture is of {} without a LoRA adapter, and the trainer runs with \
+                 {}; make one with it (scripts/mismatch_floor.py --model DIR --lora DIR) and \
+                 pass --floor FILE",
+                self.model,
+                runs(t)
+            )),
+            (Some(f), None) => Some(format!(
+                "the floor fixture is of {} with {}, and the trainer runs without one (pass \
+                 --lora)",
+                self.model,
+                made_with(f)
+            )),
+            (Some(f), Some(t)) => Some(format!(
+                "the floor fixture is of {} with {}, and the trainer runs with {}",
+                self.model,
+                made_with(f),
+                runs(t)
+            )),
+        }
     }
 
     /// What the row's label says the reference was.
     pub fn describe(&self) -> String {
-        format!(
+        let base = format!(
             "transformers {} (torch {}) f32",
             self.transformers, self.torch
-        )
+        );
+        match &self.lora {
+            Some(l) => format!("{base} + peft {} LoRA {}", l.peft, l.name),
+            None => base,
+        }
     }
 }
 
@@ -107,12 +160,43 @@ mod tests {
     fn the_built_in_fixture_reads_and_names_its_model() {
         let f = read(None).unwrap();
         assert_eq!(f.model_sha256.len(), 64);
-        assert!(f.mismatch_with(&f.model_sha256.clone()).is_none());
-        let why = f.mismatch_with("0123456789abcdef").unwrap();
+        assert!(f.lora.is_none());
+        assert!(f.mismatch_with(&f.model_sha256.clone(), None).is_none());
+        let why = f.mismatch_with("0123456789abcdef", None).unwrap();
         assert!(
             why.contains("0123456789ab") && why.contains("--floor"),
             "{why}"
         );
+    }
+
+    #[test]
+    fn the_floor_applies_only_to_a_trainer_with_the_fixture_s_own_adapter() {
+        let mut f = read(None).unwrap();
+        let sha = f.model_sha256.clone();
+        let adapter = |sha256: &str| LoraProvenance {
+            name: "mine".into(),
+            sha256: sha256.into(),
+            version: 1,
+        };
+        let why = f.mismatch_with(&sha, Some(&adapter("aaaa"))).unwrap();
+        assert!(
+            why.contains("without a LoRA adapter") && why.contains("mine (sha256 aaaa)"),
+            "{why}"
+        );
+        f.lora = Some(FixtureLora {
+            name: "theirs".into(),
+            sha256: "bbbb".into(),
+            peft: "0.21.2".into(),
+        });
+        assert!(f.mismatch_with(&sha, Some(&adapter("bbbb"))).is_none());
+        let why = f.mismatch_with(&sha, None).unwrap();
+        assert!(
+            why.contains("theirs (sha256 bbbb)") && why.contains("--lora"),
+            "{why}"
+        );
+        let why = f.mismatch_with(&sha, Some(&adapter("aaaa"))).unwrap();
+        assert!(why.contains("bbbb") && why.contains("aaaa"), "{why}");
+        assert!(f.describe().ends_with("+ peft 0.21.2 LoRA theirs"));
     }
 
     #[test]

@@ -11,6 +11,13 @@
 //! are drawn, not the distributions compared. A floor row ([`floor`]) sets sprout's own f32
 //! against transformers' f32 on a fixture's tokens.
 //!
+//! With `--lora DIR` (LoRA RL: the trainer is base + adapter at full precision, the rollout
+//! the quantized base + the same adapter) the adapter is checked against each model it
+//! goes on (every format's copy and the trainer, which may be another model) and every
+//! rollout and scoring request runs with it; the report names it (name and sha256, as
+//! records do). The floor row is measured only when the fixture was made with that very
+//! adapter ([`floor::Fixture::mismatch_with`]); else it is left out with the reason.
+//!
 //! Only one format's copy is on the GPU at a time beside the trainer, and only one engine
 //! (with its KV cache) exists at a time.
 //!
@@ -39,7 +46,7 @@ use sprout::sched::SamplingParams;
 use sprout::tokenizer::vocabulary;
 
 use crate::cli::bootstrap::{self, Kernels, Opened};
-use crate::cli::cli_args::{EngineArgs, LoadedModel, parse_weight_format};
+use crate::cli::cli_args::{EngineArgs, LoadedModel, LoraArg, parse_weight_format};
 use crate::cli::json_out;
 use report::{Adapter, Report, Row, Speed, Workload};
 
@@ -93,12 +100,21 @@ pub struct MismatchArgs {
     /// Also draw the CDF of |r| per format and k3_kl by position into this .svg or .png.
     #[arg(long, value_name = "FILE")]
     plot: Option<PathBuf>,
+    /// With --lora, every format's copy and the trainer run with the adapter.
+    #[command(flatten)]
+    lora: LoraArg,
     #[command(flatten)]
     engine: EngineArgs,
 }
 
-/// `path` loaded onto `gpu`, converted to `format` on load (`None`: as stored).
-fn load(gpu: &Arc<Gpu>, path: &Path, format: Option<WeightFormat>) -> Result<Opened> {
+/// `path` loaded onto `gpu`, converted to `format` on load (`None`: as stored), with the
+/// LoRA adapter of `lora` (if any) checked against it and set.
+fn load(
+    gpu: &Arc<Gpu>,
+    path: &Path,
+    format: Option<WeightFormat>,
+    lora: &LoraArg,
+) -> Result<Opened> {
     let opened = open_quantized(Some(path), format)?;
     let model = LoadedModel {
         source: opened.source,
@@ -106,7 +122,11 @@ fn load(gpu: &Arc<Gpu>, path: &Path, format: Option<WeightFormat>) -> Result<Ope
         chat_template: opened.chat_template,
         info: opened.info,
     };
-    bootstrap::open_on(gpu.clone(), model, Kernels::Tuned)
+    let opened = bootstrap::open_on(gpu.clone(), model, Kernels::Tuned)?;
+    opened
+        .apply_lora(lora)
+        .with_context(|| format!("putting the LoRA adapter on {}", path.display()))?;
+    Ok(opened)
 }
 
 fn check_args(args: &MismatchArgs) -> Result<SamplingParams> {
@@ -158,7 +178,7 @@ pub fn run(backend: BackendChoice, args: MismatchArgs) -> Result<()> {
         trainer_path.display().to_string(),
     );
     let gpu = pollster::block_on(Gpu::open(backend))?;
-    let trainer = load(&gpu, &trainer_path, None)
+    let trainer = load(&gpu, &trainer_path, None, &args.lora)
         .with_context(|| format!("loading the trainer {trainer_name}"))?;
     let tokenizer = trainer.tokenizer()?;
     if args.trainer_model.is_some() {
@@ -196,15 +216,17 @@ pub fn run(backend: BackendChoice, args: MismatchArgs) -> Result<()> {
         );
     }
 
+    // The rows' labels say that both sides ran with the adapter.
+    let with_lora = with_lora(&trainer);
     let mut rows = Vec::new();
     for &format in &args.formats {
         let label = format.name();
         // The f32 row of the trainer's own file is the trainer itself: no second copy.
         let copy = match (format, args.trainer_model.is_some()) {
             (WeightFormat::F32, false) => None,
-            (WeightFormat::F32, true) => Some(load(&gpu, &args.model, None)?),
+            (WeightFormat::F32, true) => Some(load(&gpu, &args.model, None, &args.lora)?),
             (f, _) => Some(
-                load(&gpu, &args.model, Some(f))
+                load(&gpu, &args.model, Some(f), &args.lora)
                     .with_context(|| format!("loading {model_name} as {f}"))?,
             ),
         };
@@ -248,8 +270,8 @@ pub fn run(backend: BackendChoice, args: MismatchArgs) -> Result<()> {
         }
         rows.push(Row {
             format: label.to_string(),
-            rollout: format!("sprout {label}"),
-            trainer: format!("sprout {trainer_format}"),
+            rollout: format!("sprout {label}{with_lora}"),
+            trainer: format!("sprout {trainer_format}{with_lora}"),
             health: mismatch.health(),
             speed: Some(speed),
             mismatch,
@@ -259,7 +281,8 @@ pub fn run(backend: BackendChoice, args: MismatchArgs) -> Result<()> {
 
     let trainer_sha =
         model_sha256(&trainer_path).with_context(|| format!("hashing {trainer_name}"))?;
-    let floor_left_out = match fixture.mismatch_with(&trainer_sha) {
+    let lora = trainer.lora();
+    let floor_left_out = match fixture.mismatch_with(&trainer_sha, lora.as_ref()) {
         Some(why) => Some(why),
         None => {
             rows.push(floor_row(&trainer, &config, &fixture, args.tis_cap)?);
@@ -270,6 +293,7 @@ pub fn run(backend: BackendChoice, args: MismatchArgs) -> Result<()> {
         model: model_name,
         trainer_model: trainer_name,
         trainer_weight_format: trainer_format,
+        lora,
         adapter: Adapter {
             backend: trainer.gpu.adapter.backend.clone(),
             name: trainer.gpu.adapter.name.clone(),
@@ -304,8 +328,17 @@ pub fn run(backend: BackendChoice, args: MismatchArgs) -> Result<()> {
     Ok(())
 }
 
-/// The floor: the trainer (sprout, f32) scores the fixture's tokens, and its log-probs are
-/// the "rollout" side against transformers' as the trainer.
+/// What a row's label adds for a model running a LoRA adapter.
+fn with_lora(opened: &Opened) -> String {
+    opened
+        .decoder
+        .adapter()
+        .map_or(String::new(), |a| format!(" + LoRA {}", a.name))
+}
+
+/// The floor: the trainer (sprout, f32, with its adapter when the fixture has the same)
+/// scores the fixture's tokens, and its log-probs are the "rollout" side against
+/// transformers' as the trainer.
 fn floor_row(
     trainer: &Opened,
     config: &sprout::engine::EngineConfig,
@@ -344,7 +377,11 @@ fn floor_row(
         .ok_or_else(|| anyhow::anyhow!("the floor fixture holds no tokens"))?;
     Ok(Row {
         format: "floor".into(),
-        rollout: format!("sprout {}", trainer.decoder.weight_format()),
+        rollout: format!(
+            "sprout {}{}",
+            trainer.decoder.weight_format(),
+            with_lora(trainer)
+        ),
         trainer: fixture.describe(),
         health: mismatch.health(),
         speed: None,

@@ -9,6 +9,7 @@
 use serde::Serialize;
 
 use sprout::mismatch::{Health, LOW_PROBABILITY, Mismatch};
+use sprout::trajectory::LoraProvenance;
 
 /// A row's rollout speed.
 #[derive(Clone, Debug, Serialize)]
@@ -41,6 +42,9 @@ pub struct Report {
     pub model: String,
     pub trainer_model: String,
     pub trainer_weight_format: String,
+    /// The LoRA adapter every rollout copy and the trainer ran with (`--lora`); `null`
+    /// when none did.
+    pub lora: Option<LoraProvenance>,
     pub adapter: Adapter,
     pub workload: Workload,
     pub rows: Vec<Row>,
@@ -114,6 +118,12 @@ pub fn markdown(report: &Report) -> String {
         report.trainer_weight_format,
         w.tis_cap
     ));
+    if let Some(l) = &report.lora {
+        out.push_str(&format!(
+            "Every rollout and the trainer ran with the LoRA adapter {} (sha256 {}).\n\n",
+            l.name, l.sha256
+        ));
+    }
     out.push_str(
         "| format | tokens/s | vs f32 | kl | k3_kl | chi2_token | \\|r\\| mean | \\|r\\| p50 | \
          \\|r\\| p99 | \\|r\\| max | max \\|Δp\\| | ppl ratio | TIS mean | TIS clipped | outside \

@@ -2,7 +2,8 @@
 //! one format's copy of the model, and the trainer's teacher-forced scoring of exactly the
 //! tokens it drew.
 //!
-//! Both go through the engine as every command does, so the rollout's `logprobs` and the
+//! Every request runs with the model's LoRA adapter when one is set (`--lora`), on both
+//! sides. Both go through the engine as every command does, so the rollout's `logprobs` and the
 //! scores are computed the same way (the kernels give a row the same result whatever
 //! shares its batch): a model scored against itself gives back its rollout's log-probs bit
 //! for bit, and a row's mismatch is the weights' alone.
@@ -35,7 +36,14 @@ pub struct Group {
     pub completions: Vec<Vec<u32>>,
 }
 
-fn requests(prompts: &[Vec<u32>], n: usize, params: &SamplingParams) -> Vec<Request> {
+/// The requests of a rollout on `opened`: each runs with the model's LoRA adapter when it
+/// has one.
+fn requests(
+    opened: &Opened,
+    prompts: &[Vec<u32>],
+    n: usize,
+    params: &SamplingParams,
+) -> Vec<Request> {
     prompts
         .iter()
         .enumerate()
@@ -46,7 +54,7 @@ fn requests(prompts: &[Vec<u32>], n: usize, params: &SamplingParams) -> Vec<Requ
             params: params.clone(),
             forced: Vec::new(),
             cache_salt: None,
-            lora: false,
+            lora: opened.decoder.has_adapter(),
         })
         .collect()
 }
@@ -88,13 +96,13 @@ pub fn roll_out(
         max_tokens: params.max_tokens.min(4),
         ..params.clone()
     };
-    run(opened, config, requests(prompts, n, &warm), None)?;
+    run(opened, config, requests(opened, prompts, n, &warm), None)?;
     let template = format!("{label:<6} rollout {{bar:30}} {{pos}}/{{len}} samples");
     let started = Instant::now();
     let (samples, generated_tokens) = run(
         opened,
         config,
-        requests(prompts, n, params),
+        requests(opened, prompts, n, params),
         Some(&template),
     )?;
     let wall_s = started.elapsed().as_secs_f64();
@@ -113,7 +121,8 @@ pub fn roll_out(
 }
 
 /// The trainer's log-probability (temperature 1) of every token of every completion, in
-/// the order given: per group, per completion, per token.
+/// the order given: per group, per completion, per token; with the trainer's LoRA adapter
+/// when it has one.
 pub fn score(
     trainer: &Opened,
     config: &EngineConfig,
@@ -135,7 +144,7 @@ pub fn score(
             },
             forced: g.completions.clone(),
             cache_salt: None,
-            lora: false,
+            lora: trainer.decoder.has_adapter(),
         })
         .collect();
     let template = format!("{label:<6} scoring {{bar:30}} {{pos}}/{{len}} samples");
