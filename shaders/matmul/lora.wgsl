@@ -10,7 +10,10 @@
 // word is 0 skips the add altogether (adding 0.0 would turn a -0.0 into +0.0): its
 // outputs are bitwise those of the kernel without the term.
 //
-// The epilogue's `emit_pair` is renamed `emit_pair_base` by the host; this one wraps it.
+// The shapes add the term in one of two ways, with this same arithmetic: the CPU tile
+// inlines the chain for its whole tile (src/gpu/kernels/matmul/tile.rs: each B' value
+// loaded once for all the tile's rows of x), the others call lora_emit.wgsl's `emit_pair`,
+// which wraps the epilogue's (renamed `emit_pair_base` by the host).
 @group(0) @binding(B_LORA_T) var<storage, read> lora_t: array<f32>; // [m, lora_rank]
 @group(0) @binding(B_LORA_B) var<storage, read> lora_b: array<f32>; // [n_total, lora_rank]
 
@@ -24,19 +27,3 @@ fn lora_term(i: u32, col: u32) -> f32 {
     return acc;
 }
 
-// Outputs come in pairs of adjacent weight rows (n even); the second may be past the end.
-fn emit_pair(i: u32, n: u32, v0: f32, v1: f32) {
-    if (i >= p.m || n >= p.rows) {
-        return;
-    }
-    var a0 = v0;
-    var a1 = v1;
-    if (rowinfo[4u * i + 3u] != 0u) {
-        let col = p.n_offset + n;
-        a0 = a0 + lora_term(i, col);
-        if (n + 1u < p.rows) {
-            a1 = a1 + lora_term(i, col + 1u);
-        }
-    }
-    emit_pair_base(i, n, a0, a1);
-}

@@ -60,6 +60,7 @@ const EPILOGUE_SILU: &str = include_str!("../../../../shaders/matmul/epilogue_si
 const EPILOGUE_GELU: &str = include_str!("../../../../shaders/matmul/epilogue_gelu_gate.wgsl");
 const EPILOGUE_QKV: &str = include_str!("../../../../shaders/matmul/epilogue_qkv_rope.wgsl");
 const LORA: &str = include_str!("../../../../shaders/matmul/lora.wgsl");
+const LORA_EMIT: &str = include_str!("../../../../shaders/matmul/lora_emit.wgsl");
 const LORA_ROWINFO: &str = include_str!("../../../../shaders/matmul/lora_rowinfo.wgsl");
 pub(crate) const MATVEC: &str = include_str!("../../../../shaders/matmul/matvec.wgsl");
 const X_VEC4: &str = include_str!("../../../../shaders/activations/vec4.wgsl");
@@ -405,12 +406,19 @@ impl KernelSpec for MatmulKernel {
             }
         };
         if lora {
-            // The shapes call `emit_pair`: the LoRA term's, which adds the term and hands
-            // the pair on to the epilogue's.
-            assert_eq!(epilogue_text.matches("fn emit_pair(").count(), 1);
-            parts.push(epilogue_text.replace("fn emit_pair(", "fn emit_pair_base("));
             let mut text = next("LORA_T", LORA);
             text = next("LORA_B", &text);
+            if shape.inlines_lora() {
+                // The tile adds the term to its sums itself, before the epilogue's
+                // `emit_pair`.
+                parts.push(epilogue_text);
+            } else {
+                // The shape calls `emit_pair`: the LoRA term's, which adds the term and
+                // hands the pair on to the epilogue's.
+                assert_eq!(epilogue_text.matches("fn emit_pair(").count(), 1);
+                parts.push(epilogue_text.replace("fn emit_pair(", "fn emit_pair_base("));
+                text.push_str(LORA_EMIT);
+            }
             parts.push(text);
             if !matches!(epilogue, Epilogue::QkvRope { .. }) {
                 parts.push(next("ROWINFO", LORA_ROWINFO));
@@ -418,7 +426,7 @@ impl KernelSpec for MatmulKernel {
         } else {
             parts.push(epilogue_text);
         }
-        parts.push(shape.body());
+        parts.push(shape.body(lora));
         parts.push(x.source().to_string());
         with_weights(&parts.join("\n"), format)
     }

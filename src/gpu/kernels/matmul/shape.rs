@@ -21,6 +21,10 @@ const MATVEC_SCRATCH: u32 = 2048;
 /// tile's 14.4-16.6 ms (four runs of each interleaved in one process, twice).
 pub const WIDE_MATVEC_MIN_ROWS: usize = 16384;
 
+/// Weight rows up to which a weight counts as narrow (the default shapes spread it
+/// differently): one CPU tile workgroup of 2 columns.
+pub const NARROW_ROWS: usize = 2 * TILE_WORKGROUP as usize;
+
 /// Which invocations compute which outputs, and how k is split.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "shape", rename_all = "snake_case")]
@@ -56,6 +60,12 @@ impl MatmulShape {
                 ..
             }
         )
+    }
+
+    /// Whether the shape adds the LoRA term in its own body rather than through
+    /// lora_emit.wgsl's wrapper of the epilogue.
+    pub(super) fn inlines_lora(&self) -> bool {
+        matches!(self, MatmulShape::Tile { .. })
     }
 
     /// Whether the shape's parameters are ones the kernels are written for.
@@ -120,10 +130,11 @@ impl MatmulShape {
         }
     }
 
-    /// The shape's entry point and helpers.
-    pub(super) fn body(&self) -> String {
+    /// The shape's entry point and helpers (the tile's adds the LoRA term itself when
+    /// `lora`; the others call lora_emit.wgsl's `emit_pair`).
+    pub(super) fn body(&self, lora: bool) -> String {
         match self {
-            MatmulShape::Tile { rows, cols, loads } => entry_point(*rows, *cols, *loads),
+            MatmulShape::Tile { rows, cols, loads } => entry_point(*rows, *cols, *loads, lora),
             MatmulShape::MatVec { .. } => MATVEC.to_string(),
             MatmulShape::Gemm { tm } => gemm::entry_point(*tm),
         }
@@ -133,12 +144,26 @@ impl MatmulShape {
     /// tiles. A rollout's tail runs batches of two rows for many steps, where a 4-row tile
     /// computes twice the work and took 1.4x as long as a 2-row one on llvmpipe; a 3-row
     /// tile was no faster than the 4-row one for 3, 5 or 6 rows.
+    ///
+    /// A weight of at most [`NARROW_ROWS`] rows (a LoRA adapter's stacked A: 16 to 48 rows)
+    /// takes 2 columns and direct loads of x: a workgroup of the 4-column tile covers 256
+    /// weight rows, and with shuffled loads its invocations past the last row still walk
+    /// all of k on clamped rows; with direct loads they leave at once. For SmolLM2-135M's
+    /// rank-16 A products at 8 rows on lavapipe, the 4 x 2 direct tile took 0.34 ms (o,
+    /// down) and 0.58 ms (q|k|v, gate|up with RMSNorm) a dispatch against 0.97 and 0.73 ms
+    /// for the 4 x 2 shuffled one and 1.72 and 1.17 ms for the 4 x 4; MatVec (64, 2) took
+    /// 1.45 and 3.66 ms.
     pub fn for_cpu(caps: &Capabilities, m: usize, n: usize) -> MatmulShape {
-        let loads = XLoads::best(caps);
+        let loads = match n <= NARROW_ROWS {
+            true => XLoads::Direct,
+            false => XLoads::best(caps),
+        };
         let (rows, cols) = match m {
             0 | 1 if n >= WIDE_MATVEC_MIN_ROWS => (1, 4),
             0 | 1 => (1, 2),
+            2 if n <= NARROW_ROWS => (2, 2),
             2 => (2, 4),
+            _ if n <= NARROW_ROWS => (4, 2),
             _ => (4, 4),
         };
         MatmulShape::Tile { rows, cols, loads }
@@ -147,8 +172,15 @@ impl MatmulShape {
     /// The shape a GPU uses for `m` rows of x against `n` weight rows before it is tuned:
     /// `MatVec` up to 8 rows (32 weight rows a workgroup for wide weights, 8 otherwise, so
     /// that narrow ones still spread over many workgroups); `Gemm` beyond.
+    ///
+    /// A weight of at most [`NARROW_ROWS`] rows (a LoRA adapter's A) takes MatVec at every
+    /// row count, 2 weight rows a 64-invocation workgroup: its 16 to 48 rows then still
+    /// make 8 to 24 workgroups per 8 rows of x, where 8 a workgroup made 2 to 6 and the
+    /// Gemm tile's 64 columns would leave most of each workgroup idle.
     pub fn for_gpu(m: usize, n: usize, _k: usize) -> MatmulShape {
-        if m <= MATVEC_MAX_ROWS as usize {
+        if n <= NARROW_ROWS {
+            MatmulShape::MatVec { wg: 64, nr: 2 }
+        } else if m <= MATVEC_MAX_ROWS as usize {
             let nr = if n >= 4096 { 32 } else { 8 };
             MatmulShape::MatVec { wg: 256, nr }
         } else if m < 128 {
@@ -235,6 +267,35 @@ mod tests {
         }
         assert!(!MatmulShape::MatVec { wg: 64, nr: 16 }.is_valid());
         assert!(!MatmulShape::MatVec { wg: 128, nr: 12 }.is_valid());
+    }
+
+    #[test]
+    fn narrow_weights_take_their_own_defaults() {
+        let mut caps = crate::gpu::tuning::tests_caps();
+        caps.subgroups = true;
+        caps.subgroup_min_size = 8;
+        for n in [16, 48, NARROW_ROWS] {
+            for (m, rows) in [(1, 1), (2, 2), (8, 4), (512, 4)] {
+                let direct = MatmulShape::Tile {
+                    rows,
+                    cols: 2,
+                    loads: XLoads::Direct,
+                };
+                assert_eq!(MatmulShape::for_cpu(&caps, m, n), direct, "{m} {n}");
+                let matvec = MatmulShape::MatVec { wg: 64, nr: 2 };
+                assert_eq!(MatmulShape::for_gpu(m, n, 1536), matvec, "{m} {n}");
+            }
+        }
+        // Wider weights keep the shuffled 4-column tile.
+        let wide = MatmulShape::for_cpu(&caps, 8, NARROW_ROWS + 2);
+        assert!(matches!(
+            wide,
+            MatmulShape::Tile {
+                cols: 4,
+                loads: XLoads::Shuffled,
+                ..
+            }
+        ));
     }
 
     #[test]
