@@ -26,6 +26,13 @@
 //!   SmolLM2's GGUF stores it in) and f16. Bytes are the weight's stored bytes + `x` read +
 //!   `y` written, each counted once (the least traffic; a shape may read a weight more than
 //!   once).
+//! - `lora/...`: the adapter path on a sample of shapes, at a decode batch of m = 8 rows,
+//!   every row with the adapter. `lora/a_product/f32/<in>x<out>/m8`: a LoRA A product, the
+//!   stacked A of q, k and v (3 x rank 16 = 48 rows) over the hidden size, stored f32 (the
+//!   narrow weights' own shapes); `lora/gate_up/q4_1/<in>x<out>/m8/{base,lora_r32}`: the
+//!   gate|up weight (2 x 1536 rows) in q4_1 without and with the +LoRA term of rank 32 (gate's
+//!   and up's rank 16 each), so their difference is what the term costs the base product.
+//!   Bytes and flops add the term's t and B' (and 2·m·out·rank) to the matmul's.
 //! - `attention/decode/32x256`: one decode step of 32 sequences with 256 keys each (the
 //!   query row is position 255), and `attention/prefill/128x128`: a first prefill chunk of
 //!   128 query rows over its own 128 keys (causal: row p attends keys 0 ..= p); SmolLM2's
@@ -68,7 +75,7 @@ use sprout::gpu::kernels::RowInfo;
 use sprout::gpu::kernels::attention::{
     AttentionFixture, AttentionShape, AttentionVariant, SplitRows,
 };
-use sprout::gpu::kernels::matmul::{MatmulFixture, MatmulShape};
+use sprout::gpu::kernels::matmul::{LoraInputs, MatmulFixture, MatmulShape};
 use sprout::gpu::pipelines::{Access, KernelSpec};
 use sprout::gpu::timing;
 use sprout::gpu::tuning::{KernelChoices, MatmulKey, MatmulSite};
@@ -400,6 +407,84 @@ fn matmul(
     group.finish();
 }
 
+/// Rows of x in the LoRA cases: a decode batch.
+const LORA_ROWS: usize = 8;
+/// Rank of each adapted projection in the LoRA cases.
+const LORA_RANK: usize = 16;
+
+/// The adapter path on a sample of shapes: an A product (q|k|v's stacked A, f32) and the
+/// gate|up product in q4_1 without and with its +LoRA term.
+fn lora(c: &mut Criterion, gpu: &Gpu, choices: &KernelChoices, d: &Dims, entries: &mut Vec<Entry>) {
+    let mut group = c.benchmark_group("lora");
+    configure(&mut group);
+    let mut bench = Bench {
+        gpu,
+        group_name: "lora",
+        entries,
+    };
+    let m = LORA_ROWS;
+    let k = d.hidden;
+    let x = pattern(m * k, 3);
+
+    // The A product: the stacked A of q, k and v.
+    let (format, n) = (WeightFormat::F32, 3 * LORA_RANK);
+    let bytes = quantize(format, &pattern(n * k, 5), k).expect("quantizing A");
+    let a = GpuWeight::upload(gpu, format, &bytes, n, k).expect("uploading A");
+    let fixture = MatmulFixture::new(gpu, &a, &x, m);
+    let key = MatmulKey {
+        site: MatmulSite::Qkv,
+        format,
+        n,
+        k,
+    };
+    let traffic = bytes.len() as u64 + 4 * (m * k + m * n) as u64;
+    for shape in bench_shapes(gpu, choices, key, m) {
+        bench.run(
+            &mut group,
+            (
+                format!("a_product/{}", format.name()),
+                format!("{k}x{n}/m{m}/{}", shape.key()),
+            ),
+            (traffic, 2 * (m * k * n) as u64),
+            &|rec| fixture.encode(gpu, rec, shape),
+        );
+    }
+
+    // The base gate|up product, without and with the term of gate's and up's adapters.
+    let (format, n, rank) = (WeightFormat::Q4_1, 2 * d.intermediate, 2 * LORA_RANK);
+    let bytes = quantize(format, &pattern(n * k, 0), k).expect("quantizing the weight");
+    let weight = GpuWeight::upload(gpu, format, &bytes, n, k).expect("uploading the weight");
+    let term = LoraInputs::random(n, rank, vec![1; m], 0.2, 7);
+    let base = MatmulFixture::new(gpu, &weight, &x, m);
+    let with = MatmulFixture::new(gpu, &weight, &x, m).with_lora(gpu, &term);
+    let key = MatmulKey {
+        site: MatmulSite::GateUp,
+        format,
+        n,
+        k,
+    };
+    let traffic = bytes.len() as u64 + 4 * (m * k + m * n) as u64;
+    let flops = 2 * (m * k * n) as u64;
+    let term_traffic = 4 * (m * rank + n * rank) as u64;
+    for shape in bench_shapes(gpu, choices, key, m) {
+        let id = format!("{k}x{n}/m{m}/{}", shape.key());
+        let function = format!("gate_up/{}", format.name());
+        bench.run(
+            &mut group,
+            (function.clone(), format!("{id}/base")),
+            (traffic, flops),
+            &|rec| base.encode(gpu, rec, shape),
+        );
+        bench.run(
+            &mut group,
+            (function, format!("{id}/lora_r{rank}")),
+            (traffic + term_traffic, flops + 2 * (m * n * rank) as u64),
+            &|rec| with.encode(gpu, rec, shape),
+        );
+    }
+    group.finish();
+}
+
 /// The shapes a matmul is measured with: the adapter's default for `m` rows (tuned if a
 /// tune file is in force), and with `SPROUT_BENCH_SHAPES=all` both kinds' defaults.
 fn bench_shapes(gpu: &Gpu, choices: &KernelChoices, key: MatmulKey, m: usize) -> Vec<MatmulShape> {
@@ -675,6 +760,7 @@ fn main() {
     let mut entries = Vec::new();
     copy(&mut c, &gpu, &mut entries);
     matmul(&mut c, &gpu, &choices, &dims, &mut entries);
+    lora(&mut c, &gpu, &choices, &dims, &mut entries);
     attention(&mut c, &gpu, &choices, &dims, &mut entries);
     c.final_summary();
     print_summary(&gpu, &choices, &entries, since);
