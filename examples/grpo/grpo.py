@@ -59,6 +59,7 @@ which bumps the adapter's version; requests name the adapter in `model`, and eac
 completion reports the adapter version that drew it. The push (update_s) is saving the
 adapter and that call. Merging the adapter into a q8_0 base could not work: one step's
 change is far below a q8_0 rounding step. results/lora.md compares the two modes.
+--lora needs peft (0.21.2 was used) and --plot matplotlib (3.11.2) in the venv.
 
 It starts `sprout serve` itself (`--quantize q8_0` by default: rollouts run quantized, the
 trainer keeps f32, and the importance weights correct for the difference) and stops it at
