@@ -1,6 +1,7 @@
 //! The `hermes` format: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, any
 //! number of blocks. The text before the first call is content; after a call, a gap of
-//! whitespace separates it from the next (dropped), any other gap is content. A block
+//! whitespace next to a call is a separator (dropped), any other gap is content: between
+//! two blocks that are content, whitespace stays, so nothing of the text is lost. A block
 //! left open when the reply ends is a call if its JSON is one (a stop string may have cut
 //! the closing tag). A block that is not a call is content, tags and all.
 
@@ -36,6 +37,11 @@ pub struct Stream {
     scanned: usize,
     /// A call has been found.
     called: bool,
+    /// A whitespace gap after a block that was content, held until the next block is
+    /// decided: content if that block is content too, a separator if it is a call.
+    held: String,
+    /// The last block was content (its following whitespace gap is held, not dropped).
+    after_content: bool,
 }
 
 impl Stream {
@@ -43,17 +49,27 @@ impl Stream {
         let rest = std::mem::take(&mut self.buf);
         match self.state {
             State::Outside | State::OutsideContent => {
-                if self.is_content(&rest) {
+                // After a block that was content, no call follows: the gap is content.
+                if self.is_content(&rest) || self.after_content {
                     content(out, rest);
                 }
             }
             State::Inside => match call_of(&rest, Keys::Arguments) {
                 Some(call) => out.push(Part::Call(call)),
-                None => content(out, format!("{OPEN}{rest}")),
+                None => self.content_block(out, &rest),
             },
             State::Spoiled => content(out, rest),
         }
+        self.held.clear();
         self.enter(State::Outside);
+    }
+
+    /// A block (its text after the opening tag) that is content, after the gap held
+    /// before it.
+    fn content_block(&mut self, out: &mut Vec<Part>, block: &str) {
+        let gap = std::mem::take(&mut self.held);
+        content(out, format!("{gap}{OPEN}{block}"));
+        self.after_content = true;
     }
 
     /// Whether `gap`, the whole text between two blocks (or after the last), is content.
@@ -85,6 +101,8 @@ impl Incremental for Stream {
                     self.buf.drain(..OPEN.len());
                     if self.is_content(&gap) {
                         content(out, gap);
+                    } else if self.after_content {
+                        self.held = gap;
                     }
                     self.enter(State::Inside);
                     return true;
@@ -115,8 +133,10 @@ impl Incremental for Stream {
                         Some(call) => {
                             out.push(Part::Call(call));
                             self.called = true;
+                            self.held.clear();
+                            self.after_content = false;
                         }
-                        None => content(out, format!("{OPEN}{block}")),
+                        None => self.content_block(out, &block),
                     }
                     self.enter(State::Outside);
                     return true;
@@ -124,8 +144,8 @@ impl Incremental for Stream {
                 let ready = self.buf.len() - partial_tag(&self.buf, CLOSE);
                 if ready > MAX_CALL_BYTES {
                     // Whatever ends it, this block is too long to be a call.
-                    let held: String = self.buf.drain(..ready).collect();
-                    content(out, format!("{OPEN}{held}"));
+                    let start: String = self.buf.drain(..ready).collect();
+                    self.content_block(out, &start);
                     self.enter(State::Spoiled);
                     return true;
                 }

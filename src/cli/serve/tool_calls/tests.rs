@@ -108,6 +108,16 @@ fn hermes_blocks_that_are_not_calls_are_content() {
             call("b", "{}")
         ]
     );
+    // Whitespace is a separator only next to a call: between two blocks that are content,
+    // and after the last of them, it stays.
+    let two_bad = "<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call> <tool_call></tool_call> <tool_call>{</tool_call>\n";
+    assert_eq!(
+        whole(Hermes, two_bad),
+        [
+            call("a", "{}"),
+            text("<tool_call></tool_call> <tool_call>{</tool_call>\n")
+        ]
+    );
 }
 
 #[test]
