@@ -105,11 +105,11 @@ impl Fixture {
                 short(trainer)
             ));
         }
-        let made_with =
-            |l: &FixtureLora| format!("the LoRA adapter {} (sha256 {})", l.name, short(&l.sha256));
-        let runs = |l: &LoraProvenance| {
-            format!("the LoRA adapter {} (sha256 {})", l.name, short(&l.sha256))
+        let named = |name: &str, sha256: &str| {
+            format!("the LoRA adapter {name} (sha256 {})", short(sha256))
         };
+        let made_with = |l: &FixtureLora| named(&l.name, &l.sha256);
+        let runs = |l: &LoraProvenance| named(&l.name, &l.sha256);
         match (&self.lora, lora) {
             (None, None) => None,
             (Some(f), Some(t)) if f.sha256 == t.sha256 => None,
