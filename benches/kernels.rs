@@ -31,7 +31,10 @@
 //!   stacked A of q, k and v (3 x rank 16 = 48 rows) over the hidden size, stored f32 (the
 //!   narrow weights' own shapes); `lora/gate_up/q4_1/<in>x<out>/m8/{base,lora_r32}`: the
 //!   gate|up weight (2 x 1536 rows) in q4_1 without and with the +LoRA term of rank 32 (gate's
-//!   and up's rank 16 each), so their difference is what the term costs the base product.
+//!   and up's rank 16 each), so their difference is what the term costs the base product;
+//!   `.../rms_norm/{base,lora_r32}`: the same with x read through an RMSNorm, as the base
+//!   model runs gate|up (with an adapter the decoder normalises x once beforehand and runs
+//!   the plain product: the fused norm and the term together cost more than apart).
 //!   Bytes and flops add the term's t and B' (and 2·m·out·rank) to the matmul's.
 //! - `attention/decode/32x256`: one decode step of 32 sequences with 256 keys each (the
 //!   query row is position 255), and `attention/prefill/128x128`: a first prefill chunk of
@@ -457,6 +460,12 @@ fn lora(c: &mut Criterion, gpu: &Gpu, choices: &KernelChoices, d: &Dims, entries
     let term = LoraInputs::random(n, rank, vec![1; m], 0.2, 7);
     let base = MatmulFixture::new(gpu, &weight, &x, m);
     let with = MatmulFixture::new(gpu, &weight, &x, m).with_lora(gpu, &term);
+    // As the base model runs it: x read through the MLP's RMSNorm.
+    let g = pattern(k, 9);
+    let base_normed = MatmulFixture::new(gpu, &weight, &x, m).with_rms_norm(gpu, &g);
+    let with_normed = MatmulFixture::new(gpu, &weight, &x, m)
+        .with_rms_norm(gpu, &g)
+        .with_lora(gpu, &term);
     let key = MatmulKey {
         site: MatmulSite::GateUp,
         format,
@@ -477,9 +486,21 @@ fn lora(c: &mut Criterion, gpu: &Gpu, choices: &KernelChoices, d: &Dims, entries
         );
         bench.run(
             &mut group,
-            (function, format!("{id}/lora_r{rank}")),
+            (function.clone(), format!("{id}/lora_r{rank}")),
             (traffic + term_traffic, flops + 2 * (m * n * rank) as u64),
             &|rec| with.encode(gpu, rec, shape),
+        );
+        bench.run(
+            &mut group,
+            (function.clone(), format!("{id}/rms_norm/base")),
+            (traffic, flops),
+            &|rec| base_normed.encode(gpu, rec, shape),
+        );
+        bench.run(
+            &mut group,
+            (function, format!("{id}/rms_norm/lora_r{rank}")),
+            (traffic + term_traffic, flops + 2 * (m * n * rank) as u64),
+            &|rec| with_normed.encode(gpu, rec, shape),
         );
     }
     group.finish();

@@ -1,13 +1,15 @@
-// The post-norm residual add (Gemma's norms after attention and after the MLP): for each
-// of the m rows of x,
-//     out[r, c] = out[r, c] + (x[r, c] * inv_rms[r]) * g[c],  g = vectors[offset .. offset + width]
+// The RMSNorm of each of the m rows of x, added to `out` (the post-norm residual add of
+// Gemma's norms after attention and after the MLP) or stored in it (a normalised input
+// that several matmuls then read plainly: a LoRA site's A product and its base projection):
+//     out[r, c] = out[r, c] + (x[r, c] * inv_rms[r]) * g[c]   (ADD), or
+//     out[r, c] = (x[r, c] * inv_rms[r]) * g[c],      g = vectors[offset .. offset + width]
 //     inv_rms[r] = 1 / sqrt(ss_r / width + eps)
 // with exactly the arithmetic of the matmul's RMSNorm prologue (matmul/prologue_rmsnorm.wgsl),
 // so a norm gives the same bits here as there: ss_r is summed in the canonical order, per
 // block of 32 values a sequential fma chain from 0, the blocks' parts added in block order
 // from 0; the normalised value is (x * inv_rms) * g, rounded twice.
 //
-// The host prepends `const ROW_PER_WORKGROUP: bool`:
+// The host prepends `const ADD: bool` and `const ROW_PER_WORKGROUP: bool`:
 // - false (CPU adapters): each invocation owns a row, sums its blocks and writes it;
 // - true (GPUs): a workgroup owns a row, its invocations sum blocks lid, lid + WG, ... in
 //   chunks of WG blocks, invocation 0 adds a chunk's parts in block order, and the
@@ -26,7 +28,7 @@ struct Params {
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> x: array<f32>;          // [m, width]
 @group(0) @binding(2) var<storage, read> vectors: array<f32>;    // norm weights at p.offset
-@group(0) @binding(3) var<storage, read_write> out: array<f32>;  // [m, width], added to
+@group(0) @binding(3) var<storage, read_write> out: array<f32>;  // [m, width], added to or stored
 
 const WG: u32 = 64u;
 
@@ -48,10 +50,14 @@ fn inv_rms_of(ss: f32) -> f32 {
     return 1.0 / sqrt(ss / f32(p.width) + p.eps);
 }
 
-// Adds column c of the normalised row starting at `base`.
+// Adds (or stores) column c of the normalised row starting at `base`.
 fn add_normed(base: u32, c: u32, inv_rms: f32) {
     let normed = (x[base + c] * inv_rms) * vectors[p.offset + c];
-    out[base + c] = out[base + c] + normed;
+    if (ADD) {
+        out[base + c] = out[base + c] + normed;
+    } else {
+        out[base + c] = normed;
+    }
 }
 
 // Dispatch: a grid of (one workgroup per row) or (one per WG rows), numbered

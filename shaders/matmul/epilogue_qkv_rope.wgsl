@@ -8,6 +8,8 @@
 // (models whose RoPE pairs column d with d + head_dim / 2 have their q and k rows
 // permuted at load so that those pairs are adjacent). A position at or beyond the table
 // writes NaN, so the mistake cannot pass unnoticed. A slot past the pool writes nothing.
+// The host puts `qkv_bias` before this (qkv_bias.wgsl: column col's bias from `vectors`,
+// the RMSNorm prologue's binding or, after a plain prologue, its own).
 @group(0) @binding(B_TABLE) var<storage, read> table: array<f32>;      // [max_positions, head_dim / 2, 2] (cos, sin)
 @group(0) @binding(B_ROWINFO) var<storage, read> rowinfo: array<u32>;  // [m, 4]: (table offset, position, slot, adapter)
 @group(0) @binding(B_Q) var<storage, read_write> q_out: array<f32>;   // [m, q_dim]
@@ -22,8 +24,8 @@ fn emit_pair(i: u32, n: u32, a0: f32, a1: f32) {
     var v0 = a0;
     var v1 = a1;
     if (HAS_BIAS) {
-        v0 = v0 + vectors[p.bias_offset + col];
-        v1 = v1 + vectors[p.bias_offset + col + 1u];
+        v0 = v0 + qkv_bias(col);
+        v1 = v1 + qkv_bias(col + 1u);
     }
     let pos = rowinfo[4u * i + 1u];
     if (col < p.q_dim + p.kv_dim) {

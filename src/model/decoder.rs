@@ -42,8 +42,10 @@ use crate::gpu::kernels::attention::{
 };
 use crate::gpu::kernels::embedding;
 use crate::gpu::kernels::logits::Logits;
-use crate::gpu::kernels::matmul::{self, Gather, LoraArgs, Matmul, NormArgs, Output, QkvArgs};
-use crate::gpu::kernels::norm_add::{self, NormAdd};
+use crate::gpu::kernels::matmul::{
+    self, Gather, LoraArgs, Matmul, NormArgs, Output, QkvArgs, QkvBias,
+};
+use crate::gpu::kernels::norm_add::{self, NormAdd, NormOutput};
 use crate::gpu::kernels::rope::{RopeTable, frequencies};
 use crate::gpu::tuning::{KernelChoices, MatmulKey, MatmulSite};
 use crate::gpu::{Gpu, Recorder, Tensor};
@@ -165,6 +167,9 @@ pub struct ForwardBuffers {
     /// `[max_t, width]`: a LoRA site's `A x` for every row (`None` until an adapter needs
     /// it; [`ForwardBuffers::fit_lora`]).
     lora_t: Option<Tensor>,
+    /// `[max_t, hidden]`: a normed LoRA site's input after its RMSNorm (allocated with
+    /// `lora_t`).
+    lora_normed: Option<Tensor>,
 }
 
 impl ForwardBuffers {
@@ -186,6 +191,7 @@ impl ForwardBuffers {
             lora_t: decoder
                 .adapter()
                 .map(|a| gpu.zeros(max_t * a.max_site_rank.max(1))),
+            lora_normed: decoder.adapter().map(|_| gpu.zeros(max_t * c.hidden_size)),
         }
     }
 
@@ -199,6 +205,10 @@ impl ForwardBuffers {
         if self.lora_t.as_ref().is_none_or(|t| t.len < need) {
             self.lora_t = Some(decoder.gpu.zeros(need));
         }
+        if self.lora_normed.is_none() {
+            let width = self.max_t * decoder.config.hidden_size;
+            self.lora_normed = Some(decoder.gpu.zeros(width));
+        }
     }
 
     /// Bytes these buffers take on the device.
@@ -208,6 +218,7 @@ impl ForwardBuffers {
             self.qkv.as_ref(),
             self.branch.as_ref(),
             self.lora_t.as_ref(),
+            self.lora_normed.as_ref(),
         ];
         let chunks = self.logits.chunks.iter();
         let all = tensors
@@ -221,6 +232,15 @@ impl ForwardBuffers {
     pub fn max_slots(max_r: usize) -> usize {
         max_r * MAX_SLOTS_PER_ROW as usize
     }
+}
+
+/// What a pass whose rows run the adapter works with: the adapter and its scratch.
+struct LoraPass<'a> {
+    adapter: Arc<DeviceLora>,
+    /// `[t, max_site_rank]`: a site's `A x`.
+    t: &'a Tensor,
+    /// `[t, hidden]`: a normed site's input after its RMSNorm.
+    normed: &'a Tensor,
 }
 
 impl Decoder {
@@ -516,7 +536,7 @@ impl Decoder {
             };
             // The layer's LoRA sites, when the batch runs the adapter: each site's `A x`
             // is recorded just before its base projection, which adds `B (A x)`.
-            let sites = lora.as_ref().map(|(adapter, _)| &adapter.layers[l]);
+            let sites = lora.as_ref().map(|pass| &pass.adapter.layers[l]);
             let site_term =
                 |this: &Self,
                  rec: &mut Recorder,
@@ -524,11 +544,36 @@ impl Decoder {
                  x,
                  norm,
                  pick: fn(&DeviceLayer) -> Option<&DeviceSite>| {
-                    let (s, scratch) = (sites.and_then(pick)?, lora.as_ref()?.1);
+                    let (s, scratch) = (sites.and_then(pick)?, lora.as_ref()?.t);
                     this.lora_a(rec, site, s, x, t, norm, scratch, batch.rowinfo)
                 };
+            // What a site behind an RMSNorm (q|k|v, gate|up) reads: with the site's adapter,
+            // the norm runs once into the pass's scratch and its A product and base
+            // projection read that plainly (the values the fused prologue would compute:
+            // norm_add's invariant), which costs less than each normalising x itself; the
+            // base model's projections keep the fused norm.
+            let site_input = |rec: &mut Recorder, offset, has_site: bool| match &lora {
+                Some(pass) if has_site => {
+                    let op = NormAdd {
+                        x: &a.h,
+                        m: t,
+                        width: c.hidden_size,
+                        vectors: &layer.vectors,
+                        offset,
+                        eps,
+                        out: pass.normed,
+                        output: NormOutput::Store,
+                    };
+                    norm_add::encode(gpu, rec, &op);
+                    (pass.normed, None)
+                }
+                _ => (&a.h, norm(offset)),
+            };
             let qkv = QkvArgs {
-                bias_offset: offsets.qkv_bias,
+                bias: offsets.qkv_bias.map(|offset| QkvBias {
+                    vectors: &layer.vectors,
+                    offset,
+                }),
                 q_dim: c.q_dim(),
                 kv_dim: c.kv_dim(),
                 head_dim: c.head_dim,
@@ -538,19 +583,16 @@ impl Decoder {
                 k_pool,
                 v_pool,
             };
-            let qkv_lora = site_term(
-                self,
-                rec,
-                MatmulSite::Qkv,
-                &a.h,
-                norm(offsets.attn_norm),
-                |l| l.qkv.as_ref(),
-            );
+            let has_qkv = sites.is_some_and(|s| s.qkv.is_some());
+            let (qkv_x, qkv_norm) = site_input(rec, offsets.attn_norm, has_qkv);
+            let qkv_lora = site_term(self, rec, MatmulSite::Qkv, qkv_x, qkv_norm, |l| {
+                l.qkv.as_ref()
+            });
             let projection = |output| Matmul {
-                x: &a.h,
+                x: qkv_x,
                 m: t,
                 weight: &layer.qkv,
-                norm: norm(offsets.attn_norm),
+                norm: qkv_norm,
                 gather: None,
                 output,
                 lora: qkv_lora,
@@ -602,6 +644,7 @@ impl Decoder {
                         offset: post + which * c.hidden_size,
                         eps,
                         out: &a.h,
+                        output: NormOutput::Add,
                     };
                     norm_add::encode(gpu, rec, &op);
                 }
@@ -611,22 +654,24 @@ impl Decoder {
                 l.o.as_ref()
             });
             add(self, rec, MatmulSite::AttnOut, &a.attn, &layer.o, 0, o_lora);
+            let has_gate_up = sites.is_some_and(|s| s.gate_up.is_some());
+            let (gate_up_x, gate_up_norm) = site_input(rec, offsets.mlp_norm, has_gate_up);
             let gate_up_lora = site_term(
                 self,
                 rec,
                 MatmulSite::GateUp,
-                &a.h,
-                norm(offsets.mlp_norm),
+                gate_up_x,
+                gate_up_norm,
                 |l| l.gate_up.as_ref(),
             );
             self.matmul(
                 rec,
                 MatmulSite::GateUp,
                 Matmul {
-                    x: &a.h,
+                    x: gate_up_x,
                     m: t,
                     weight: &layer.gate_up,
-                    norm: norm(offsets.mlp_norm),
+                    norm: gate_up_norm,
                     gather: None,
                     output: match c.activation() {
                         Activation::Silu => Output::SiluGate(&a.act),
@@ -678,14 +723,14 @@ impl Decoder {
         Ok(())
     }
 
-    /// The adapter and the `A x` scratch a pass over `batch` runs with: `None` when no
-    /// row runs with the adapter (the pass is then exactly the base model's), an error
-    /// when one does and no adapter is set or the scratch is too narrow for it.
+    /// The adapter and scratch a pass over `batch` runs with: `None` when no row runs with
+    /// the adapter (the pass is then exactly the base model's), an error when one does and
+    /// no adapter is set or the scratch is too narrow for it.
     fn lora_of<'a>(
         &self,
         batch: &BatchView,
         a: &'a ForwardBuffers,
-    ) -> Result<Option<(Arc<DeviceLora>, &'a Tensor)>, SproutError> {
+    ) -> Result<Option<LoraPass<'a>>, SproutError> {
         if !batch.lora {
             return Ok(None);
         }
@@ -695,8 +740,12 @@ impl Decoder {
             ));
         };
         let need = batch.t * adapter.max_site_rank;
-        match &a.lora_t {
-            Some(scratch) if scratch.len >= need => Ok(Some((adapter, scratch))),
+        match (&a.lora_t, &a.lora_normed) {
+            (Some(t), Some(normed))
+                if t.len >= need && normed.len >= batch.t * self.config.hidden_size =>
+            {
+                Ok(Some(LoraPass { adapter, t, normed }))
+            }
             _ => Err(SproutError::Shape(format!(
                 "the step buffers' LoRA scratch is narrower than {need} values                  (ForwardBuffers::fit_lora makes room for the adapter)"
             ))),

@@ -7,7 +7,8 @@
 //!   outputs, which every format's cases already check): ... -> gelu_gate;
 //! - the residual add: residual_add(h, matmul);
 //! - RMSNorm, q|k|v (+ bias), RoPE on q and k, the KV-cache write:
-//!   rmsnorm -> matmul x3 -> add_bias -> rope -> kv_write;
+//!   rmsnorm -> matmul x3 -> add_bias -> rope -> kv_write; and bitwise the same with x
+//!   normalised first by the standalone norm and read plainly (a LoRA site's input);
 //! - RMSNorm of gathered rows and the vocabulary projection: gather_rows -> rmsnorm -> matmul;
 //! - RMSNorm and the q|k|v projection stored as it is (models with q and k norms, which
 //!   `head_norm_rope` finishes): rmsnorm -> matmul.
@@ -16,8 +17,9 @@ use sprout::formats::TensorData;
 use sprout::formats::{QK, WeightFormat};
 use sprout::gpu::kernels::RowInfo;
 use sprout::gpu::kernels::matmul::{
-    self, Gather, Matmul, MatmulInputs, MatmulShape, NormArgs, Output, QkvArgs,
+    self, Gather, Matmul, MatmulInputs, MatmulShape, NormArgs, Output, QkvArgs, QkvBias,
 };
+use sprout::gpu::kernels::norm_add::{self, NormAdd, NormOutput};
 use sprout::gpu::kernels::rope::{RopeLayout, RopeTable};
 use sprout::gpu::{Gpu, Tensor};
 use sprout::model::fused_weights::{interleave_rows, stack_rows};
@@ -112,7 +114,7 @@ fn run(gpu: &Gpu, fusion: Fusion, i: &Inputs, shape: MatmulShape) -> (Vec<f32>, 
         Fusion::SiluGate => gated(gpu, i, shape, Gate::Silu),
         Fusion::GeluGate => gated(gpu, i, shape, Gate::Gelu),
         Fusion::Residual => residual(gpu, i, shape),
-        Fusion::Qkv { bias } => qkv(gpu, i, shape, bias),
+        Fusion::Qkv { bias } => qkv(gpu, i, shape, bias, false),
         Fusion::Gathered => gathered(gpu, i, shape),
         Fusion::NormStore => norm_store(gpu, i, shape),
     }
@@ -194,7 +196,15 @@ const THETA: f64 = 10000.0;
 const TABLE: usize = 50;
 const POOL_ROWS: usize = 40;
 
-fn qkv(gpu: &Gpu, i: &Inputs, shape: MatmulShape, bias: bool) -> (Vec<f32>, Vec<f32>) {
+/// The fused q|k|v matmul; `prenormed`: x normalised first by the standalone norm
+/// (`norm_add`, stored) and read plainly, as the decoder runs a site with a LoRA adapter.
+fn qkv(
+    gpu: &Gpu,
+    i: &Inputs,
+    shape: MatmulShape,
+    bias: bool,
+    prenormed: bool,
+) -> (Vec<f32>, Vec<f32>) {
     let (q_dim, kv_dim) = (HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM);
     let (wq, wk, wv) = (i.weight(q_dim, 4), i.weight(kv_dim, 5), i.weight(kv_dim, 6));
     let joined = stack_rows(&[&tensor(&wq), &tensor(&wk), &tensor(&wv)]).unwrap();
@@ -233,8 +243,37 @@ fn qkv(gpu: &Gpu, i: &Inputs, shape: MatmulShape, bias: bool) -> (Vec<f32>, Vec<
         k_pool: &k_pool,
         v_pool: &v_pool,
     };
-    let bias_offset = bias.then_some(LEAD + i.k);
-    let got = run_qkv(gpu, shape, (&x, i.m, &w), &vectors, bias_offset, &out);
+    let biases_at = bias.then_some(QkvBias {
+        vectors: &vectors,
+        offset: LEAD + i.k,
+    });
+    let got = match prenormed {
+        false => run_qkv(
+            gpu,
+            shape,
+            (&x, i.m, &w),
+            norm_args(&vectors),
+            biases_at,
+            &out,
+        ),
+        true => {
+            let xn = gpu.upload(&vec![f32::NAN; i.m * i.k]);
+            let norm = NormAdd {
+                x: &x,
+                m: i.m,
+                width: i.k,
+                vectors: &vectors,
+                offset: LEAD,
+                eps: EPS,
+                out: &xn,
+                output: NormOutput::Store,
+            };
+            let mut rec = gpu.recorder();
+            norm_add::encode(gpu, &mut rec, &norm);
+            rec.submit();
+            run_qkv(gpu, shape, (&xn, i.m, &w), None, biases_at, &out)
+        }
+    };
 
     let xn = i.normed();
     let proj = |w: &MatmulInputs, n: usize, at: usize| {
@@ -274,8 +313,8 @@ fn run_qkv(
     gpu: &Gpu,
     shape: MatmulShape,
     (x, m, weight): (&Tensor, usize, &sprout::gpu::GpuWeight),
-    vectors: &Tensor,
-    bias_offset: Option<usize>,
+    norm: Option<NormArgs>,
+    bias: Option<QkvBias>,
     out: &QkvOut,
 ) -> Vec<f32> {
     let mut rec = gpu.recorder();
@@ -283,10 +322,10 @@ fn run_qkv(
         x,
         m,
         weight,
-        norm: norm_args(vectors),
+        norm,
         gather: None,
         output: Output::Qkv(QkvArgs {
-            bias_offset,
+            bias,
             q_dim: HEADS * HEAD_DIM,
             kv_dim: KV_HEADS * HEAD_DIM,
             head_dim: HEAD_DIM,
@@ -478,6 +517,18 @@ pub fn cases() -> Vec<Case> {
                         &first,
                     )?;
                 }
+                // The q|k|v projection of x normalised beforehand and read plainly (a
+                // LoRA site's input) gives the fused norm's bits on every shape.
+                if let Fusion::Qkv { bias } = fusion {
+                    for &shape in &shapes {
+                        let (got, _) = qkv(gpu, &i, shape, bias, true);
+                        check_bitwise(
+                            &format!("{fusion:?} prenormed on {} vs fused", shape.key()),
+                            &got,
+                            &first,
+                        )?;
+                    }
+                }
                 Ok(outcome)
             }));
         }
@@ -553,7 +604,7 @@ fn past_table(gpu: &Gpu) -> Result<Outcome, String> {
             k_pool: &k_pool,
             v_pool: &v_pool,
         };
-        let all = run_qkv(gpu, shape, (&x, 1, &w), &vectors, None, &out);
+        let all = run_qkv(gpu, shape, (&x, 1, &w), norm_args(&vectors), None, &out);
         let (qv, rest) = all.split_at(q_dim);
         let (kv, vv) = rest.split_at(4 * kv_dim);
         let key = shape.key();

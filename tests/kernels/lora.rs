@@ -19,7 +19,7 @@ use sprout::formats::{TensorData, WeightFormat};
 use sprout::gpu::kernels::RowInfo;
 use sprout::gpu::kernels::matmul::{
     self, LoraArgs, LoraInputs, Matmul, MatmulFixture, MatmulInputs, MatmulShape, NormArgs, Output,
-    QkvArgs,
+    QkvArgs, QkvBias,
 };
 use sprout::gpu::kernels::rope::{RopeLayout, RopeTable};
 use sprout::gpu::{Gpu, GpuWeight, Tensor};
@@ -381,7 +381,10 @@ fn run(
             let sentinel = vec![7.0f32; POOL_ROWS * kv_dim];
             let (k_pool, v_pool) = (gpu.upload(&sentinel), gpu.upload(&sentinel));
             let qkv = QkvArgs {
-                bias_offset: Some(LEAD + p.k),
+                bias: Some(QkvBias {
+                    vectors: &vectors,
+                    offset: LEAD + p.k,
+                }),
                 q_dim,
                 kv_dim,
                 head_dim: HEAD_DIM,

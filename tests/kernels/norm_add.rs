@@ -1,12 +1,13 @@
-//! The post-norm residual add (`norm_add`): both shapes against the f64 reference, rows
-//! alone and in a batch, odd widths and widths of many chunks of blocks; both shapes
-//! bitwise equal; and the norm bitwise the matmul's RMSNorm prologue (a matmul of the same
-//! rows against the identity, adding to the same residual stream, on every matmul shape
-//! the adapter runs), so a norm means the same bits wherever the decoder applies it.
+//! The standalone RMSNorm (`norm_add`), added to the residual stream or stored: both
+//! shapes against the f64 reference, rows alone and in a batch, odd widths and widths of
+//! many chunks of blocks; both shapes bitwise equal; and the norm bitwise the matmul's
+//! RMSNorm prologue (a matmul of the same rows against the identity, adding to the same
+//! residual stream or storing, on every matmul shape the adapter runs), so a norm means
+//! the same bits wherever the decoder applies it.
 
 use sprout::formats::WeightFormat;
 use sprout::gpu::kernels::matmul::{self, Matmul, NormArgs, Output};
-use sprout::gpu::kernels::norm_add::{NormAddFixture, NormAddShape};
+use sprout::gpu::kernels::norm_add::{NormAddFixture, NormAddShape, NormOutput};
 use sprout::gpu::{Gpu, GpuWeight};
 use sprout::reference;
 use sprout::rng::SplitMix64;
@@ -38,18 +39,59 @@ fn inputs(m: usize, width: usize, seed: u64) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
     (x, weights, residual)
 }
 
+/// A fixture adding to (or storing over) the residual stream.
+fn fixture(
+    gpu: &Gpu,
+    (x, width): (&[f32], usize),
+    weights: &[f32],
+    residual: &[f32],
+    output: NormOutput,
+) -> NormAddFixture {
+    let fixture = NormAddFixture::new(gpu, (x, width), (weights, EPS), residual);
+    match output {
+        NormOutput::Add => fixture,
+        NormOutput::Store => fixture.storing(),
+    }
+}
+
 fn run(gpu: &Gpu, m: usize, width: usize, seed: u64, shape: NormAddShape) -> Vec<f32> {
     let (x, weights, residual) = inputs(m, width, seed);
     let fixture = NormAddFixture::new(gpu, (&x, width), (&weights, EPS), &residual);
     pollster::block_on(fixture.run(gpu, shape)).expect("read-back")
 }
 
-fn accuracy(gpu: &Gpu, m: usize, width: usize, shape: NormAddShape) -> Result<Outcome, String> {
+/// What the reference gives: the normalised rows added to `residual`, or alone (added to
+/// zeros: the f64 sum rounds once, to the normalised value itself).
+fn want(
+    x: &[f32],
+    weights: &[f32],
+    residual: &[f32],
+    width: usize,
+    output: NormOutput,
+) -> Vec<f32> {
+    let zeros = vec![0.0; residual.len()];
+    let base = match output {
+        NormOutput::Add => residual,
+        NormOutput::Store => &zeros,
+    };
+    reference::norm_add::norm_add(base, x, weights, EPS, width)
+}
+
+fn accuracy(
+    gpu: &Gpu,
+    (m, width): (usize, usize),
+    shape: NormAddShape,
+    output: NormOutput,
+) -> Result<Outcome, String> {
     let seed = (m * 10_000 + width) as u64;
-    let got = run(gpu, m, width, seed, shape);
     let (x, weights, residual) = inputs(m, width, seed);
-    let want = reference::norm_add::norm_add(&residual, &x, &weights, EPS, width);
-    check_close(&got, &want, TOLERANCE)
+    let fixture = fixture(gpu, (&x, width), &weights, &residual, output);
+    let got = pollster::block_on(fixture.run(gpu, shape)).expect("read-back");
+    check_close(
+        &got,
+        &want(&x, &weights, &residual, width, output),
+        TOLERANCE,
+    )
 }
 
 /// Both shapes on a batch of 67 rows of 2080 (65 blocks: a second chunk of one), and the
@@ -77,13 +119,18 @@ fn shapes_agree(gpu: &Gpu) -> Result<Outcome, String> {
     Ok(outcome)
 }
 
-/// `norm_add` against a matmul with the RMSNorm prologue and the residual epilogue whose
-/// weight is the identity (in f32): each output is then `0 + ... + fma(1, xin, 0) + ...`,
-/// exactly the prologue's normalised value added to the stream.
-fn same_bits_as_the_prologue(gpu: &Gpu, width: usize) -> Result<Outcome, String> {
+/// `norm_add` against a matmul with the RMSNorm prologue and the residual (or store)
+/// epilogue whose weight is the identity (in f32): each output is then
+/// `0 + ... + fma(1, xin, 0) + ...`, exactly the prologue's normalised value added to the
+/// stream (or stored).
+fn same_bits_as_the_prologue(
+    gpu: &Gpu,
+    width: usize,
+    output: NormOutput,
+) -> Result<Outcome, String> {
     let (m, seed) = (5, 40 + width as u64);
     let (x, weights, residual) = inputs(m, width, seed);
-    let want = reference::norm_add::norm_add(&residual, &x, &weights, EPS, width);
+    let want = want(&x, &weights, &residual, width, output);
     let mut outcome = Outcome {
         nmse: 0.0,
         tolerance: TOLERANCE,
@@ -97,7 +144,7 @@ fn same_bits_as_the_prologue(gpu: &Gpu, width: usize) -> Result<Outcome, String>
     let w = GpuWeight::upload(gpu, WeightFormat::F32, &identity, width, width).unwrap();
     let (xt, vt) = (gpu.upload(&x), gpu.upload(&vectors));
     for shape in NormAddShape::ALL {
-        let fixture = NormAddFixture::new(gpu, (&x, width), (&weights, EPS), &residual);
+        let fixture = fixture(gpu, (&x, width), &weights, &residual, output);
         let got = pollster::block_on(fixture.run(gpu, shape)).expect("read-back");
         outcome = check_close(&got, &want, TOLERANCE)?;
         for mm in shapes_on(gpu) {
@@ -112,7 +159,10 @@ fn same_bits_as_the_prologue(gpu: &Gpu, width: usize) -> Result<Outcome, String>
                     eps: EPS,
                 }),
                 gather: None,
-                output: Output::Residual(&out),
+                output: match output {
+                    NormOutput::Add => Output::Residual(&out),
+                    NormOutput::Store => Output::Store(&out),
+                },
                 lora: None,
             };
             let mut rec = gpu.recorder();
@@ -134,7 +184,14 @@ pub fn cases() -> Vec<Case> {
         for &(m, width) in SIZES {
             let name = format!("{shape:?}/m{m}_w{width}");
             cases.push(Case::new("norm_add", name, move |gpu| {
-                accuracy(gpu, m, width, shape)
+                accuracy(gpu, (m, width), shape, NormOutput::Add)
+            }));
+        }
+        // Storing differs from adding only in the last write: a sample of the sizes.
+        for &(m, width) in [SIZES[1], SIZES[2]].iter() {
+            let name = format!("{shape:?}/store/m{m}_w{width}");
+            cases.push(Case::new("norm_add", name, move |gpu| {
+                accuracy(gpu, (m, width), shape, NormOutput::Store)
             }));
         }
     }
@@ -145,7 +202,12 @@ pub fn cases() -> Vec<Case> {
         cases.push(Case::new(
             "norm_add",
             format!("same-bits-as-the-rmsnorm-prologue/w{width}"),
-            move |gpu| same_bits_as_the_prologue(gpu, width),
+            move |gpu| same_bits_as_the_prologue(gpu, width, NormOutput::Add),
+        ));
+        cases.push(Case::new(
+            "norm_add",
+            format!("store/same-bits-as-the-rmsnorm-prologue/w{width}"),
+            move |gpu| same_bits_as_the_prologue(gpu, width, NormOutput::Store),
         ));
     }
     cases

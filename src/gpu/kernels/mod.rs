@@ -43,8 +43,10 @@ pub fn all_modules() -> Vec<(String, String)> {
     out.push(("keep_only".to_string(), mask::keep_only::SOURCE.to_string()));
     out.push(("logit_adjust".to_string(), logit_adjust::KERNEL.source()));
     for shape in norm_add::NormAddShape::ALL {
-        let kernel = norm_add::NormAddKernel { shape };
-        out.push((kernel.name(), kernel.source()));
+        for output in norm_add::NormOutput::ALL {
+            let kernel = norm_add::NormAddKernel { shape, output };
+            out.push((kernel.name(), kernel.source()));
+        }
     }
     out.push((
         "head_norm_rope".to_string(),

@@ -1,7 +1,10 @@
-//! The post-norm residual add (shaders/norm_add.wgsl): `out[r, :] += rmsnorm(x[r, :]) * g`
-//! for `m` rows, the norm's weights `g` being `width` values of `vectors` from `offset`.
-//! What models that normalise a block's output before adding it to the residual stream
-//! (Gemma's post-attention and post-feed-forward norms) run after the block's last matmul.
+//! The standalone RMSNorm (shaders/norm_add.wgsl): `out[r, :] += rmsnorm(x[r, :]) * g`
+//! (or `=`) for `m` rows, the norm's weights `g` being `width` values of `vectors` from
+//! `offset`. Added: what models that normalise a block's output before adding it to the
+//! residual stream (Gemma's post-attention and post-feed-forward norms) run after the
+//! block's last matmul. Stored: a LoRA site's normalised input, read plainly by its A
+//! product and its base projection rather than normalised again by each
+//! (`model::decoder`).
 //!
 //! Invariants: the norm is the matmul's RMSNorm prologue, operation for operation (the sum
 //! of squares in blocks of 32, each a sequential fma chain, the blocks added in order;
@@ -57,20 +60,40 @@ impl NormAddShape {
     }
 }
 
-/// The kernel of one shape.
+/// What the normalised rows do to `out`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NormOutput {
+    /// Added to it (the residual stream).
+    Add,
+    /// Stored in it.
+    Store,
+}
+
+impl NormOutput {
+    pub const ALL: [NormOutput; 2] = [NormOutput::Add, NormOutput::Store];
+}
+
+/// The kernel of one shape and output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct NormAddKernel {
     pub shape: NormAddShape,
+    pub output: NormOutput,
 }
 
 impl KernelSpec for NormAddKernel {
     fn name(&self) -> String {
-        format!("norm_add/{:?}", self.shape)
+        match self.output {
+            NormOutput::Add => format!("norm_add/{:?}", self.shape),
+            NormOutput::Store => format!("norm_store/{:?}", self.shape),
+        }
     }
 
     fn source(&self) -> String {
         let per_workgroup = self.shape == NormAddShape::RowPerWorkgroup;
-        format!("const ROW_PER_WORKGROUP: bool = {per_workgroup};\n{SOURCE}")
+        let add = self.output == NormOutput::Add;
+        format!(
+            "const ADD: bool = {add};\nconst ROW_PER_WORKGROUP: bool = {per_workgroup};\n{SOURCE}"
+        )
     }
 
     fn entry(&self) -> &'static str {
@@ -92,8 +115,10 @@ pub struct NormAdd<'a> {
     pub vectors: &'a Tensor,
     pub offset: usize,
     pub eps: f32,
-    /// `[m, width]`: the residual stream the normalised rows are added to.
+    /// `[m, width]`: the residual stream the normalised rows are added to, or where they
+    /// are stored.
     pub out: &'a Tensor,
+    pub output: NormOutput,
 }
 
 /// Records `op` with the adapter's default shape ([`NormAddShape::default_for`]).
@@ -140,7 +165,10 @@ pub fn encode_with(gpu: &Gpu, rec: &mut Recorder, op: &NormAdd, shape: NormAddSh
         NormAddShape::RowPerWorkgroup => m,
     };
     rec.dispatch(
-        &gpu.pipeline(&NormAddKernel { shape }),
+        &gpu.pipeline(&NormAddKernel {
+            shape,
+            output: op.output,
+        }),
         bytemuck::bytes_of(&params),
         &[&op.x.buffer, &op.vectors.buffer, &op.out.buffer],
         grid(gpu, workgroups),
@@ -149,7 +177,7 @@ pub fn encode_with(gpu: &Gpu, rec: &mut Recorder, op: &NormAdd, shape: NormAddSh
 
 /// One dispatch on the GPU, set up to be checked or timed: `x`, the norm's weights (after
 /// `LEAD` values of 9.0 in their buffer, so that the offset is honoured) and the residual
-/// stream as it is before the add, which every run starts from.
+/// stream as it is before the add (or the store), which every run starts from.
 pub struct NormAddFixture {
     m: usize,
     width: usize,
@@ -158,6 +186,7 @@ pub struct NormAddFixture {
     vectors: Tensor,
     residual: Vec<f32>,
     out: Tensor,
+    output: NormOutput,
 }
 
 /// Values before the norm's weights in a fixture's vectors buffer.
@@ -187,10 +216,20 @@ impl NormAddFixture {
             vectors: gpu.upload(&vectors),
             residual: residual.to_vec(),
             out: gpu.upload(residual),
+            output: NormOutput::Add,
         }
     }
 
-    /// Records the dispatch with `shape` (adding to the residual stream as it stands).
+    /// The same dispatch storing the normalised rows over the residual stream instead.
+    pub fn storing(self) -> NormAddFixture {
+        NormAddFixture {
+            output: NormOutput::Store,
+            ..self
+        }
+    }
+
+    /// Records the dispatch with `shape` (adding to the residual stream as it stands, or
+    /// storing over it).
     pub fn encode(&self, gpu: &Gpu, rec: &mut Recorder, shape: NormAddShape) {
         let op = NormAdd {
             x: &self.x,
@@ -200,11 +239,13 @@ impl NormAddFixture {
             offset: LEAD,
             eps: self.eps,
             out: &self.out,
+            output: self.output,
         };
         encode_with(gpu, rec, &op, shape);
     }
 
-    /// Resets the residual stream, runs `shape` and returns the stream after the add.
+    /// Resets the residual stream, runs `shape` and returns the stream after the add (or
+    /// the store).
     pub async fn run(&self, gpu: &Gpu, shape: NormAddShape) -> Result<Vec<f32>, SproutError> {
         gpu.write(&self.out, &self.residual);
         let mut rec = gpu.recorder();

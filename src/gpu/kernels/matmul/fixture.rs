@@ -10,7 +10,7 @@
 //! Invariant: before a run, the output holds NaN, so a value a shape fails to write shows
 //! as NaN instead of as the value of an earlier run.
 
-use super::{LoraArgs, Matmul, MatmulShape, Output, encode};
+use super::{LoraArgs, Matmul, MatmulShape, NormArgs, Output, encode};
 use crate::error::SproutError;
 use crate::formats::{FormatError, WeightFormat, dequantize, quantize};
 use crate::gpu::kernels::RowInfo;
@@ -151,6 +151,8 @@ pub struct MatmulFixture<'w> {
     x: Tensor,
     y: Tensor,
     lora: Option<LoraTensors>,
+    /// The RMSNorm prologue's weights, when x is read through it.
+    norm: Option<Tensor>,
 }
 
 impl<'w> MatmulFixture<'w> {
@@ -163,6 +165,7 @@ impl<'w> MatmulFixture<'w> {
             x: gpu.upload(x),
             y: gpu.upload(&vec![f32::NAN; m * weight.rows]),
             lora: None,
+            norm: None,
         }
     }
 
@@ -191,13 +194,26 @@ impl<'w> MatmulFixture<'w> {
         }
     }
 
+    /// The same product with x read through an RMSNorm of weights `g` (`k` values).
+    pub fn with_rms_norm(self, gpu: &Gpu, g: &[f32]) -> MatmulFixture<'w> {
+        assert_eq!(g.len(), self.weight.cols, "matmul fixture: norm weights");
+        MatmulFixture {
+            norm: Some(gpu.upload(g)),
+            ..self
+        }
+    }
+
     /// Records `y = x · Wᵀ` (plus the LoRA term) on `shape`.
     pub fn encode(&self, gpu: &Gpu, rec: &mut Recorder, shape: MatmulShape) {
         let op = Matmul {
             x: &self.x,
             m: self.m,
             weight: self.weight,
-            norm: None,
+            norm: self.norm.as_ref().map(|vectors| NormArgs {
+                vectors,
+                offset: 0,
+                eps: 1e-5,
+            }),
             gather: None,
             output: Output::Store(&self.y),
             lora: self.lora.as_ref().map(|l| LoraArgs {

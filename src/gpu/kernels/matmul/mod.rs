@@ -59,6 +59,9 @@ const EPILOGUE_RESIDUAL: &str = include_str!("../../../../shaders/matmul/epilogu
 const EPILOGUE_SILU: &str = include_str!("../../../../shaders/matmul/epilogue_silu_gate.wgsl");
 const EPILOGUE_GELU: &str = include_str!("../../../../shaders/matmul/epilogue_gelu_gate.wgsl");
 const EPILOGUE_QKV: &str = include_str!("../../../../shaders/matmul/epilogue_qkv_rope.wgsl");
+const QKV_BIAS: &str = include_str!("../../../../shaders/matmul/qkv_bias.wgsl");
+const QKV_BIAS_BINDING: &str = include_str!("../../../../shaders/matmul/qkv_bias_binding.wgsl");
+const QKV_NO_BIAS: &str = include_str!("../../../../shaders/matmul/qkv_no_bias.wgsl");
 const LORA: &str = include_str!("../../../../shaders/matmul/lora.wgsl");
 const LORA_EMIT: &str = include_str!("../../../../shaders/matmul/lora_emit.wgsl");
 const LORA_ROWINFO: &str = include_str!("../../../../shaders/matmul/lora_rowinfo.wgsl");
@@ -142,6 +145,7 @@ impl XLoads {
 }
 
 /// The RMSNorm prologue's inputs.
+#[derive(Clone, Copy)]
 pub struct NormArgs<'a> {
     /// Holds the norm's weights (`k` values from `offset`), and the QKV epilogue's biases.
     pub vectors: &'a Tensor,
@@ -149,10 +153,18 @@ pub struct NormArgs<'a> {
     pub eps: f32,
 }
 
+/// The q|k|v biases: `q_dim + 2 kv_dim` values of `vectors` from `offset`. With the RMSNorm
+/// prologue `vectors` is the norm's own buffer, which the kernel binds once.
+#[derive(Clone, Copy)]
+pub struct QkvBias<'a> {
+    pub vectors: &'a Tensor,
+    pub offset: usize,
+}
+
 /// What the QKV epilogue reads and writes.
 pub struct QkvArgs<'a> {
-    /// Where the q|k|v biases start in the prologue's `vectors`, if the model has them.
-    pub bias_offset: Option<usize>,
+    /// The biases, if the model has them.
+    pub bias: Option<QkvBias<'a>>,
     pub q_dim: usize,
     pub kv_dim: usize,
     pub head_dim: usize,
@@ -227,7 +239,7 @@ impl Matmul<'_> {
             Output::SiluGate(_) => Epilogue::SiluGate,
             Output::GeluGate(_) => Epilogue::GeluGate,
             Output::Qkv(q) => Epilogue::QkvRope {
-                bias: q.bias_offset.is_some(),
+                bias: q.bias.is_some(),
             },
         }
     }
@@ -256,12 +268,17 @@ struct Params {
 
 /// The storage bindings of a kernel: x and the weight, then the prologue's, then the
 /// epilogue's, then the LoRA term's (t, B', and the rows' RowInfo unless the q|k|v
-/// epilogue binds it already).
+/// epilogue binds it already). The q|k|v epilogue binds its biases' buffer itself only
+/// without the RMSNorm prologue, whose buffer holds them otherwise.
 fn storage(prologue: Prologue, epilogue: Epilogue, lora: bool) -> &'static [Access] {
     use Access::{Read as R, ReadWrite as W};
     let qkv = matches!(epilogue, Epilogue::QkvRope { .. });
+    let bias = matches!(epilogue, Epilogue::QkvRope { bias: true });
     match (prologue, qkv, lora) {
-        (Prologue::Plain, true, _) => panic!("the QKV epilogue needs the RMSNorm prologue"),
+        (Prologue::Plain, true, false) if bias => &[R, R, R, R, R, W, W, W],
+        (Prologue::Plain, true, true) if bias => &[R, R, R, R, R, W, W, W, R, R],
+        (Prologue::Plain, true, false) => &[R, R, R, R, W, W, W],
+        (Prologue::Plain, true, true) => &[R, R, R, R, W, W, W, R, R],
         (Prologue::Plain, false, false) => &[R, R, W],
         (Prologue::Plain, false, true) => &[R, R, W, R, R, R],
         (Prologue::RmsNorm, true, false) => &[R, R, R, R, R, W, W, W],
@@ -282,7 +299,8 @@ fn storage(prologue: Prologue, epilogue: Epilogue, lora: bool) -> &'static [Acce
 /// whose per-stage limit is below this cannot run every projection with an adapter.
 pub fn lora_storage_bindings_needed() -> u32 {
     let qkv = Epilogue::QkvRope { bias: true };
-    storage(Prologue::RmsNorm, qkv, true).len() as u32
+    let bindings = |prologue| storage(prologue, qkv, true).len() as u32;
+    bindings(Prologue::RmsNorm).max(bindings(Prologue::Plain))
 }
 
 /// Whether the adapter binds enough storage buffers per stage for every LoRA kernel (the
@@ -398,7 +416,13 @@ impl KernelSpec for MatmulKernel {
             Epilogue::SiluGate => next("OUT", EPILOGUE_SILU),
             Epilogue::GeluGate => next("OUT", EPILOGUE_GELU),
             Epilogue::QkvRope { bias } => {
-                let mut text = format!("const HAS_BIAS: bool = {bias};\n{EPILOGUE_QKV}\n{NAN}");
+                let biases = match (bias, prologue) {
+                    (false, _) => QKV_NO_BIAS.to_string(),
+                    (true, Prologue::Plain) => next("VECTORS", QKV_BIAS_BINDING) + QKV_BIAS,
+                    (true, _) => QKV_BIAS.to_string(),
+                };
+                let mut text =
+                    format!("const HAS_BIAS: bool = {bias};\n{biases}\n{EPILOGUE_QKV}\n{NAN}");
                 for name in ["TABLE", "ROWINFO", "Q", "K", "V"] {
                     text = next(name, &text);
                 }
@@ -526,16 +550,19 @@ pub fn encode(gpu: &Gpu, rec: &mut Recorder, op: &Matmul, shape: MatmulShape) {
             );
             assert!(q.rowinfo.len >= 4 * m, "matmul: rowinfo for {m} rows");
             assert!(q.q.len >= m * q.q_dim, "matmul: q holds {} values", q.q.len);
-            if let Some(at) = q.bias_offset {
-                let norm = op
-                    .norm
-                    .as_ref()
-                    .expect("QKV reads its biases from the norm's buffer");
+            if let Some(bias) = q.bias {
                 assert!(
-                    norm.vectors.len >= at + n,
+                    bias.vectors.len >= bias.offset + n,
                     "matmul: the biases are past their buffer"
                 );
-                p.bias_offset = at as u32;
+                match &op.norm {
+                    Some(norm) => assert!(
+                        norm.vectors.buffer == bias.vectors.buffer,
+                        "matmul: with the RMSNorm prologue the biases are in the norm's buffer"
+                    ),
+                    None => extra.push(&bias.vectors.buffer),
+                }
+                p.bias_offset = bias.offset as u32;
             }
             p.q_dim = q.q_dim as u32;
             p.kv_dim = q.kv_dim as u32;
