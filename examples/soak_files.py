@@ -38,28 +38,49 @@ def read_header(path):
 
 
 def scale_tensors(path, names, factor):
-    """Multiplies the F32 tensors `names` of the safetensors file at `path` by `factor`,
-    in place."""
+    """Multiplies the F32 (or BF16) tensors `names` of the safetensors file at `path` by
+    `factor`, in place. A BF16 product must be exact (a power-of-two factor is), or the
+    file is left as it was for that tensor and the call fails."""
     header, data_start = read_header(path)
     with open(path, "r+b") as f:
         for name in names:
             entry = header.get(name)
             if not isinstance(entry, dict):
                 raise ValueError("%s: no tensor %s" % (path, name))
-            if entry.get("dtype") != "F32":
-                raise ValueError("%s: tensor %s is %s, not F32 (export the model with "
-                                 "`sprout export --dtype f32`)" % (path, name, entry.get("dtype")))
+            dtype = entry.get("dtype")
+            if dtype not in ("F32", "BF16"):
+                raise ValueError("%s: tensor %s is %s, not F32 or BF16 (export the model "
+                                 "with `sprout export --dtype f32`)" % (path, name, dtype))
             begin, end = entry["data_offsets"]
             f.seek(data_start + begin)
-            values = array.array("f")
-            values.frombytes(f.read(end - begin))
-            if sys.byteorder != "little":
-                values.byteswap()
-            scaled = array.array("f", (v * factor for v in values))
-            if sys.byteorder != "little":
-                scaled.byteswap()
+            raw = f.read(end - begin)
+            scaled = scale_f32(raw, factor) if dtype == "F32" else scale_bf16(raw, factor, name)
             f.seek(data_start + begin)
-            f.write(scaled.tobytes())
+            f.write(scaled)
+
+
+def scale_f32(raw, factor):
+    """Little-endian f32 values `raw`, each times `factor`."""
+    values = array.array("f")
+    values.frombytes(raw)
+    if sys.byteorder != "little":
+        values.byteswap()
+    scaled = array.array("f", (v * factor for v in values))
+    if sys.byteorder != "little":
+        scaled.byteswap()
+    return scaled.tobytes()
+
+
+def scale_bf16(raw, factor, name):
+    """Little-endian bf16 values `raw` (an f32's top 16 bits), each times `factor`."""
+    count = len(raw) // 2
+    halves = struct.unpack("<%dH" % count, raw)
+    as_f32 = struct.unpack("<%df" % count, struct.pack("<%dI" % count, *(h << 16 for h in halves)))
+    products = struct.unpack("<%dI" % count, struct.pack("<%df" % count,
+                                                          *(v * factor for v in as_f32)))
+    if any(bits & 0xFFFF for bits in products):
+        raise ValueError("tensor %s: x%s is not exact in bf16" % (name, factor))
+    return struct.pack("<%dH" % count, *(bits >> 16 for bits in products))
 
 
 def copy_dir(source, out):
