@@ -694,7 +694,15 @@ fn modules_where(keep: impl Fn(&MatmulShape) -> bool) -> Vec<(String, String)> {
                 continue;
             }
             let x = XReader::ALL[(s + f) % 2];
-            for (prologue, epilogue) in fusions {
+            // With an adapter the decoder normalises a site's input apart and its gated
+            // and q|k|v projections read it plainly.
+            let plain_lora_sites = [
+                (Prologue::Plain, Epilogue::SiluGate),
+                (Prologue::Plain, Epilogue::GeluGate),
+                (Prologue::Plain, Epilogue::QkvRope { bias: false }),
+                (Prologue::Plain, Epilogue::QkvRope { bias: true }),
+            ];
+            for (prologue, epilogue) in fusions.into_iter().chain(plain_lora_sites) {
                 if prologue == Prologue::RmsNormGathered {
                     continue;
                 }
