@@ -511,9 +511,20 @@ fn lora(c: &mut Criterion, gpu: &Gpu, choices: &KernelChoices, d: &Dims, entries
 fn bench_shapes(gpu: &Gpu, choices: &KernelChoices, key: MatmulKey, m: usize) -> Vec<MatmulShape> {
     let mut shapes = vec![choices.matmul_shape(&gpu.caps, key, m)];
     if std::env::var("SPROUT_BENCH_SHAPES").is_ok_and(|v| v == "all") {
+        let gpu_default = MatmulShape::for_gpu(m, key.n, key.k);
+        // The GPU default with each weight block decoded once for all its rows of x.
+        let all_rows = match gpu_default {
+            MatmulShape::MatVec { wg, nr, .. } => MatmulShape::MatVec {
+                wg,
+                nr,
+                xr: gpu_default.rows_per_workgroup(m),
+            },
+            other => other,
+        };
         for other in [
             MatmulShape::for_cpu(&gpu.caps, m, key.n),
-            MatmulShape::for_gpu(m, key.n, key.k),
+            gpu_default,
+            all_rows,
         ] {
             if !shapes.contains(&other) {
                 shapes.push(other);

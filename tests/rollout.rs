@@ -162,14 +162,22 @@ fn check_batch_invariance(decoder: &Decoder, label: &str) {
 /// included) take turns, so that a sample's steps run on all of them.
 fn mixed_choices(decoder: &Decoder, gpu: &Gpu) -> KernelChoices {
     let shapes = [
-        MatmulShape::MatVec { wg: 64, nr: 2 },
+        MatmulShape::MatVec {
+            wg: 64,
+            nr: 2,
+            xr: 1,
+        },
         MatmulShape::Tile {
             rows: 1,
             cols: 2,
             loads: XLoads::best(&gpu.caps),
         },
         MatmulShape::Gemm { tm: 4 },
-        MatmulShape::MatVec { wg: 128, nr: 8 },
+        MatmulShape::MatVec {
+            wg: 128,
+            nr: 8,
+            xr: 8,
+        },
         MatmulShape::Tile {
             rows: 4,
             cols: 4,

@@ -3,44 +3,68 @@
 // shared by a whole subgroup.
 //
 // A workgroup of WG invocations owns NR consecutive weight rows (NR even, MR * NR dividing
-// WG) and MR rows of x (dispatch: (ceil(rows / NR), ceil(m / MR), 1)). Invocation lid
-// takes row of x i = lid % MR, weight row r = (lid / MR) % NR and every BPR-th block from
-// lid / (MR * NR) (BPR = WG / (MR * NR)): each invocation computes one canonical part (one
-// chain of 32 products) per block, so that no invocation runs a long chain of dependent
-// loads, and the invocations of a subgroup share their loads: MR of them read each weight
-// block, and the x values of a block are read by every weight row's invocations. One
-// invocation per (pair of weight rows, row of x) then adds the parts in block order.
-// Blocks are taken in chunks that fit `scratch`, the running sums carried across chunks,
-// so any k works. No subgroup operations: the same code runs on every adapter, the
-// browser's included.
+// WG) and MR rows of x (dispatch: (ceil(rows / NR), ceil(m / MR), 1)). Each invocation
+// serves XR of those rows of x (XR divides MR): it decodes each weight block once, four
+// values at a time, and uses them for its XR rows, as llama.cpp's mul_mat_vec keeps a
+// column's accumulators per row in registers. With XG = MR / XR groups of rows, invocation
+// lid takes group g = lid % XG (rows g * XR .. g * XR + XR), weight row r = (lid / XG) % NR
+// and every BPR-th block from lid / (XG * NR) (BPR = WG / (XG * NR)): per block it
+// computes one canonical part (one chain of 32 products) for each of its rows, so no
+// invocation runs a long chain of dependent loads, and the invocations of a subgroup share
+// their loads. One invocation per (pair of weight rows, row of x) then adds the parts in
+// block order. Blocks are taken in chunks that fit `scratch`, the running sums carried
+// across chunks, so any k works. A row's part is the same chain whatever XR is: XR decides
+// only how often a block is decoded. No subgroup operations: the same code runs on every
+// adapter, the browser's included.
 //
-// The host prepends: const WG, MR, NR, PRO_ROWS (= MR), SCRATCH.
+// The host prepends: const WG, MR, NR, XR, PRO_ROWS (= MR), SCRATCH.
 
-const BPR: u32 = WG / (MR * NR);
+const XG: u32 = MR / XR;
+const BPR: u32 = WG / (XG * NR);
 
 var<workgroup> scratch: array<f32, SCRATCH>;
 
-// The part of the weight row at `base`, block b, for batch row `row` (the workgroup's row
-// of x `i`), into scratch[(j * NR + r) * MR + i].
-fn block_part(base: u32, b: u32, row: u32, i: u32, j: u32, r: u32) {
+// The parts of the weight row at `base`, block b, for the workgroup's rows of x
+// g * XR .. g * XR + XR (batch rows from m0, clamped to the last), into
+// scratch[(j * NR + r) * MR + i] for each such row i.
+fn block_parts(base: u32, b: u32, m0: u32, g: u32, j: u32, r: u32) {
     let k0 = b * 32u;
-    var part = 0.0;
+    // Zeroed explicitly (SwiftShader kept stale values in arrays declared without one).
+    var part: array<f32, XR>;
+    for (var t = 0u; t < XR; t += 1u) {
+        part[t] = 0.0;
+    }
+    let i0 = g * XR;
     if (k0 + 32u <= p.k) {
         let blk = w_block(base, b);
         for (var s = 0u; s < 8u; s += 1u) {
-            part = fma4(w_block4(blk, s), xin4(row, i, k0 + 4u * s), part);
+            let wv = w_block4(blk, s);
+            for (var t = 0u; t < XR; t += 1u) {
+                let i = i0 + t;
+                part[t] = fma4(wv, xin4(min(m0 + i, p.m - 1u), i, k0 + 4u * s), part[t]);
+            }
         }
     } else {
         // The last, shorter block of a float format: steps of 4, then single values.
         let k4 = k0 + ((p.k - k0) & ~3u);
         for (var k = k0; k < k4; k += 4u) {
-            part = fma4(w_load4(base, k), xin4(row, i, k), part);
+            let wv = w_load4(base, k);
+            for (var t = 0u; t < XR; t += 1u) {
+                let i = i0 + t;
+                part[t] = fma4(wv, xin4(min(m0 + i, p.m - 1u), i, k), part[t]);
+            }
         }
         for (var k = k4; k < p.k; k += 1u) {
-            part = fma(w_load1(base, k), xin1(row, i, k), part);
+            let wv = w_load1(base, k);
+            for (var t = 0u; t < XR; t += 1u) {
+                let i = i0 + t;
+                part[t] = fma(wv, xin1(min(m0 + i, p.m - 1u), i, k), part[t]);
+            }
         }
     }
-    scratch[(j * NR + r) * MR + i] = part;
+    for (var t = 0u; t < XR; t += 1u) {
+        scratch[(j * NR + r) * MR + i0 + t] = part[t];
+    }
 }
 
 @compute @workgroup_size(WG)
@@ -48,10 +72,9 @@ fn matmul(@builtin(workgroup_id) group: vec3<u32>, @builtin(local_invocation_ind
     let m0 = group.y * MR;
     let n0 = group.x * NR;
     prologue_setup(m0, lid);
-    let i = lid % MR;
-    let r = (lid / MR) % NR;
-    let slot = lid / (MR * NR);
-    let row = min(m0 + i, p.m - 1u);
+    let g = lid % XG;
+    let r = (lid / XG) % NR;
+    let slot = lid / (XG * NR);
     let base = min(n0 + r, p.rows - 1u) * p.row_bytes;
     let blocks = (p.k + 31u) / 32u;
     let per_chunk = SCRATCH / (MR * NR); // blocks per chunk
@@ -63,7 +86,7 @@ fn matmul(@builtin(workgroup_id) group: vec3<u32>, @builtin(local_invocation_ind
     for (var c0 = 0u; c0 < blocks; c0 += per_chunk) {
         let nb = min(per_chunk, blocks - c0);
         for (var j = slot; j < nb; j += BPR) {
-            block_part(base, c0 + j, row, i, j, r);
+            block_parts(base, c0 + j, m0, g, j, r);
         }
         workgroupBarrier();
         if (pair < NR / 2u) {

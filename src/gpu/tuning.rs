@@ -201,7 +201,11 @@ mod tests {
             k: 1536,
         };
         let gemm = MatmulShape::Gemm { tm: 4 };
-        let matvec = MatmulShape::MatVec { wg: 64, nr: 2 };
+        let matvec = MatmulShape::MatVec {
+            wg: 64,
+            nr: 2,
+            xr: 1,
+        };
         let choice = |max_rows, shape| MatmulChoice {
             key,
             max_rows,

@@ -462,7 +462,11 @@ fn kinds() -> Vec<MatmulShape> {
             cols: 4,
             loads: XLoads::Direct,
         },
-        MatmulShape::MatVec { wg: 128, nr: 8 },
+        MatmulShape::MatVec {
+            wg: 128,
+            nr: 8,
+            xr: 4,
+        },
         MatmulShape::Gemm { tm: 4 },
     ]
 }

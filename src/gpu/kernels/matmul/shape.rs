@@ -25,6 +25,10 @@ pub const WIDE_MATVEC_MIN_ROWS: usize = 16384;
 /// differently): one CPU tile workgroup of 2 columns.
 pub const NARROW_ROWS: usize = 2 * TILE_WORKGROUP as usize;
 
+fn one_row_of_x() -> u32 {
+    1
+}
+
 /// Which invocations compute which outputs, and how k is split.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "shape", rename_all = "snake_case")]
@@ -34,9 +38,16 @@ pub enum MatmulShape {
     Tile { rows: u32, cols: u32, loads: XLoads },
     /// GPU-shaped, for few rows: a workgroup of `wg` invocations owns `nr` weight rows (even,
     /// at most `wg / 8`, `8 * nr` dividing `wg`) and up to 8 rows of x; each invocation
-    /// computes one block's part at a time for one (weight row, row of x), its subgroup
-    /// sharing the loads; then the parts are folded in block order.
-    MatVec { wg: u32, nr: u32 },
+    /// decodes one weight block at a time and computes its parts for `xr` of those rows of
+    /// x (1, 2, 4 or 8; fewer when the workgroup has fewer rows), its subgroup sharing the
+    /// loads; then the parts are folded in block order. A tune file written before `xr`
+    /// existed reads as `xr = 1`, what those shapes ran.
+    MatVec {
+        wg: u32,
+        nr: u32,
+        #[serde(default = "one_row_of_x")]
+        xr: u32,
+    },
     /// GPU-shaped, for many rows: a 16 x 16 workgroup computes (16 * tm) rows of x by 64
     /// weight rows (`tm` 4 or 8), staging both in workgroup memory 16 values of k at a time.
     Gemm { tm: u32 },
@@ -47,7 +58,8 @@ impl MatmulShape {
     pub fn key(&self) -> String {
         match self {
             MatmulShape::Tile { rows, cols, loads } => format!("tile{rows}x{cols}-{loads:?}"),
-            MatmulShape::MatVec { wg, nr } => format!("matvec-wg{wg}-nr{nr}"),
+            MatmulShape::MatVec { wg, nr, xr: 1 } => format!("matvec-wg{wg}-nr{nr}"),
+            MatmulShape::MatVec { wg, nr, xr } => format!("matvec-wg{wg}-nr{nr}-xr{xr}"),
             MatmulShape::Gemm { tm } => format!("gemm-tm{tm}"),
         }
     }
@@ -74,8 +86,9 @@ impl MatmulShape {
             MatmulShape::Tile { rows, cols, .. } => {
                 (1..=4).contains(&rows) && (2..=4).contains(&cols) && cols.is_multiple_of(2)
             }
-            MatmulShape::MatVec { wg, nr } => {
+            MatmulShape::MatVec { wg, nr, xr } => {
                 matches!(wg, 64 | 128 | 256)
+                    && matches!(xr, 1 | 2 | 4 | 8)
                     && nr >= 2
                     && nr.is_multiple_of(2)
                     && wg.is_multiple_of(nr * MATVEC_MAX_ROWS)
@@ -122,10 +135,15 @@ impl MatmulShape {
     pub(super) fn constants(&self, mr: u32) -> String {
         match self {
             MatmulShape::Tile { .. } => String::new(),
-            MatmulShape::MatVec { wg, nr } => format!(
-                "const WG: u32 = {wg}u;\nconst MR: u32 = {mr}u;\nconst NR: u32 = {nr}u;\n\
-                 const PRO_ROWS: u32 = {mr}u;\nconst SCRATCH: u32 = {MATVEC_SCRATCH}u;\n"
-            ),
+            MatmulShape::MatVec { wg, nr, xr } => {
+                // Both are powers of two: the smaller divides the larger.
+                let xr = (*xr).min(mr);
+                format!(
+                    "const WG: u32 = {wg}u;\nconst MR: u32 = {mr}u;\nconst NR: u32 = {nr}u;\n\
+                     const XR: u32 = {xr}u;\nconst PRO_ROWS: u32 = {mr}u;\n\
+                     const SCRATCH: u32 = {MATVEC_SCRATCH}u;\n"
+                )
+            }
             MatmulShape::Gemm { .. } => String::new(),
         }
     }
@@ -179,10 +197,14 @@ impl MatmulShape {
     /// Gemm tile's 64 columns would leave most of each workgroup idle.
     pub fn for_gpu(m: usize, n: usize, _k: usize) -> MatmulShape {
         if n <= NARROW_ROWS {
-            MatmulShape::MatVec { wg: 64, nr: 2 }
+            MatmulShape::MatVec {
+                wg: 64,
+                nr: 2,
+                xr: 1,
+            }
         } else if m <= MATVEC_MAX_ROWS as usize {
             let nr = if n >= 4096 { 32 } else { 8 };
-            MatmulShape::MatVec { wg: 256, nr }
+            MatmulShape::MatVec { wg: 256, nr, xr: 1 }
         } else if m < 128 {
             MatmulShape::Gemm { tm: 4 }
         } else {
@@ -212,9 +234,26 @@ impl MatmulShape {
             (256, 64),
             (128, 8),
         ] {
-            let shape = MatmulShape::MatVec { wg, nr };
+            let shape = MatmulShape::MatVec { wg, nr, xr: 1 };
             if !out.contains(&shape) {
                 out.push(shape);
+            }
+        }
+        // Each weight block decoded once for all the workgroup's rows of x.
+        let mr = out
+            .iter()
+            .find(|s| matches!(s, MatmulShape::MatVec { .. }))
+            .map_or(1, |s| s.rows_per_workgroup(m));
+        if mr > 1 {
+            for nr in [8, 32] {
+                let shape = MatmulShape::MatVec {
+                    wg: 256,
+                    nr,
+                    xr: mr,
+                };
+                if !out.contains(&shape) {
+                    out.push(shape);
+                }
             }
         }
         if m > 4 {
@@ -227,6 +266,35 @@ impl MatmulShape {
         out
     }
 
+    /// The whole space `sprout tune --budget-s` explores for `m` rows of `k` values against
+    /// `n` weight rows: [`candidates`](Self::candidates) first (the likeliest winners), then
+    /// every other `MatVec` (workgroup size, weight rows per workgroup, rows of x per
+    /// invocation up to the rows a workgroup serves) and both GEMM tiles, each once.
+    pub fn space(caps: &Capabilities, m: usize, n: usize, k: usize) -> Vec<MatmulShape> {
+        let mut out = MatmulShape::candidates(caps, m, n, k);
+        let mr = MatmulShape::MatVec {
+            wg: 64,
+            nr: 2,
+            xr: 1,
+        }
+        .rows_per_workgroup(m);
+        let mut more = Vec::new();
+        for wg in [64, 128, 256] {
+            for nr in [2, 4, 8, 16, 32] {
+                for xr in [1, 2, 4, 8].into_iter().filter(|&xr| xr <= mr) {
+                    more.push(MatmulShape::MatVec { wg, nr, xr });
+                }
+            }
+        }
+        more.extend([MatmulShape::Gemm { tm: 4 }, MatmulShape::Gemm { tm: 8 }]);
+        for shape in more {
+            if shape.runs_on(caps) && !out.contains(&shape) {
+                out.push(shape);
+            }
+        }
+        out
+    }
+
     /// One of each kind of shape and tile, for validating every module.
     pub fn candidates_all() -> Vec<MatmulShape> {
         let mut out = Vec::new();
@@ -236,9 +304,27 @@ impl MatmulShape {
             }
         }
         out.extend([
-            MatmulShape::MatVec { wg: 64, nr: 2 },
-            MatmulShape::MatVec { wg: 128, nr: 16 },
-            MatmulShape::MatVec { wg: 256, nr: 8 },
+            // Every xr, over the workgroup sizes (sampled, not multiplied).
+            MatmulShape::MatVec {
+                wg: 64,
+                nr: 2,
+                xr: 1,
+            },
+            MatmulShape::MatVec {
+                wg: 128,
+                nr: 16,
+                xr: 8,
+            },
+            MatmulShape::MatVec {
+                wg: 256,
+                nr: 8,
+                xr: 2,
+            },
+            MatmulShape::MatVec {
+                wg: 64,
+                nr: 4,
+                xr: 4,
+            },
             MatmulShape::Gemm { tm: 4 },
             MatmulShape::Gemm { tm: 8 },
         ]);
@@ -265,8 +351,33 @@ mod tests {
         for s in MatmulShape::candidates_all() {
             assert!(s.is_valid(), "{s:?}");
         }
-        assert!(!MatmulShape::MatVec { wg: 64, nr: 16 }.is_valid());
-        assert!(!MatmulShape::MatVec { wg: 128, nr: 12 }.is_valid());
+        for m in [1, 2, 8, 64] {
+            let space = MatmulShape::space(&caps, m, 576, 1536);
+            let candidates = MatmulShape::candidates(&caps, m, 576, 1536);
+            assert_eq!(
+                space[..candidates.len()],
+                candidates[..],
+                "candidates first"
+            );
+            for (i, s) in space.iter().enumerate() {
+                assert!(s.runs_on(&caps), "{s:?}");
+                assert!(!space[..i].contains(s), "{s:?} twice");
+            }
+            // Rows of x per invocation never exceed the rows of a workgroup.
+            let xr_max = space
+                .iter()
+                .filter_map(|s| match s {
+                    MatmulShape::MatVec { xr, .. } => Some(*xr),
+                    _ => None,
+                })
+                .max();
+            assert_eq!(xr_max, Some((m as u32).min(MATVEC_MAX_ROWS)), "m = {m}");
+        }
+        let matvec = |wg, nr, xr| MatmulShape::MatVec { wg, nr, xr };
+        assert!(!matvec(64, 16, 1).is_valid());
+        assert!(!matvec(128, 12, 1).is_valid());
+        assert!(!matvec(128, 8, 3).is_valid());
+        assert!(!matvec(128, 8, 16).is_valid());
     }
 
     #[test]
@@ -282,7 +393,11 @@ mod tests {
                     loads: XLoads::Direct,
                 };
                 assert_eq!(MatmulShape::for_cpu(&caps, m, n), direct, "{m} {n}");
-                let matvec = MatmulShape::MatVec { wg: 64, nr: 2 };
+                let matvec = MatmulShape::MatVec {
+                    wg: 64,
+                    nr: 2,
+                    xr: 1,
+                };
                 assert_eq!(MatmulShape::for_gpu(m, n, 1536), matvec, "{m} {n}");
             }
         }
@@ -300,12 +415,23 @@ mod tests {
 
     #[test]
     fn matvec_serves_up_to_eight_rows_per_workgroup() {
-        let shape = MatmulShape::MatVec { wg: 128, nr: 8 };
+        let shape = MatmulShape::MatVec {
+            wg: 128,
+            nr: 8,
+            xr: 4,
+        };
         assert!(shape.is_valid());
         for (m, mr) in [(1, 1), (2, 2), (3, 4), (5, 8), (8, 8), (9, 8), (64, 8)] {
             assert_eq!(shape.rows_per_workgroup(m), mr, "{m}");
         }
         assert_eq!(shape.workgroups(9, 576, 8), [72, 2, 1]);
-        assert!(MatmulShape::MatVec { wg: 64, nr: 8 }.is_valid());
+        assert!(
+            MatmulShape::MatVec {
+                wg: 64,
+                nr: 8,
+                xr: 8
+            }
+            .is_valid()
+        );
     }
 }
