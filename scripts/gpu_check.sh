@@ -24,6 +24,7 @@
 #   GPU_CHECK_BENCH_FILTER=REGEX   the benches to run (default: the copy ceilings and the
 #                                  matmul rows at m 1 and 8; set but empty: every bench)
 #   GPU_CHECK_TUNE_ARGS=...        more arguments for sprout tune (e.g. --max-rows 8)
+#   GPU_CHECK_TUNE_BUDGET_S=90     seconds sprout tune sweeps for (within its 120 s part)
 #   GPU_CHECK_HF=0                 skip transformers
 #   GPU_CHECK_HF_CPU=1             run transformers even without CUDA (on the CPU)
 #   GPU_CHECK_PYTHON=python3       the Python that has torch and transformers
@@ -244,9 +245,11 @@ fi
 # use the tune file, so that a slow bench cannot leave tuning no time.
 # ---------------------------------------------------------------------------------------
 # shellcheck disable=SC2086
+# It sweeps the generated space of variants (`--budget-s`), each verified bitwise against
+# the default on this device before it is timed, the decode row counts first.
 part tune 120 "$LOGS/tune.json" "$LOGS/tune.log" \
     "$SPROUT" tune --load-format dummy --model "$MODEL" --weight-format "$WFORMAT" --json \
-    ${GPU_CHECK_TUNE_ARGS:-}
+    --budget-s "${GPU_CHECK_TUNE_BUDGET_S:-90}" ${GPU_CHECK_TUNE_ARGS:-}
 
 # ---------------------------------------------------------------------------------------
 # 5. The kernel benches.

@@ -236,6 +236,59 @@ fn tuned_kernels_change_no_sample() {
     }
 }
 
+/// `sprout tune --budget-s` explores beyond the usual candidates, keeps only variants with
+/// the default's bits (on lavapipe every variant has them, so none is dropped), and with no
+/// time left leaves every slot to its default and still writes its file.
+#[test]
+fn a_budgeted_tune_explores_the_space_and_drops_nothing_here() {
+    let model = fixture("tiny-qwen3-q4_k_m.gguf");
+    let m = model.to_str().unwrap();
+    for backend in backends() {
+        let what = format!("tune --budget-s on {backend}");
+        let dir = scratch("sweep");
+        let tune = |budget: &str| -> Value {
+            let args = [
+                "tune",
+                "--backend",
+                backend,
+                "--model",
+                m,
+                "--max-rows",
+                "8",
+            ];
+            let out = sprout_ok(
+                &what,
+                &[&args[..], &["--budget-s", budget, "--json"]].concat(),
+                Some(&dir),
+            );
+            serde_json::from_str(&out).expect("tune --json")
+        };
+        let out = tune("30");
+        let sweep = &out["sweep"];
+        let matmul = out["matmul"].as_array().unwrap();
+        let slots = matmul.len() + out["attention"].as_array().unwrap().len();
+        // Four row counts (1, 2, 4, 8), each site and attention at each.
+        assert_eq!(matmul.len() % 4, 0, "{what}: {out}");
+        assert!(matmul.len() >= 4 * 4, "{what}: {out}");
+        assert_eq!(sweep["untuned"], json!([]), "{what}: {sweep}");
+        assert_eq!(sweep["rejected"], json!([]), "{what}: {sweep}");
+        let timed = sweep["variants_timed"].as_u64().unwrap() as usize;
+        assert!(
+            timed > 3 * slots,
+            "{what}: {timed} variants for {slots} slots"
+        );
+        let file = out["path"].as_str().unwrap();
+        assert!(Path::new(file).is_file(), "{what}: no {file}");
+
+        let spent = tune("0.000001");
+        let untuned = spent["sweep"]["untuned"].as_array().unwrap();
+        assert_eq!(untuned.len(), slots, "{what}: {spent}");
+        assert_eq!(spent["matmul"], json!([]), "{what}: {spent}");
+        assert_eq!(spent["sweep"]["variants_timed"], 0, "{what}: {spent}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
 /// Greedy samples of the text prompt: token ids and log-probs.
 fn greedy(what: &str, model: &Path, backend: &str) -> (Value, Vec<f64>) {
     let out = sprout_ok(

@@ -10,7 +10,7 @@
 //! the best one so far is dropped after one timing. Matmuls are timed with a plain store of
 //! their outputs: the fused prologues and epilogues cost every shape alike.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use clap::Args;
@@ -42,6 +42,12 @@ pub struct TuneArgs {
     /// Keys each query row attends in the attention measured.
     #[arg(long, default_value_t = 256)]
     attention_keys: usize,
+    /// Explore the whole generated space of kernel variants (`MatmulShape::space`) for
+    /// about this many seconds, the smallest row counts (decode) first, rather than the
+    /// usual few candidates. The default of every site and row count reached is always
+    /// timed; row counts the budget does not reach keep their defaults.
+    #[arg(long, value_name = "SECONDS")]
+    budget_s: Option<f64>,
     /// Print the results as JSON to stdout.
     #[arg(long)]
     json: bool,
@@ -57,6 +63,12 @@ pub fn run(backend: BackendChoice, args: TuneArgs) -> Result<()> {
     if args.max_rows == 0 || args.attention_keys == 0 {
         anyhow::bail!("--max-rows and --attention-keys must be at least 1");
     }
+    if let Some(b) = args.budget_s
+        && !(b.is_finite() && b > 0.0)
+    {
+        anyhow::bail!("--budget-s must be a positive number of seconds, not {b}");
+    }
+    let started = Instant::now();
     let opened = bootstrap::open(backend, args.load.open(&args.model, 0)?, Kernels::Untuned)?;
     let (decoder, gpu) = (&opened.decoder, &opened.gpu);
     let defaults = KernelChoices::defaults(gpu.cpu_shaped_defaults());
@@ -67,31 +79,54 @@ pub fn run(backend: BackendChoice, args: TuneArgs) -> Result<()> {
         .collect();
     let weights = decoder.weights()?;
     let sites = weights.matmul_sites();
-    let bar = progress((sites.len() + 1) * buckets.len());
+    // Row counts in increasing order, every site at each: under a budget the decode row
+    // counts, which rollouts spend their steps in, are tuned first.
+    let slots = (sites.len() + 1) * buckets.len();
+    let bar = progress(slots);
     let mut file = TuneFile::new(&gpu.adapter);
     file.models.push(opened.info.name.clone());
-    for &(site, weight) in &sites {
-        let key = MatmulKey {
-            site,
-            format: weight.format,
-            n: weight.rows,
-            k: weight.cols,
-        };
-        for &m in &buckets {
-            let fixture = MatmulFixture::new(gpu, weight, &pattern(m * weight.cols), m);
+    let mut sweep = Sweep::new(args.budget_s, slots);
+    for &m in &buckets {
+        for &(site, weight) in &sites {
+            let key = MatmulKey {
+                site,
+                format: weight.format,
+                n: weight.rows,
+                k: weight.cols,
+            };
             bar.set_message(format!("{site:?} m={m}"));
+            let Some(deadline) = sweep.next_slot() else {
+                sweep.untuned.push(format!("{site:?} m={m}"));
+                bar.inc(1);
+                continue;
+            };
+            let fixture = MatmulFixture::new(gpu, weight, &pattern(m * weight.cols), m);
             let default = defaults.default_shape(&gpu.caps, key, m);
+            let (k, n) = (weight.cols, weight.rows);
+            let explored = match args.budget_s {
+                Some(_) => MatmulShape::space(&gpu.caps, m, n, k),
+                None => MatmulShape::candidates(&gpu.caps, m, n, k),
+            };
             let mut shapes = vec![default];
-            for s in MatmulShape::candidates(&gpu.caps, m, weight.rows, weight.cols) {
-                if !shapes.contains(&s) {
-                    shapes.push(s);
-                }
-            }
+            shapes.extend(explored.into_iter().filter(|s| *s != default));
+            let reference = pollster::block_on(fixture.run(gpu, default))?;
             let mut best: Option<(MatmulShape, f64)> = None;
             let mut default_micros = f64::NAN;
             for shape in shapes {
+                if shape != default && Instant::now() >= deadline {
+                    break;
+                }
+                // A variant is timed only once it gives the default's bits on this device.
+                let got = pollster::block_on(fixture.run(gpu, shape))?;
+                if !bitwise_equal(&got, &reference) {
+                    sweep
+                        .rejected
+                        .push(format!("{site:?} m={m} {}", shape.key()));
+                    continue;
+                }
                 let record = |rec: &mut Recorder| fixture.encode(gpu, rec, shape);
                 let seconds = time_calls(gpu, &record, best.map(|b| b.1));
+                sweep.timed += 1;
                 if shape == default {
                     default_micros = 1e6 * seconds;
                 }
@@ -99,7 +134,7 @@ pub fn run(backend: BackendChoice, args: TuneArgs) -> Result<()> {
                     best = Some((shape, seconds));
                 }
             }
-            let (shape, seconds) = best.expect("the default is a candidate");
+            let (shape, seconds) = best.expect("the default gives its own bits");
             file.matmul.push(MatmulChoice {
                 key,
                 max_rows: m,
@@ -109,11 +144,14 @@ pub fn run(backend: BackendChoice, args: TuneArgs) -> Result<()> {
             });
             bar.inc(1);
         }
-    }
-    for &rows in &buckets {
-        bar.set_message(format!("attention rows={rows}"));
-        file.attention
-            .push(tune_attention(gpu, decoder, rows, args.attention_keys));
+        bar.set_message(format!("attention rows={m}"));
+        match sweep.next_slot() {
+            Some(_) => {
+                let choice = tune_attention(gpu, decoder, m, args.attention_keys, &mut sweep)?;
+                file.attention.push(choice);
+            }
+            None => sweep.untuned.push(format!("attention m={m}")),
+        }
         bar.inc(1);
     }
     bar.finish_and_clear();
@@ -133,10 +171,12 @@ pub fn run(backend: BackendChoice, args: TuneArgs) -> Result<()> {
             "model": opened.info.name,
             "matmul": json_out::to_value(&measured.matmul)?,
             "attention": json_out::to_value(&measured.attention)?,
+            "sweep": sweep.summary(started.elapsed().as_secs_f64()),
         });
         println!("{}", json_out::to_line(&out)?);
     } else {
         print_table(&measured);
+        sweep.print(started.elapsed().as_secs_f64());
         println!("tuned {}: {}", gpu.adapter.label(), path.display());
     }
     Ok(())
@@ -156,9 +196,15 @@ fn time_calls(gpu: &Gpu, record: &dyn Fn(&mut Recorder), best: Option<f64>) -> f
         .as_secs_f64()
 }
 
-/// Times every attention variant on `rows` decode rows of `keys` keys each (blocks of 16
-/// in order) and picks the fastest.
-fn tune_attention(gpu: &Gpu, decoder: &Decoder, rows: usize, keys: usize) -> AttentionChoice {
+/// Times every attention variant that gives the default's bits on `rows` decode rows of
+/// `keys` keys each (blocks of 16 in order) and picks the fastest.
+fn tune_attention(
+    gpu: &Gpu,
+    decoder: &Decoder,
+    rows: usize,
+    keys: usize,
+    sweep: &mut Sweep,
+) -> Result<AttentionChoice> {
     const BLOCK: usize = 16;
     let c = &decoder.config;
     let shape = decoder.attention_shape(rows, BLOCK);
@@ -184,12 +230,19 @@ fn tune_attention(gpu: &Gpu, decoder: &Decoder, rows: usize, keys: usize) -> Att
         q_loads: default.q_loads_for(&shape),
         ..default
     };
+    let reference = pollster::block_on(fixture.run(gpu, default))?;
     let mut best: Option<(AttentionVariant, f64)> = None;
     let mut default_micros = f64::NAN;
     for variant in AttentionVariant::all() {
         if !variant.q_loads.fits(&shape) {
             continue;
         }
+        if !bitwise_equal(&pollster::block_on(fixture.run(gpu, variant))?, &reference) {
+            let name = format!("{:?}-{:?}", variant.split, variant.q_loads);
+            sweep.rejected.push(format!("attention m={rows} {name}"));
+            continue;
+        }
+        sweep.timed += 1;
         let planned = fixture.plan(gpu, variant.split);
         let record = |rec: &mut Recorder| fixture.encode(gpu, rec, variant.q_loads, &planned);
         let seconds = time_calls(gpu, &record, best.map(|b| b.1));
@@ -200,14 +253,88 @@ fn tune_attention(gpu: &Gpu, decoder: &Decoder, rows: usize, keys: usize) -> Att
             best = Some((variant, seconds));
         }
     }
-    let (variant, seconds) = best.expect("direct query loads always fit");
-    AttentionChoice {
+    let (variant, seconds) = best.expect("the default gives its own bits");
+    Ok(AttentionChoice {
         head_dim: c.head_dim,
         group: shape.group(),
         max_rows: rows,
         variant,
         micros: 1e6 * seconds,
         default_micros,
+    })
+}
+
+/// Whether two outputs hold the same bits (NaN included).
+fn bitwise_equal(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
+/// The tuning's time budget, and what it timed, dropped and left out.
+struct Sweep {
+    /// With a budget: when it ends, and the slots (a site at a row count, or attention)
+    /// not yet started.
+    budget: Option<(Instant, usize)>,
+    budget_s: Option<f64>,
+    timed: usize,
+    /// Variants whose output differed from the default's on this device.
+    rejected: Vec<String>,
+    /// Slots the budget did not reach (they keep their defaults).
+    untuned: Vec<String>,
+}
+
+impl Sweep {
+    fn new(budget_s: Option<f64>, slots: usize) -> Sweep {
+        let budget = budget_s.map(|b| (Instant::now() + Duration::from_secs_f64(b), slots));
+        Sweep {
+            budget,
+            budget_s,
+            timed: 0,
+            rejected: Vec::new(),
+            untuned: Vec::new(),
+        }
+    }
+
+    /// Starts the next slot: the time by which it should stop exploring (its even share of
+    /// what is left, so time a slot leaves passes on to the next), or `None` when the
+    /// budget is spent. Without a budget a slot times all its candidates.
+    fn next_slot(&mut self) -> Option<Instant> {
+        let far = Instant::now() + Duration::from_secs(365 * 24 * 3600);
+        let Some((end, left)) = &mut self.budget else {
+            return Some(far);
+        };
+        let now = Instant::now();
+        if now >= *end {
+            return None;
+        }
+        let share = (*end - now) / (*left).max(1) as u32;
+        *left = left.saturating_sub(1);
+        Some(now + share)
+    }
+
+    fn summary(&self, seconds: f64) -> serde_json::Value {
+        json!({
+            "budget_s": self.budget_s,
+            "seconds": seconds,
+            "variants_timed": self.timed,
+            "rejected": self.rejected,
+            "untuned": self.untuned,
+        })
+    }
+
+    fn print(&self, seconds: f64) {
+        println!(
+            "{} variants timed in {seconds:.1} s; {} dropped for giving other bits than the \
+             default{}",
+            self.timed,
+            self.rejected.len(),
+            match self.untuned.len() {
+                0 => String::new(),
+                n => format!("; {n} untuned (budget spent), keeping their defaults"),
+            }
+        );
+        for r in &self.rejected {
+            println!("  dropped: {r}");
+        }
     }
 }
 
