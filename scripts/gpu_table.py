@@ -268,9 +268,10 @@ def main(argv):
     out.append("")
     out.append(
         f"| G | sprout tok/s (median of {rounds}) | sprout rounds tok/s | ms/step "
-        "| dispatches/step | transformers bf16 tok/s (median) | sprout/transformers |"
+        "| dispatches/step | encode µs/dispatch | transformers bf16 tok/s (median) "
+        "| sprout/transformers |"
     )
-    out.append("|---:|---:|---|---:|---:|---:|---:|")
+    out.append("|---:|---:|---|---:|---:|---:|---:|---:|")
     for g in gs:
         run = runs.get(g) or {}
         s = (run.get("modes") or {}).get("sprout") or {}
@@ -282,6 +283,7 @@ def main(argv):
         steps, wall = s.get("steps"), s.get("wall_s")
         ms_step = 1e3 * wall / steps if steps and wall else None
         dps = s.get("dispatches_per_step")
+        enc = s.get("encode_us_per_dispatch")
         h = hf.get(g) or {}
         htps = h.get("tokens_per_s_median")
         ratio = f"{tps / htps:.2f}x" if tps and htps else "-"
@@ -293,7 +295,7 @@ def main(argv):
         out.append(
             f"| {g} | {tps_cell} | {' / '.join(fmt(x, 0) for x in per_round) or '-'} "
             f"| {fmt(ms_step, 2)} | {fmt(dps, 0) if dps is not None else '-'} "
-            f"| {fmt(htps)} | {ratio} |"
+            f"| {fmt(enc, 2) if enc is not None else '-'} | {fmt(htps)} | {ratio} |"
         )
     out.append("")
     out.append(f"- adapter: {adapter_line(logs, runs)}")

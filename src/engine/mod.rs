@@ -20,6 +20,7 @@
 //! device while a trainer uses it, and take it again (`sleep`).
 
 mod batch_inputs;
+mod cpu_time;
 mod pack;
 pub mod paged_kv;
 mod runner;
@@ -156,6 +157,9 @@ pub struct StepOutput {
     /// Kernel dispatches the step recorded.
     pub dispatches: usize,
     pub timings: StepTimings,
+    /// The CPU time its thread spent recording and submitting the step (within
+    /// `timings.encode_s`), where the platform measures it.
+    pub encode_cpu_s: Option<f64>,
 }
 
 /// A step submitted to the GPU and not yet applied.
@@ -482,6 +486,7 @@ impl<'d> Engine<'d> {
             tokens: plan.num_tokens(),
             decode_only,
             dispatches: run.dispatches,
+            encode_cpu_s: run.encode_cpu_s,
             timings: StepTimings {
                 schedule_s: current.schedule_s,
                 encode_s: run.encode_s,

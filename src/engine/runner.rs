@@ -50,6 +50,9 @@ pub struct RunTimings {
     pub gpu_s: f64,
     /// Kernel dispatches recorded.
     pub dispatches: usize,
+    /// The CPU time the recording thread spent in `encode_s`, where the platform measures
+    /// it (`None` elsewhere).
+    pub encode_cpu_s: Option<f64>,
 }
 
 /// What one step's draws write and the CPU reads back (one of two sets).
@@ -110,6 +113,7 @@ pub struct Submitted {
     target_rows: Vec<u32>,
     target_tops: Vec<usize>,
     encode_s: f64,
+    encode_cpu_s: Option<f64>,
     dispatches: usize,
 }
 
@@ -212,6 +216,7 @@ impl StepRunner {
     /// just before (`DRAWN | d`).
     pub fn submit(&mut self, decoder: &Decoder, plan: &StepPlan) -> Result<Submitted, SproutError> {
         let started = Instant::now();
+        let cpu_started = super::cpu_time::thread_seconds();
         let gpu = &*decoder.gpu;
         let max_pos = decoder.max_positions();
         if let Some(c) = plan.chunks.iter().find(|c| c.end() > max_pos) {
@@ -439,6 +444,9 @@ impl StepRunner {
             target_rows: p.target_rows.clone(),
             target_tops: plan.targets.iter().map(|t| t.top_logprobs).collect(),
             encode_s: started.elapsed().as_secs_f64(),
+            encode_cpu_s: cpu_started
+                .zip(super::cpu_time::thread_seconds())
+                .map(|(a, b)| b - a),
             dispatches,
         })
     }
@@ -457,6 +465,7 @@ impl StepRunner {
             encode_s: s.encode_s,
             gpu_s: waiting.elapsed().as_secs_f64(),
             dispatches: s.dispatches,
+            encode_cpu_s: s.encode_cpu_s,
         };
         // A Vec<u8> need not be aligned for u32: copy rather than cast.
         let w: Vec<u32> = bytemuck::pod_collect_to_vec(&bytes);

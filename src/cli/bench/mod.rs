@@ -160,6 +160,10 @@ pub struct ModeResult {
     /// Kernel dispatches per step, averaged over the steps that only decode (no prompt
     /// computed): the fixed cost a step pays on a GPU.
     pub dispatches_per_step: Option<f64>,
+    /// The host's CPU time to pack, record and submit a step, per dispatch, over the steps
+    /// that only decode (on platforms with a per-thread clock): what each dispatch costs
+    /// before the GPU sees it.
+    pub encode_us_per_dispatch: Option<f64>,
     /// Where the steps' time went, summed over steps.
     pub time: StepTimings,
     /// Time per kernel, with `--profile`.
@@ -593,6 +597,7 @@ fn run_mode(
     let started = Instant::now();
     let mut time = StepTimings::default();
     let (mut decode_steps, mut decode_dispatches) = (0usize, 0usize);
+    let mut decode_encode_cpu_s = Some(0.0);
     for wave in all.chunks(chunk) {
         // Per request: its samples' targets and tokens so far.
         let mut live: HashMap<u32, (RequestId, &[SampleSpec], Vec<usize>)> = HashMap::new();
@@ -606,6 +611,9 @@ fn run_mode(
             if step.decode_only && step.tokens > 0 {
                 decode_steps += 1;
                 decode_dispatches += step.dispatches;
+                decode_encode_cpu_s = decode_encode_cpu_s
+                    .zip(step.encode_cpu_s)
+                    .map(|(sum, s)| sum + s);
             }
             bar.inc(step.drawn.len() as u64);
             let mut done: Vec<(u32, u32)> = step
@@ -655,6 +663,9 @@ fn run_mode(
         wall_s,
         dispatches_per_step: (decode_steps > 0)
             .then(|| decode_dispatches as f64 / decode_steps as f64),
+        encode_us_per_dispatch: decode_encode_cpu_s
+            .filter(|_| decode_dispatches > 0)
+            .map(|s| 1e6 * s / decode_dispatches as f64),
         time,
         kernels: None,
         speculative: config.speculative.name().to_string(),
@@ -677,7 +688,7 @@ fn print_table(results: &[(String, ModeResult)]) {
         }
     }
     println!(
-        "{:<16} {:>9} {:>9} {:>7} {:>8} {:>6} {:>6} {:>8} {:>10} {:>7} {:>7}   step time: schedule/encode/gpu/update",
+        "{:<16} {:>9} {:>9} {:>7} {:>8} {:>6} {:>6} {:>8} {:>10} {:>9} {:>7} {:>7}   step time: schedule/encode/gpu/update",
         "mode",
         "tokens",
         "tokens/s",
@@ -687,6 +698,7 @@ fn print_table(results: &[(String, ModeResult)]) {
         "steps",
         "wall s",
         "dispatches",
+        "enc µs/d",
         "accept",
         "acc len"
     );
@@ -697,7 +709,7 @@ fn print_table(results: &[(String, ModeResult)]) {
         let spec = &r.speculation;
         let or_dash = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{x:.2}"));
         println!(
-            "{:<16} {:>9} {:>9.2} {:>7} {:>8} {:>6} {:>6} {:>8.1} {:>10} {:>7} {:>7}   {:.1}% / {:.1}% / {:.1}% / {:.1}%",
+            "{:<16} {:>9} {:>9.2} {:>7} {:>8} {:>6} {:>6} {:>8.1} {:>10} {:>9} {:>7} {:>7}   {:.1}% / {:.1}% / {:.1}% / {:.1}%",
             mode,
             r.generated_tokens,
             r.generated_tokens_per_s,
@@ -709,6 +721,7 @@ fn print_table(results: &[(String, ModeResult)]) {
             r.wall_s,
             r.dispatches_per_step
                 .map_or("-".to_string(), |x| format!("{x:.1}")),
+            or_dash(r.encode_us_per_dispatch),
             or_dash(spec.acceptance_rate),
             or_dash(spec.mean_accepted_length),
             pct(t.schedule_s),
@@ -774,6 +787,7 @@ mod tests {
             preemptions: 0,
             wall_s: 100.0 / tokens_per_s,
             dispatches_per_step: None,
+            encode_us_per_dispatch: None,
             time: StepTimings::default(),
             kernels: None,
             speculative: "off".into(),

@@ -1,0 +1,45 @@
+//! The CPU time the calling thread has used, where the platform has a clock for it (Unix):
+//! what recording a step costs the host, without the time its thread waited for a core
+//! (on a CPU adapter the "GPU" runs on the same cores, and an overlapped step records while
+//! the one before it computes).
+
+/// Seconds of CPU time this thread has used so far, or `None` where the platform gives no
+/// per-thread clock.
+pub fn thread_seconds() -> Option<f64> {
+    #[cfg(all(unix, not(target_arch = "wasm32")))]
+    {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime writes one timespec through the pointer, which points at
+        // `ts`, alive and writable for the call.
+        let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        (rc == 0).then_some(ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9)
+    }
+    #[cfg(not(all(unix, not(target_arch = "wasm32"))))]
+    {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[cfg(unix)]
+    fn the_thread_clock_counts_work_and_not_sleep() {
+        let start = thread_seconds().expect("a per-thread clock on Unix");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let slept = thread_seconds().unwrap() - start;
+        let mut x = 0u64;
+        let busy = std::time::Instant::now();
+        while busy.elapsed() < std::time::Duration::from_millis(50) {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        let worked = thread_seconds().unwrap() - start - slept;
+        assert!(slept < 0.02, "sleeping used {slept} s of CPU");
+        assert!(worked > 0.01, "50 ms of work counted {worked} s");
+    }
+}
