@@ -113,9 +113,11 @@ fn bench_json() {
         "--json",
     ]);
     // `tuning` is the tune file's path, or null on an adapter `sprout tune` has not seen;
-    // the speculation ratios are null without drafts.
+    // the speculation ratios are null without drafts; the encode time per dispatch where
+    // the platform has no per-thread clock.
     let nullable = [
         ("tuning", "string"),
+        ("encode_us_per_dispatch", "float"),
         ("acceptance_rate", "float"),
         ("mean_accepted_length", "float"),
     ];
