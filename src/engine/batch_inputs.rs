@@ -49,6 +49,7 @@ pub struct BatchInputs {
     block_tables: Growable,
     attention_items: Growable,
     attention_combine: Growable,
+    attention_row_slots: Growable,
     logit_rows: Growable,
 }
 
@@ -60,6 +61,7 @@ impl BatchInputs {
             block_tables: Growable::new(gpu, 4 * max_t),
             attention_items: Growable::new(gpu, 4 * max_t),
             attention_combine: Growable::new(gpu, 4 * max_r),
+            attention_row_slots: Growable::new(gpu, 2 * max_t),
             logit_rows: Growable::new(gpu, max_r),
         }
     }
@@ -72,6 +74,7 @@ impl BatchInputs {
             &self.block_tables,
             &self.attention_items,
             &self.attention_combine,
+            &self.attention_row_slots,
             &self.logit_rows,
         ];
         all.iter().map(|g| g.bytes()).sum()
@@ -84,6 +87,8 @@ impl BatchInputs {
         self.block_tables.write(gpu, &batch.block_tables);
         self.attention_items.write(gpu, &batch.attention.items);
         self.attention_combine.write(gpu, &batch.attention.combine);
+        self.attention_row_slots
+            .write(gpu, &batch.attention.row_slots);
         self.logit_rows.write(gpu, &batch.logit_rows);
     }
 
@@ -101,6 +106,7 @@ impl BatchInputs {
                 n_items: batch.attention.items.len(),
                 combine: &self.attention_combine.tensor,
                 n_combine: batch.attention.combine.len(),
+                row_slots: &self.attention_row_slots.tensor,
                 slots: batch.attention.slots as usize,
             },
             r: batch.logit_rows.len(),

@@ -13,6 +13,9 @@ pub const ARGMAX: &str = include_str!("../../shaders/common/argmax.wgsl");
 
 /// `quiet_nan()`, for kernels that write NaN to mark an invalid input.
 pub const NAN: &str = include_str!("../../shaders/common/nan.wgsl");
+/// The fold of a split attention row's page states: the combine step's, and the
+/// o-projection prologue's that folds as it reads (the same function, so the same bits).
+pub const ATTENTION_FOLD: &str = include_str!("../../shaders/common/attention_fold.wgsl");
 
 /// A vocabulary reduction's `kernel` with the shared workgroup argmax and `quiet_nan()`.
 pub fn with_argmax(kernel: &str) -> String {

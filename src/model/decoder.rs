@@ -43,7 +43,7 @@ use crate::gpu::kernels::attention::{
 use crate::gpu::kernels::embedding;
 use crate::gpu::kernels::logits::Logits;
 use crate::gpu::kernels::matmul::{
-    self, Gather, LoraArgs, Matmul, NormArgs, Output, QkvArgs, QkvBias,
+    self, AttentionFold, Gather, LoraArgs, Matmul, NormArgs, Output, QkvArgs, QkvBias,
 };
 use crate::gpu::kernels::norm_add::{self, NormAdd, NormOutput};
 use crate::gpu::kernels::rope::{RopeTable, frequencies};
@@ -594,6 +594,7 @@ impl Decoder {
                 weight: &layer.qkv,
                 norm: qkv_norm,
                 gather: None,
+                fold: None,
                 output,
                 lora: qkv_lora,
             };
@@ -618,42 +619,61 @@ impl Decoder {
                 window: c.window_of(l).map(|w| u32::try_from(w).unwrap_or(u32::MAX)),
                 ..shape
             };
-            attention::encode(gpu, rec, &layer_shape, q_loads, &buffers, work);
-            let plain = |x, weight, output, lora| Matmul {
+            // The o-projection folds the split rows' states as it reads them, which saves
+            // the combine dispatch; with an adapter at o its A product reads the output
+            // too, so the combine step writes it whole first.
+            let fold_in_o = work.n_combine > 0 && sites.is_none_or(|s| s.o.is_none());
+            if fold_in_o {
+                attention::encode_unfolded(gpu, rec, &layer_shape, q_loads, &buffers, work);
+            } else {
+                attention::encode(gpu, rec, &layer_shape, q_loads, &buffers, work);
+            }
+            let o_fold = fold_in_o.then_some(AttentionFold {
+                states: &a.scratch,
+                row_slots: work.row_slots,
+                head_dim: c.head_dim,
+            });
+            let plain = |x, weight, output, lora, fold| Matmul {
                 x,
                 m: t,
                 weight,
                 norm: None,
                 gather: None,
+                fold,
                 output,
                 lora,
             };
             // Adds a branch's output (with its LoRA term) to the residual stream: directly,
             // or through the branch's post norm (the `which`-th after `post_norms`).
-            let add = |this: &Self, rec: &mut Recorder, site, x, weight, which: usize, lora| match (
-                &a.branch,
-                offsets.post_norms,
-            ) {
-                (Some(branch), Some(post)) => {
-                    this.matmul(rec, site, plain(x, weight, Output::Store(branch), lora));
-                    let op = NormAdd {
-                        x: branch,
-                        m: t,
-                        width: c.hidden_size,
-                        vectors: &layer.vectors,
-                        offset: post + which * c.hidden_size,
-                        eps,
-                        out: &a.h,
-                        output: NormOutput::Add,
-                    };
-                    norm_add::encode(gpu, rec, &op);
-                }
-                _ => this.matmul(rec, site, plain(x, weight, Output::Residual(&a.h), lora)),
-            };
+            let add =
+                |this: &Self, rec: &mut Recorder, site, (x, fold), weight, which: usize, lora| {
+                    match (&a.branch, offsets.post_norms) {
+                        (Some(branch), Some(post)) => {
+                            let output = Output::Store(branch);
+                            this.matmul(rec, site, plain(x, weight, output, lora, fold));
+                            let op = NormAdd {
+                                x: branch,
+                                m: t,
+                                width: c.hidden_size,
+                                vectors: &layer.vectors,
+                                offset: post + which * c.hidden_size,
+                                eps,
+                                out: &a.h,
+                                output: NormOutput::Add,
+                            };
+                            norm_add::encode(gpu, rec, &op);
+                        }
+                        _ => {
+                            let output = Output::Residual(&a.h);
+                            this.matmul(rec, site, plain(x, weight, output, lora, fold))
+                        }
+                    }
+                };
             let o_lora = site_term(self, rec, MatmulSite::AttnOut, &a.attn, None, |l| {
                 l.o.as_ref()
             });
-            add(self, rec, MatmulSite::AttnOut, &a.attn, &layer.o, 0, o_lora);
+            let o_x = (&a.attn, o_fold);
+            add(self, rec, MatmulSite::AttnOut, o_x, &layer.o, 0, o_lora);
             let has_gate_up = sites.is_some_and(|s| s.gate_up.is_some());
             let (gate_up_x, gate_up_norm) = site_input(rec, offsets.mlp_norm, has_gate_up);
             let gate_up_lora = site_term(
@@ -673,6 +693,7 @@ impl Decoder {
                     weight: &layer.gate_up,
                     norm: gate_up_norm,
                     gather: None,
+                    fold: None,
                     output: match c.activation() {
                         Activation::Silu => Output::SiluGate(&a.act),
                         Activation::GeluTanh => Output::GeluGate(&a.act),
@@ -687,7 +708,7 @@ impl Decoder {
                 self,
                 rec,
                 MatmulSite::Down,
-                &a.act,
+                (&a.act, None),
                 &layer.down,
                 1,
                 down_lora,
@@ -715,6 +736,7 @@ impl Decoder {
                         index: batch.logit_rows,
                         first: chunk.first_row,
                     }),
+                    fold: None,
                     output: Output::Store(chunk.tensor),
                     lora: None,
                 },
@@ -773,6 +795,7 @@ impl Decoder {
             weight: &s.a,
             norm,
             gather: None,
+            fold: None,
             output: Output::Store(scratch),
             lora: None,
         };

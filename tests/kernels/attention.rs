@@ -6,13 +6,17 @@
 //! pages (flash-decoding, folded by the combine step), and query vectors loaded per key,
 //! held or staged in workgroup memory; all of which must agree bitwise. Sliding windows
 //! too: smaller than a page, crossing pages, at the boundary, larger than the sequence,
-//! with split slots that see no key.
+//! with split slots that see no key. And the o-projection that folds the split rows as it
+//! reads them, bitwise the combine step followed by a plain matmul on every matmul shape.
 
+use sprout::formats::WeightFormat;
 use sprout::gpu::Gpu;
 use sprout::gpu::kernels::RowInfo;
 use sprout::gpu::kernels::attention::{
-    AttentionFixture, AttentionShape, AttentionSplit, AttentionVariant, QLoads, SplitRows,
+    AttentionFixture, AttentionShape, AttentionSplit, AttentionVariant, PlannedAttention, QLoads,
+    SplitRows,
 };
+use sprout::gpu::kernels::matmul::{self, Matmul, MatmulInputs, MatmulShape, Output};
 use sprout::reference;
 use sprout::rng::SplitMix64;
 
@@ -496,8 +500,103 @@ fn windowed_case(c: &Windowed, variant: AttentionVariant, gpu: &Gpu) -> Result<O
     Ok(outcome)
 }
 
+/// The o-projection of a decode batch whose long rows attention split: the matmul that
+/// folds their page states as it reads x gives bitwise what the combine step and a plain
+/// matmul give, on every matmul shape the adapter runs. The output and the product start
+/// as NaN, so a row the fold misses shows.
+fn fold_case(heads: Heads, format: WeightFormat, gpu: &Gpu) -> Result<Outcome, String> {
+    // Decodes: four rows over several pages (split), one of one page and one of 64 keys
+    // (whole).
+    let lens = [200, 65, 1, 130, 64, 300];
+    let seqs = sequences(&heads, &lens, 77);
+    let paged = page(&heads, &seqs, 78);
+    let t = lens.len();
+    let shape = heads.shape(t);
+    let q: Vec<f32> = seqs
+        .iter()
+        .flat_map(|s| &s.q[(s.len - 1) * heads.q_row()..s.len * heads.q_row()])
+        .copied()
+        .collect();
+    let rows: Vec<RowInfo> = (0..t)
+        .map(|s| RowInfo::new(paged.offsets[s] as u32, lens[s] as u32 - 1, 0))
+        .collect();
+    let pools = (&q[..], &paged.k_pool[..], &paged.v_pool[..]);
+    let fixture =
+        AttentionFixture::new(gpu, shape, pools, &paged.tables, &rows, SplitRows::Decodes);
+    let planned = fixture.plan(gpu, AttentionSplit::DecodePages);
+    if planned.plan.combine.len() != 4 {
+        return Err(format!("{} rows split, not 4", planned.plan.combine.len()));
+    }
+    let (k, n) = (heads.q_row(), 24);
+    let raw = SplitMix64::new(9).vec(n * k, 0.5);
+    let inputs =
+        MatmulInputs::new(format, (t, k, n), vec![0.0; t * k], &raw).map_err(|e| e.to_string())?;
+    let weight = inputs.upload_weight(gpu, None).map_err(|e| e.to_string())?;
+    let y = gpu.upload(&vec![f32::NAN; t * n]);
+    let run = |shape: MatmulShape, folded: bool, planned: &PlannedAttention| {
+        fixture.poison_out(gpu);
+        gpu.write(&y, &vec![f32::NAN; t * n]);
+        let mut rec = gpu.recorder();
+        let q_loads = QLoads::Direct;
+        match folded {
+            true => fixture.encode_unfolded(gpu, &mut rec, q_loads, planned),
+            false => fixture.encode(gpu, &mut rec, q_loads, planned),
+        }
+        let op = Matmul {
+            x: fixture.out(),
+            m: t,
+            weight: &weight,
+            norm: None,
+            gather: None,
+            fold: folded.then(|| fixture.fold(planned)),
+            output: Output::Store(&y),
+            lora: None,
+        };
+        matmul::encode(gpu, &mut rec, &op, shape);
+        rec.submit();
+        pollster::block_on(gpu.read_f32(&y)).expect("read-back")
+    };
+    for shape in crate::matmul::shapes_on(gpu) {
+        let chain = run(shape, false, &planned);
+        if let Some(bad) = chain.iter().position(|v| !v.is_finite()) {
+            return Err(format!(
+                "{}: the combined product has {} at {bad}",
+                shape.key(),
+                chain[bad]
+            ));
+        }
+        let folded = run(shape, true, &planned);
+        check_bitwise(
+            &format!("{} folding vs combined", shape.key()),
+            &folded,
+            &chain,
+        )?;
+    }
+    Ok(Outcome {
+        nmse: 0.0,
+        tolerance: TOLERANCE,
+    })
+}
+
 pub fn cases() -> Vec<Case> {
     let mut cases = Vec::new();
+    for (n_heads, n_kv_heads, head_dim, block_size) in [(9, 3, 64, 16), (4, 1, 80, 4)] {
+        for format in [WeightFormat::F32, WeightFormat::Q4_1] {
+            let heads = Heads {
+                n_heads,
+                n_kv_heads,
+                head_dim,
+                block_size,
+                sharp: 1.0,
+                window: None,
+            };
+            let name =
+                format!("fold-in-o-projection/h{n_heads}_kv{n_kv_heads}_d{head_dim}/{format}");
+            cases.push(Case::new("attention", name, move |gpu| {
+                fold_case(heads, format, gpu)
+            }));
+        }
+    }
     for variant in AttentionVariant::all() {
         let tag = format!("{:?}-{:?}", variant.split, variant.q_loads);
         for row in SHAPES {

@@ -142,6 +142,7 @@ fn gated(gpu: &Gpu, i: &Inputs, shape: MatmulShape, gate_fn: Gate) -> (Vec<f32>,
         weight: &w,
         norm: norm_args(&vectors),
         gather: None,
+        fold: None,
         output: match gate_fn {
             Gate::Silu => Output::SiluGate(&y),
             Gate::Gelu => Output::GeluGate(&y),
@@ -176,6 +177,7 @@ fn residual(gpu: &Gpu, i: &Inputs, shape: MatmulShape) -> (Vec<f32>, Vec<f32>) {
         weight: &w,
         norm: None,
         gather: None,
+        fold: None,
         output: Output::Residual(&h),
         lora: None,
     };
@@ -324,6 +326,7 @@ fn run_qkv(
         weight,
         norm,
         gather: None,
+        fold: None,
         output: Output::Qkv(QkvArgs {
             bias,
             q_dim: HEADS * HEAD_DIM,
@@ -371,6 +374,7 @@ fn gathered(gpu: &Gpu, i: &Inputs, shape: MatmulShape) -> (Vec<f32>, Vec<f32>) {
             index: &rows,
             first: 0,
         }),
+        fold: None,
         output: Output::Store(&y),
         lora: None,
     };
@@ -389,6 +393,7 @@ fn gathered(gpu: &Gpu, i: &Inputs, shape: MatmulShape) -> (Vec<f32>, Vec<f32>) {
                 index: &rows,
                 first,
             }),
+            fold: None,
             output: Output::Store(&y),
             lora: None,
         };
@@ -428,6 +433,7 @@ fn norm_store(gpu: &Gpu, i: &Inputs, shape: MatmulShape) -> (Vec<f32>, Vec<f32>)
         weight: &w,
         norm: norm_args(&vectors),
         gather: None,
+        fold: None,
         output: Output::Store(&y),
         lora: None,
     };

@@ -348,6 +348,7 @@ fn run(
         weight,
         norm,
         gather: None,
+        fold: None,
         output,
         lora: term(),
     };

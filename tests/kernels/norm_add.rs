@@ -159,6 +159,7 @@ fn same_bits_as_the_prologue(
                     eps: EPS,
                 }),
                 gather: None,
+                fold: None,
                 output: match output {
                     NormOutput::Add => Output::Residual(&out),
                     NormOutput::Store => Output::Store(&out),

@@ -5,7 +5,8 @@
 //! once. For a variant it then plans the rows ([`AttentionFixture::plan`]: the work items,
 //! the split rows to fold and their scratch), records the attention and its fold
 //! ([`AttentionFixture::encode`], as the decoder does), and [`AttentionFixture::run`] reads
-//! the output back. What the caller puts in the pools (which rows a sequence owns, what the
+//! the output back; [`AttentionFixture::encode_unfolded`] leaves the split rows for a
+//! matmul to fold ([`AttentionFixture::fold`]). What the caller puts in the pools (which rows a sequence owns, what the
 //! others hold) is its own: a check fills rows no sequence owns with NaN, so that reading
 //! one poisons the output.
 //!
@@ -14,10 +15,11 @@
 
 use super::{
     AttentionBuffers, AttentionPlan, AttentionShape, AttentionSplit, AttentionVariant,
-    AttentionWork, QLoads, encode, scratch_per_slot,
+    AttentionWork, QLoads, encode, encode_unfolded, scratch_per_slot,
 };
 use crate::error::SproutError;
 use crate::gpu::kernels::RowInfo;
+use crate::gpu::kernels::matmul::AttentionFold;
 use crate::gpu::{Gpu, Recorder, Tensor};
 
 /// Which rows a splitting variant ([`AttentionSplit::DecodePages`]) splits.
@@ -49,6 +51,7 @@ pub struct PlannedAttention {
     pub plan: AttentionPlan,
     items: Tensor,
     combine: Tensor,
+    row_slots: Tensor,
     scratch: Tensor,
 }
 
@@ -59,6 +62,7 @@ impl PlannedAttention {
             n_items: self.plan.items.len(),
             combine: &self.combine,
             n_combine: self.plan.combine.len(),
+            row_slots: &self.row_slots,
             slots: self.plan.slots as usize,
         }
     }
@@ -111,6 +115,7 @@ impl AttentionFixture {
         PlannedAttention {
             items: gpu.upload(&plan.items),
             combine: gpu.upload(&plan.combine),
+            row_slots: gpu.upload(&plan.row_slots),
             scratch: gpu.upload(&vec![f32::NAN; slots * scratch_per_slot(&self.shape)]),
             plan,
         }
@@ -124,7 +129,44 @@ impl AttentionFixture {
         q_loads: QLoads,
         planned: &PlannedAttention,
     ) {
-        let buffers = AttentionBuffers {
+        let buffers = self.buffers(planned);
+        encode(gpu, rec, &self.shape, q_loads, &buffers, &planned.work());
+    }
+
+    /// The output, `[t, n_heads, head_dim]`.
+    pub fn out(&self) -> &Tensor {
+        &self.out
+    }
+
+    /// Fills the output with NaN (lands before the next submit).
+    pub fn poison_out(&self, gpu: &Gpu) {
+        gpu.write(&self.out, &vec![f32::NAN; self.shape.q_len()]);
+    }
+
+    /// Records the attention of every row, leaving the split rows' states for a matmul
+    /// reading the output to fold ([`AttentionFixture::fold`]).
+    pub fn encode_unfolded(
+        &self,
+        gpu: &Gpu,
+        rec: &mut Recorder,
+        q_loads: QLoads,
+        planned: &PlannedAttention,
+    ) {
+        let buffers = self.buffers(planned);
+        encode_unfolded(gpu, rec, &self.shape, q_loads, &buffers, &planned.work());
+    }
+
+    /// What a matmul reading the output needs to fold `planned`'s split rows.
+    pub fn fold<'a>(&self, planned: &'a PlannedAttention) -> AttentionFold<'a> {
+        AttentionFold {
+            states: &planned.scratch,
+            row_slots: &planned.row_slots,
+            head_dim: self.shape.head_dim,
+        }
+    }
+
+    fn buffers<'a>(&'a self, planned: &'a PlannedAttention) -> AttentionBuffers<'a> {
+        AttentionBuffers {
             q: &self.q,
             k_pool: &self.k_pool,
             v_pool: &self.v_pool,
@@ -132,8 +174,7 @@ impl AttentionFixture {
             rowinfo: &self.rowinfo,
             out: &self.out,
             scratch: &planned.scratch,
-        };
-        encode(gpu, rec, &self.shape, q_loads, &buffers, &planned.work());
+        }
     }
 
     /// Runs `variant` (with direct query loads where its own do not fit the shape) and

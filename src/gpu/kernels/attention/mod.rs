@@ -16,7 +16,10 @@
 //!
 //! The rows are computed as the work items of an [`AttentionPlan`]: whole rows in one
 //! dispatch, or (flash-decoding, [`AttentionSplit::DecodePages`]) rows split into pages
-//! whose states a second dispatch folds; [`encode`] records both. [`AttentionFixture`]
+//! whose states are folded afterwards: [`encode`] records the items and a combine dispatch
+//! that folds them; [`encode_unfolded`] only the items, for a reader that folds the states
+//! itself as it reads the output (the o-projection's `matmul::Prologue::AttentionFold`,
+//! with the combine's operations, so the same bits). [`AttentionFixture`]
 //! sets a dispatch up for checking and timing (the kernel suite, `sprout check`, `sprout
 //! tune`, the benchmarks).
 //!
@@ -41,6 +44,7 @@ pub use fixture::{AttentionFixture, PlannedAttention, SplitRows};
 pub use plan::{AttentionPlan, AttentionSplit, MAX_SLOTS_PER_ROW, NO_SLOT, PAGE};
 
 use crate::gpu::pipelines::{Access, KernelSpec};
+use crate::gpu::shaders::ATTENTION_FOLD;
 use crate::gpu::{Gpu, Recorder, Tensor};
 
 const SOURCE: &str = include_str!("../../../../shaders/attention.wgsl");
@@ -320,7 +324,7 @@ impl KernelSpec for AttentionCombine {
     }
 
     fn source(&self) -> String {
-        COMBINE.into()
+        format!("{COMBINE}\n{ATTENTION_FOLD}")
     }
 
     fn entry(&self) -> &'static str {
@@ -357,6 +361,8 @@ pub struct AttentionWork<'a> {
     /// `[n_combine, 4]` u32 (`AttentionPlan::combine`).
     pub combine: &'a Tensor,
     pub n_combine: usize,
+    /// `[t, 2]` u32 (`AttentionPlan::row_slots`).
+    pub row_slots: &'a Tensor,
     /// Scratch slots the items use.
     pub slots: usize,
 }
@@ -377,7 +383,7 @@ pub fn encode(
     b: &AttentionBuffers,
     work: &AttentionWork,
 ) {
-    encode_items(gpu, rec, shape, q_loads, b, work);
+    encode_unfolded(gpu, rec, shape, q_loads, b, work);
     if work.n_combine > 0 {
         encode_combine(
             gpu,
@@ -391,8 +397,10 @@ pub fn encode(
     }
 }
 
-/// Records the work items of a plan with `q_loads`.
-fn encode_items(
+/// Records the work items of a plan with `q_loads`, leaving its split rows' states in the
+/// scratch for whoever reads the output to fold (a matmul with the attention-fold
+/// prologue, `matmul::AttentionFold`, which gives the same bits as the combine step).
+pub fn encode_unfolded(
     gpu: &Gpu,
     rec: &mut Recorder,
     shape: &AttentionShape,

@@ -40,6 +40,10 @@ pub struct AttentionPlan {
     pub items: Vec<[u32; 4]>,
     /// `(row, first slot, slots, 0)` per split row.
     pub combine: Vec<[u32; 4]>,
+    /// Per row, `(first slot, slots)` when it is split, else `(NO_SLOT, 0)`: how a matmul
+    /// prologue that folds the states itself finds a row's (shaders/matmul/
+    /// prologue_attention_fold.wgsl).
+    pub row_slots: Vec<[u32; 2]>,
     /// Scratch slots used.
     pub slots: u32,
 }
@@ -50,12 +54,14 @@ impl AttentionPlan {
     pub fn build(&mut self, rows: impl IntoIterator<Item = (u32, bool)>) {
         self.items.clear();
         self.combine.clear();
+        self.row_slots.clear();
         self.slots = 0;
         for (row, (keys, split)) in rows.into_iter().enumerate() {
             let row = row as u32;
             let pages = keys.div_ceil(PAGE).max(1);
             if !split || pages == 1 {
                 self.items.push([row, 0, pages, NO_SLOT]);
+                self.row_slots.push([NO_SLOT, 0]);
                 continue;
             }
             let items = pages.min(MAX_SLOTS_PER_ROW);
@@ -66,6 +72,7 @@ impl AttentionPlan {
                 self.items.push([row, first_run + j - 1, 1, first_slot + j]);
             }
             self.combine.push([row, first_slot, items, 0]);
+            self.row_slots.push([first_slot, items]);
             self.slots += items;
         }
     }
@@ -90,6 +97,7 @@ mod tests {
         );
         assert!(plan.combine.is_empty());
         assert_eq!(plan.slots, 0);
+        assert_eq!(plan.row_slots, [[NO_SLOT, 0]; 4]);
     }
 
     #[test]
@@ -112,6 +120,8 @@ mod tests {
         );
         assert_eq!(plan.combine, [[1, 0, 3, 0], [3, 3, 4, 0]]);
         assert_eq!(plan.slots, 7);
+        let whole = [NO_SLOT, 0];
+        assert_eq!(plan.row_slots, [whole, [0, 3], whole, [3, 4]]);
     }
 
     #[test]

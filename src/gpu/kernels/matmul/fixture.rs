@@ -215,6 +215,7 @@ impl<'w> MatmulFixture<'w> {
                 eps: 1e-5,
             }),
             gather: None,
+            fold: None,
             output: Output::Store(&self.y),
             lora: self.lora.as_ref().map(|l| LoraArgs {
                 t: &l.t,

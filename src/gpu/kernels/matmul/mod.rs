@@ -3,7 +3,8 @@
 //! `x` is `[m, k]` f32 and `W` is `[n, k]` (a linear layer's `[out, in]`). The kernel is
 //! composed of three independent choices:
 //! - a [`Prologue`]: how x is read (as it is, or RMS-normalised per row, optionally from a
-//!   gathered subset of rows);
+//!   gathered subset of rows, or as attention's output whose split rows it folds from their
+//!   page states);
 //! - an [`Epilogue`]: what happens to each output (stored, added to the residual stream,
 //!   SiLU- or GELU-gated in pairs, or the q|k|v projection's bias, RoPE and KV-cache write);
 //! - a [`MatmulShape`]: which invocations compute what. `Tile` is shaped for CPU adapters
@@ -46,12 +47,14 @@ use crate::formats::WeightFormat;
 use crate::gpu::context::Capabilities;
 use crate::gpu::kernels::rope::RopeTable;
 use crate::gpu::pipelines::{Access, KernelSpec};
-use crate::gpu::shaders::{NAN, with_weights};
+use crate::gpu::shaders::{ATTENTION_FOLD, NAN, with_weights};
 use crate::gpu::{Gpu, GpuWeight, Recorder, Tensor};
 
 const COMMON: &str = include_str!("../../../../shaders/matmul/common.wgsl");
 const PROLOGUE_PLAIN: &str = include_str!("../../../../shaders/matmul/prologue_plain.wgsl");
 const PROLOGUE_RMSNORM: &str = include_str!("../../../../shaders/matmul/prologue_rmsnorm.wgsl");
+const PROLOGUE_ATTENTION_FOLD: &str =
+    include_str!("../../../../shaders/matmul/prologue_attention_fold.wgsl");
 const ROWS_IDENTITY: &str = include_str!("../../../../shaders/matmul/rows_identity.wgsl");
 const ROWS_GATHER: &str = include_str!("../../../../shaders/matmul/rows_gather.wgsl");
 const EPILOGUE_STORE: &str = include_str!("../../../../shaders/matmul/epilogue_store.wgsl");
@@ -78,6 +81,20 @@ pub enum Prologue {
     RmsNorm,
     /// RMSNorm of the rows `rows_index[i]` of x (the rows whose logits are wanted).
     RmsNormGathered,
+    /// x is attention's output, whose split rows the prologue folds from their page
+    /// states as it reads them ([`AttentionFold`]): the o-projection without the
+    /// attention's combine dispatch.
+    AttentionFold,
+}
+
+/// The attention states a matmul folds as it reads x ([`Prologue::AttentionFold`]).
+#[derive(Clone, Copy)]
+pub struct AttentionFold<'a> {
+    /// `[slots, n_heads, 4 + head_dim]` f32: the split rows' page states.
+    pub states: &'a Tensor,
+    /// `[m, 2]` u32 (`AttentionPlan::row_slots`).
+    pub row_slots: &'a Tensor,
+    pub head_dim: usize,
 }
 
 /// What the kernel does with each output.
@@ -217,6 +234,8 @@ pub struct Matmul<'a> {
     pub norm: Option<NormArgs<'a>>,
     /// The rows of x to read (RMSNorm only).
     pub gather: Option<Gather<'a>>,
+    /// x's split attention rows, folded as they are read (without `norm`).
+    pub fold: Option<AttentionFold<'a>>,
     pub output: Output<'a>,
     /// The LoRA term added to each output of the rows with the adapter (`None`: no
     /// adapter, the plain kernel).
@@ -226,6 +245,7 @@ pub struct Matmul<'a> {
 impl Matmul<'_> {
     pub fn prologue(&self) -> Prologue {
         match (&self.norm, self.gather) {
+            (None, _) if self.fold.is_some() => Prologue::AttentionFold,
             (None, _) => Prologue::Plain,
             (Some(_), None) => Prologue::RmsNorm,
             (Some(_), Some(_)) => Prologue::RmsNormGathered,
@@ -286,6 +306,10 @@ fn storage(prologue: Prologue, epilogue: Epilogue, lora: bool) -> &'static [Acce
         (Prologue::RmsNorm, false, false) => &[R, R, R, W],
         (Prologue::RmsNorm, false, true) => &[R, R, R, W, R, R, R],
         (Prologue::RmsNormGathered, true, _) => panic!("the QKV epilogue reads every row"),
+        (Prologue::AttentionFold, false, false) => &[R, R, R, R, W],
+        (Prologue::AttentionFold, true, _) | (Prologue::AttentionFold, _, true) => {
+            panic!("the attention fold is for the o-projection without a LoRA term")
+        }
         (Prologue::RmsNormGathered, false, false) => &[R, R, R, R, W],
         // The gathered rows are logits rows, not the step's token rows that RowInfo
         // describes: the vocabulary projection has no LoRA term.
@@ -409,6 +433,11 @@ impl KernelSpec for MatmulKernel {
                 parts.push(next("VECTORS", PROLOGUE_RMSNORM));
                 parts.push(next("GATHER", ROWS_GATHER));
             }
+            Prologue::AttentionFold => {
+                let text = next("STATES", PROLOGUE_ATTENTION_FOLD);
+                parts.extend([next("ROW_SLOTS", &text), ROWS_IDENTITY.into()]);
+                parts.push(ATTENTION_FOLD.into());
+            }
         }
         let epilogue_text = match epilogue {
             Epilogue::Store => next("OUT", EPILOGUE_STORE),
@@ -521,6 +550,27 @@ pub fn encode(gpu: &Gpu, rec: &mut Recorder, op: &Matmul, shape: MatmulShape) {
         if let Some(g) = op.gather {
             extra.push(&g.index.buffer);
         }
+    }
+    if let Some(fold) = &op.fold {
+        let hd = fold.head_dim;
+        assert!(
+            op.norm.is_none(),
+            "matmul: the attention fold reads x plainly, without a norm"
+        );
+        assert!(
+            hd > 0 && hd.is_multiple_of(4) && k.is_multiple_of(hd),
+            "matmul: attention heads of {hd} values do not divide x's {k} into vec4s"
+        );
+        assert!(
+            fold.row_slots.len >= 2 * m,
+            "matmul: the attention fold's row slots hold {} values, {m} rows need {}",
+            fold.row_slots.len,
+            2 * m
+        );
+        // The states' size is the attention's to keep (it wrote them); an index past
+        // them reads what robust buffer access gives, as for any GPU-side table.
+        p.head_dim = hd as u32;
+        extra.extend([&fold.states.buffer, &fold.row_slots.buffer]);
     }
     match &op.output {
         Output::Store(y) | Output::Residual(y) => {
@@ -673,6 +723,9 @@ fn modules_where(keep: impl Fn(&MatmulShape) -> bool) -> Vec<(String, String)> {
         (Prologue::RmsNorm, Epilogue::QkvRope { bias: false }),
         (Prologue::RmsNorm, Epilogue::QkvRope { bias: true }),
         (Prologue::RmsNormGathered, Epilogue::Store),
+        // The o-projection folding split attention rows (Store: behind a post norm).
+        (Prologue::AttentionFold, Epilogue::Residual),
+        (Prologue::AttentionFold, Epilogue::Store),
     ];
     let mut out = Vec::new();
     for (s, shape) in MatmulShape::candidates_all().into_iter().enumerate() {
@@ -703,7 +756,10 @@ fn modules_where(keep: impl Fn(&MatmulShape) -> bool) -> Vec<(String, String)> {
                 (Prologue::Plain, Epilogue::QkvRope { bias: true }),
             ];
             for (prologue, epilogue) in fusions.into_iter().chain(plain_lora_sites) {
-                if prologue == Prologue::RmsNormGathered {
+                if matches!(
+                    prologue,
+                    Prologue::RmsNormGathered | Prologue::AttentionFold
+                ) {
                     continue;
                 }
                 let k = MatmulKernel::new(format, shape, 2, (prologue, epilogue), x);
