@@ -190,6 +190,25 @@ def tuning_line(runs, tune, status):
     return "untuned" + note
 
 
+def sweep_line(tune):
+    """What `sprout tune --budget-s` explored, dropped and left untuned, and which winners
+    decode a weight block once for several rows of x (`xr`)."""
+    sweep = (tune or {}).get("sweep")
+    if not isinstance(sweep, dict):
+        return "-"
+    dropped = sweep.get("rejected") or []
+    untuned = sweep.get("untuned") or []
+    winners = [c.get("shape") or {} for c in tune.get("matmul") or []]
+    multi = sum(1 for s in winners if isinstance(s, dict) and (s.get("xr") or 1) > 1)
+    text = (
+        f"{sweep.get('variants_timed', '-')} variants timed in {fmt(sweep.get('seconds'))} s "
+        f"(budget {fmt(sweep.get('budget_s'))} s); {len(dropped)} dropped for other bits"
+        f"{': ' + ', '.join(dropped[:8]) if dropped else ''}; {len(untuned)} untuned; "
+        f"{multi} of {len(winners)} matmul winners decode a block for several rows of x"
+    )
+    return text
+
+
 # The files where each part's errors land (the first that exists is read).
 PART_LOGS = {
     "setup": ["setup.log"],
@@ -300,6 +319,7 @@ def main(argv):
     out.append("")
     out.append(f"- adapter: {adapter_line(logs, runs)}")
     out.append(f"- tune file: {tuning_line(runs, tune, status.get('tune'))}")
+    out.append(f"- tune sweep: {sweep_line(tune)}")
     st = status.get("kernels-test")
     suite_line = suite or "-"
     if st:
