@@ -7,7 +7,8 @@
 // One workgroup per row, reducing in a fixed order that does not depend on the number of
 // rows: invocation t scans c = t, t + 256, ... sequentially (keeping its first maximum,
 // then summing exp(logit - max)), then a fixed binary tree combines the 256 partials
-// (on equal maxima the lower index wins). So a row's results are bitwise the same alone
+// (on equal maxima the lower index wins; shaders/common/argmax.wgsl, whose last levels run
+// as a subgroup butterfly where the adapter has subgroups, with the same bits). So a row's results are bitwise the same alone
 // or in any batch, and lse is the same in all three entry points.
 // Logits must be finite: WGSL lets an implementation assume that no value is infinite or
 // NaN (llvmpipe does, and compares -inf wrongly). Mask a token with a large negative
@@ -17,7 +18,9 @@
 // and writes argmax, stats, targets' log-probs at the global row (log_softmax's out is
 // chunked as the logits are).
 // All entry points share one set of bindings; each binds a prefix of them.
-// The host appends shaders/common/argmax.wgsl (workgroup_argmax).
+// The host appends shaders/common/argmax.wgsl (workgroup_argmax, workgroup_sum) and its
+// tail, and with the butterfly tail gives each entry point the subgroup lane
+// (SUBGROUP_LANE markers).
 
 struct Params {
     m: u32,         // rows in this chunk
@@ -35,8 +38,6 @@ struct Params {
 
 const WG: u32 = 256u;
 const NO_INDEX: u32 = 0xffffffffu;
-
-var<workgroup> sums: array<f32, WG>;
 
 // Reduces the chunk's row `i` (all invocations of the workgroup take part), writes its
 // argmax and stats at its global row, and returns its lse to every invocation.
@@ -59,15 +60,7 @@ fn reduce_row(i: u32, t: u32) -> f32 {
     for (var c = t; c < p.vocab; c += WG) {
         sum += exp(logits[base + c] - max_logit);
     }
-    sums[t] = sum;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s >>= 1u) {
-        if (t < s) {
-            sums[t] = sums[t] + sums[t + s];
-        }
-        workgroupBarrier();
-    }
-    let lse = max_logit + log(sums[0]);
+    let lse = max_logit + log(workgroup_sum(t, sum));
     if (t == 0u) {
         argmax[row] = best.index;
         stats[2u * row] = max_logit;
@@ -86,7 +79,9 @@ fn row_stats(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) t: u32,
+    /*SUBGROUP_LANE_PARAM*/
 ) {
+    /*SUBGROUP_LANE_SET*/
     let i = row_of(wid, nwg);
     if (i >= p.m) {
         return;
@@ -99,7 +94,9 @@ fn log_softmax(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) t: u32,
+    /*SUBGROUP_LANE_PARAM*/
 ) {
+    /*SUBGROUP_LANE_SET*/
     let i = row_of(wid, nwg);
     if (i >= p.m) {
         return;
@@ -116,7 +113,9 @@ fn target_logprobs(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) t: u32,
+    /*SUBGROUP_LANE_PARAM*/
 ) {
+    /*SUBGROUP_LANE_SET*/
     let i = row_of(wid, nwg);
     if (i >= p.m) {
         return;

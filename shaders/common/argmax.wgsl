@@ -1,11 +1,19 @@
-// The workgroup argmax shared by the kernels that reduce a row over the vocabulary
-// (softmax.wgsl, sample.wgsl). Needs the kernel's `WG` (invocations per workgroup, a power
-// of two) and `NO_INDEX`. Each invocation offers its own best (value, index), NO_INDEX for
-// none; a fixed binary tree combines them, the larger value winning and, on equal values,
-// the lower index. Every invocation must call it (it has barriers); all get the result.
+// The workgroup reductions shared by the kernels that reduce a row over the vocabulary
+// (softmax.wgsl, sample.wgsl, top_logprobs.wgsl). Need the kernel's `WG` (invocations per
+// workgroup, a power of two) and `NO_INDEX`. Each invocation offers its own partial; a
+// fixed binary tree combines them (level s: invocation t < s takes in t + s), so the
+// result does not depend on how the partials were spread. workgroup_argmax keeps the
+// larger value and, on equal values, the lower index; workgroup_sum adds. Every invocation
+// must call them (they have barriers); all get the result.
+//
+// The levels from WG / 2 down to TREE_END run in workgroup memory; the host appends the
+// tail that does the rest and defines TREE_END: reduce_tree.wgsl (the tree to its end,
+// every adapter) or reduce_butterfly.wgsl (the last levels as a subgroup butterfly, which
+// meets the same pairs: the same bits without the barriers).
 
 var<workgroup> best_value: array<f32, WG>;
 var<workgroup> best_index: array<u32, WG>;
+var<workgroup> sum_slots: array<f32, WG>;
 
 struct Best {
     value: f32,
@@ -21,15 +29,29 @@ fn workgroup_argmax(t: u32, value: f32, index: u32) -> Best {
     best_value[t] = value;
     best_index[t] = index;
     workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s >>= 1u) {
+    for (var s = WG / 2u; s >= TREE_END; s >>= 1u) {
         if (t < s && beats(best_value[t + s], best_index[t + s], best_value[t], best_index[t])) {
             best_value[t] = best_value[t + s];
             best_index[t] = best_index[t + s];
         }
         workgroupBarrier();
     }
-    let best = Best(best_value[0], best_index[0]);
+    let best = argmax_tail();
     // Nobody may overwrite the arrays before everyone has read the result.
     workgroupBarrier();
     return best;
+}
+
+fn workgroup_sum(t: u32, value: f32) -> f32 {
+    sum_slots[t] = value;
+    workgroupBarrier();
+    for (var s = WG / 2u; s >= TREE_END; s >>= 1u) {
+        if (t < s) {
+            sum_slots[t] = sum_slots[t] + sum_slots[t + s];
+        }
+        workgroupBarrier();
+    }
+    let total = sum_tail();
+    workgroupBarrier();
+    return total;
 }

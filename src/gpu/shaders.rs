@@ -8,8 +8,11 @@
 
 use crate::formats::WeightFormat;
 
-/// The workgroup argmax shared by the vocabulary reductions (softmax, sample).
+/// The workgroup argmax and sum shared by the vocabulary reductions (softmax, sample), and
+/// the two tails that end them (`kernels::reduction`).
 pub const ARGMAX: &str = include_str!("../../shaders/common/argmax.wgsl");
+pub const REDUCE_TREE: &str = include_str!("../../shaders/common/reduce_tree.wgsl");
+pub const REDUCE_BUTTERFLY: &str = include_str!("../../shaders/common/reduce_butterfly.wgsl");
 
 /// `quiet_nan()`, for kernels that write NaN to mark an invalid input.
 pub const NAN: &str = include_str!("../../shaders/common/nan.wgsl");
@@ -19,7 +22,7 @@ pub const ATTENTION_FOLD: &str = include_str!("../../shaders/common/attention_fo
 
 /// A vocabulary reduction's `kernel` with the shared workgroup argmax and `quiet_nan()`.
 pub fn with_argmax(kernel: &str) -> String {
-    format!("{kernel}\n{ARGMAX}\n{NAN}")
+    format!("{kernel}\n{ARGMAX}\n{REDUCE_TREE}\n{NAN}")
 }
 
 pub const WEIGHT_COMMON: &str = include_str!("../../shaders/weight_formats/common.wgsl");

@@ -1,11 +1,13 @@
 //! Log-softmax statistics: vocabularies of SmolLM2 (49152), GPT-2 (50257) and awkward
 //! sizes; each of the three entry points against the reference and against each other
 //! (one lse, bit for bit); ties (lowest index wins), masked logits, peaked rows, targets past
-//! the vocabulary, and batch invariance.
+//! the vocabulary, and batch invariance. Where the adapter has subgroups the reductions end
+//! in a subgroup butterfly: bitwise the tree's, on every shape.
 
 use sprout::gpu::Gpu;
 use sprout::gpu::kernels::Logits;
-use sprout::gpu::kernels::softmax::{Extra, RowStats, encode};
+use sprout::gpu::kernels::reduction::Reduction;
+use sprout::gpu::kernels::softmax::{Extra, RowStats, encode, encode_with};
 use sprout::reference::softmax as reference;
 use sprout::rng::SplitMix64;
 
@@ -171,8 +173,47 @@ fn random(m: usize, vocab: usize, scale: f32, seed: u64) -> (Vec<f32>, Vec<u32>)
     (logits, targets)
 }
 
+/// argmax, max and lse of `logits` with the given reductions.
+fn row_stats(gpu: &Gpu, logits: &[f32], vocab: usize, reduction: Reduction) -> Vec<f32> {
+    let m = logits.len() / vocab;
+    let l = Logits::upload(gpu, logits, vocab, None);
+    let stats = RowStats::zeros(gpu, m);
+    let mut rec = gpu.recorder();
+    encode_with(gpu, &mut rec, (&l, m), &stats, Extra::Nothing, reduction);
+    rec.submit();
+    let argmax = read_u32(gpu, &stats.argmax).into_iter().map(|i| i as f32);
+    argmax.chain(read_f32(gpu, &stats.stats)).collect()
+}
+
+fn has_butterfly(gpu: &Gpu) -> bool {
+    Reduction::best(&gpu.caps).needs_subgroups()
+}
+
 pub fn cases() -> Vec<Case> {
     let mut cases = Vec::new();
+    // The butterfly's last levels against the tree's, bit for bit, with many ties.
+    for &(m, vocab) in &SHAPES[1..] {
+        let case = Case::new(
+            "softmax",
+            format!("butterfly-is-the-tree/m{m}_vocab{vocab}"),
+            move |gpu| {
+                let (mut logits, _) = random(m, vocab, 10.0, (m * 31 + vocab) as u64);
+                // Rounded to a coarse grid: equal maxima in many invocations.
+                logits
+                    .iter_mut()
+                    .for_each(|v| *v = (*v * 2.0).round() / 2.0);
+                let butterfly = Reduction::best(&gpu.caps);
+                let got = row_stats(gpu, &logits, vocab, butterfly);
+                let tree = row_stats(gpu, &logits, vocab, Reduction::Tree);
+                check_bitwise(&format!("{butterfly:?} vs the tree"), &got, &tree)?;
+                Ok(Outcome {
+                    nmse: 0.0,
+                    tolerance: TOLERANCE,
+                })
+            },
+        );
+        cases.push(case.needing("subgroups of 4 or more", has_butterfly));
+    }
     for &(m, vocab) in SHAPES {
         cases.push(Case::new(
             "softmax",

@@ -11,6 +11,7 @@ pub mod logits;
 pub mod mask;
 pub mod matmul;
 pub mod norm_add;
+pub mod reduction;
 pub mod rope;
 pub mod row_info;
 pub mod sample;
@@ -24,8 +25,9 @@ pub use row_info::RowInfo;
 use crate::formats::WeightFormat;
 use crate::gpu::pipelines::KernelSpec;
 use crate::gpu::shaders::with_weights;
+use reduction::Reduction;
 use sample::SampleKernel;
-use softmax::SoftmaxKernel;
+use softmax::{SoftmaxEntry, SoftmaxKernel};
 use top_logprobs::TopLogprobsKernel;
 
 /// Every WGSL module the engine builds, as (name, source): each kernel family's source,
@@ -70,7 +72,11 @@ pub fn all_modules() -> Vec<(String, String)> {
         attention::AttentionCombine.source(),
     ));
     out.push(("sample".to_string(), SampleKernel::Sample.source()));
-    out.push(("softmax".to_string(), SoftmaxKernel::RowStats.source()));
+    let softmax = SoftmaxKernel {
+        entry: SoftmaxEntry::RowStats,
+        reduction: Reduction::Tree,
+    };
+    out.push(("softmax".to_string(), softmax.source()));
     out.push(("top_logprobs".to_string(), TopLogprobsKernel.source()));
     for shape in target_rank::TargetRankShape::ALL {
         let kernel = target_rank::TargetRankKernel { shape };
@@ -82,5 +88,13 @@ pub fn all_modules() -> Vec<(String, String)> {
 /// Every WGSL module the engine builds for adapters with subgroups (validated with the
 /// subgroup capabilities; the modules of `all_modules` cover every adapter).
 pub fn subgroup_modules() -> Vec<(String, String)> {
-    matmul::subgroup_modules()
+    let mut out = matmul::subgroup_modules();
+    for width in [4, 64] {
+        let softmax = SoftmaxKernel {
+            entry: SoftmaxEntry::TargetLogprobs,
+            reduction: Reduction::Butterfly { width },
+        };
+        out.push((softmax.name(), softmax.source()));
+    }
+    out
 }

@@ -9,13 +9,16 @@
 //! The logits come in chunks of rows ([`Logits`]), one dispatch per chunk; a row's
 //! results do not depend on the chunk that holds it.
 //!
+//! The workgroup's reductions end as [`Reduction::best`] says for the adapter (a subgroup
+//! butterfly where it has subgroups): the same bits either way (`kernels::reduction`).
+//!
 //! Logits must be finite (WGSL lets implementations assume no inf or NaN): mask a token
 //! with a large negative finite logit such as -1e30, not -inf.
 
 use crate::gpu::grid::grid;
 use crate::gpu::kernels::logits::Logits;
+use crate::gpu::kernels::reduction::Reduction;
 use crate::gpu::pipelines::{Access, KernelSpec};
-use crate::gpu::shaders::with_argmax;
 use crate::gpu::{Gpu, Recorder, Tensor};
 
 const KERNEL: &str = include_str!("../../../shaders/softmax.wgsl");
@@ -59,52 +62,59 @@ pub enum Extra<'a> {
 }
 
 impl Extra<'_> {
-    fn kernel(&self) -> SoftmaxKernel {
+    fn entry(&self) -> SoftmaxEntry {
         match self {
-            Extra::Nothing => SoftmaxKernel::RowStats,
-            Extra::LogSoftmax(_) => SoftmaxKernel::LogSoftmax,
-            Extra::TargetLogprobs { .. } => SoftmaxKernel::TargetLogprobs,
+            Extra::Nothing => SoftmaxEntry::RowStats,
+            Extra::LogSoftmax(_) => SoftmaxEntry::LogSoftmax,
+            Extra::TargetLogprobs { .. } => SoftmaxEntry::TargetLogprobs,
         }
     }
 }
 
 /// The entry point that writes the row statistics and what else is asked for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum SoftmaxKernel {
+pub enum SoftmaxEntry {
     RowStats,
     LogSoftmax,
     TargetLogprobs,
 }
 
+/// An entry point, with its reductions' tail.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SoftmaxKernel {
+    pub entry: SoftmaxEntry,
+    pub reduction: Reduction,
+}
+
 impl KernelSpec for SoftmaxKernel {
     fn name(&self) -> String {
-        format!("softmax/{}", self.entry())
+        format!("softmax/{}/{}", self.entry(), self.reduction.key())
     }
 
     fn source(&self) -> String {
-        with_argmax(KERNEL)
+        self.reduction.compose(KERNEL)
     }
 
     fn entry(&self) -> &'static str {
-        match self {
-            SoftmaxKernel::RowStats => "row_stats",
-            SoftmaxKernel::LogSoftmax => "log_softmax",
-            SoftmaxKernel::TargetLogprobs => "target_logprobs",
+        match self.entry {
+            SoftmaxEntry::RowStats => "row_stats",
+            SoftmaxEntry::LogSoftmax => "log_softmax",
+            SoftmaxEntry::TargetLogprobs => "target_logprobs",
         }
     }
 
     fn storage(&self) -> &'static [Access] {
         use Access::{Read, ReadWrite};
-        match self {
-            SoftmaxKernel::RowStats => &[Read, ReadWrite, ReadWrite],
-            SoftmaxKernel::LogSoftmax => &[Read, ReadWrite, ReadWrite, ReadWrite],
-            SoftmaxKernel::TargetLogprobs => &[Read, ReadWrite, ReadWrite, ReadWrite, Read],
+        match self.entry {
+            SoftmaxEntry::RowStats => &[Read, ReadWrite, ReadWrite],
+            SoftmaxEntry::LogSoftmax => &[Read, ReadWrite, ReadWrite, ReadWrite],
+            SoftmaxEntry::TargetLogprobs => &[Read, ReadWrite, ReadWrite, ReadWrite, Read],
         }
     }
 }
 
 /// Records the row statistics of rows `0..m` of `logits` into `out`, and `extra`: one
-/// dispatch per chunk of the logits.
+/// dispatch per chunk of the logits, with the adapter's best reductions.
 pub fn encode(
     gpu: &Gpu,
     rec: &mut Recorder,
@@ -112,6 +122,19 @@ pub fn encode(
     m: usize,
     out: &RowStats,
     extra: Extra,
+) {
+    let reduction = Reduction::best(&gpu.caps);
+    encode_with(gpu, rec, (logits, m), out, extra, reduction);
+}
+
+/// [`encode`] with the given reductions (which the adapter must be able to run).
+pub fn encode_with(
+    gpu: &Gpu,
+    rec: &mut Recorder,
+    (logits, m): (&Logits, usize),
+    out: &RowStats,
+    extra: Extra,
+    reduction: Reduction,
 ) {
     let vocab = logits.vocab;
     assert!(vocab > 0, "softmax: the vocabulary is empty");
@@ -144,7 +167,10 @@ pub fn encode(
             );
         }
     }
-    let kernel = gpu.pipeline(&extra.kernel());
+    let kernel = gpu.pipeline(&SoftmaxKernel {
+        entry: extra.entry(),
+        reduction,
+    });
     for (i, chunk) in logits.chunks(m).enumerate() {
         let mut buffers = vec![&chunk.tensor.buffer, &out.argmax.buffer, &out.stats.buffer];
         match &extra {
