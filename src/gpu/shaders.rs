@@ -20,7 +20,9 @@ pub const NAN: &str = include_str!("../../shaders/common/nan.wgsl");
 /// o-projection prologue's that folds as it reads (the same function, so the same bits).
 pub const ATTENTION_FOLD: &str = include_str!("../../shaders/common/attention_fold.wgsl");
 
-/// A vocabulary reduction's `kernel` with the shared workgroup argmax and `quiet_nan()`.
+/// A vocabulary reduction's `kernel` with the shared workgroup argmax and sum, ended by the
+/// tree on every adapter (`kernels::reduction::Reduction::compose` chooses the butterfly
+/// instead), and `quiet_nan()`.
 pub fn with_argmax(kernel: &str) -> String {
     format!("{kernel}\n{ARGMAX}\n{REDUCE_TREE}\n{NAN}")
 }

@@ -4,11 +4,11 @@
 //! [`AttentionFixture`] uploads the query rows, the K and V pools and the block tables
 //! once. For a variant it then plans the rows ([`AttentionFixture::plan`]: the work items,
 //! the split rows to fold and their scratch), records the attention and its fold
-//! ([`AttentionFixture::encode`], as the decoder does), and [`AttentionFixture::run`] reads
-//! the output back; [`AttentionFixture::encode_unfolded`] leaves the split rows for a
-//! matmul to fold ([`AttentionFixture::fold`]). What the caller puts in the pools (which rows a sequence owns, what the
-//! others hold) is its own: a check fills rows no sequence owns with NaN, so that reading
-//! one poisons the output.
+//! ([`AttentionFixture::encode`]), and [`AttentionFixture::run`] reads the output back;
+//! [`AttentionFixture::encode_unfolded`] leaves the split rows for a matmul to fold as it
+//! reads them ([`AttentionFixture::fold`]), as the decoder's o-projection does. What the
+//! caller puts in the pools (which rows a sequence owns, what the others hold) is its own:
+//! a check fills rows no sequence owns with NaN, so that reading one poisons the output.
 //!
 //! Invariant: before a run, the output and the scratch hold NaN, so a value the kernels
 //! fail to write shows as NaN instead of as the value of an earlier run.
@@ -180,7 +180,7 @@ impl AttentionFixture {
     /// Runs `variant` (with direct query loads where its own do not fit the shape) and
     /// returns the output `[t, n_heads, head_dim]`.
     pub async fn run(&self, gpu: &Gpu, variant: AttentionVariant) -> Result<Vec<f32>, SproutError> {
-        gpu.write(&self.out, &vec![f32::NAN; self.shape.q_len()]);
+        self.poison_out(gpu);
         let planned = self.plan(gpu, variant.split);
         let mut rec = gpu.recorder();
         self.encode(gpu, &mut rec, variant.q_loads_for(&self.shape), &planned);
