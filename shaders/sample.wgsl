@@ -55,7 +55,9 @@
 // whose row they hold (the first chunk's dispatch also the draws from a row past `rows`).
 // Every other buffer is indexed by global row and draw.
 // The entry points share one set of bindings; truncate binds the first three, sample the
-// first five. Logits must be finite (as for softmax.wgsl).
+// first five. The host appends shaders/common/argmax.wgsl and its tail, and with the
+// butterfly tail gives truncate and sample the subgroup lane (SUBGROUP_LANE markers).
+// Logits must be finite (as for softmax.wgsl).
 
 struct Params {
     m: u32,          // draws (sample, draw_logprobs)
@@ -161,8 +163,6 @@ fn in_chunk(row: u32) -> bool {
 
 // ---- truncate ------------------------------------------------------------------------
 
-var<workgroup> red_f: array<f32, WG>;
-var<workgroup> red_u: array<u32, WG>;
 var<workgroup> result_f: f32;
 var<workgroup> result_u: u32;
 
@@ -185,67 +185,36 @@ fn from_order_key(k: u32) -> f32 {
     return bitcast<f32>(~k);
 }
 
-// Fixed-tree workgroup reductions. Every invocation calls them with its partial and gets
-// the (uniform) result. The result slot is written only after the next reduction's first
-// barrier, which every invocation reaches after reading the previous result.
+// The workgroup reductions of shaders/common/argmax.wgsl (a fixed tree, ended as the host
+// chose), with their result made uniform: the bisections branch on it around barriers.
+// The result slot is written only after the next reduction's first barrier, which every
+// invocation reaches after reading the previous result.
 fn sum_f32(t: u32, v: f32) -> f32 {
-    red_f[t] = v;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s >>= 1u) {
-        if (t < s) {
-            red_f[t] = red_f[t] + red_f[t + s];
-        }
-        workgroupBarrier();
-    }
+    let total = workgroup_sum(t, v);
     if (t == 0u) {
-        result_f = red_f[0];
+        result_f = total;
     }
     return workgroupUniformLoad(&result_f);
 }
 
-fn sum_u32(t: u32, v: u32) -> u32 {
-    red_u[t] = v;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s >>= 1u) {
-        if (t < s) {
-            red_u[t] = red_u[t] + red_u[t + s];
-        }
-        workgroupBarrier();
-    }
+fn reduce_u32(t: u32, v: u32, op: u32) -> u32 {
+    let result = workgroup_u32(t, v, op);
     if (t == 0u) {
-        result_u = red_u[0];
+        result_u = result;
     }
     return workgroupUniformLoad(&result_u);
+}
+
+fn sum_u32(t: u32, v: u32) -> u32 {
+    return reduce_u32(t, v, U32_ADD);
 }
 
 fn min_u32(t: u32, v: u32) -> u32 {
-    red_u[t] = v;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s >>= 1u) {
-        if (t < s) {
-            red_u[t] = min(red_u[t], red_u[t + s]);
-        }
-        workgroupBarrier();
-    }
-    if (t == 0u) {
-        result_u = red_u[0];
-    }
-    return workgroupUniformLoad(&result_u);
+    return reduce_u32(t, v, U32_MIN);
 }
 
 fn max_u32(t: u32, v: u32) -> u32 {
-    red_u[t] = v;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s >>= 1u) {
-        if (t < s) {
-            red_u[t] = max(red_u[t], red_u[t + s]);
-        }
-        workgroupBarrier();
-    }
-    if (t == 0u) {
-        result_u = red_u[0];
-    }
-    return workgroupUniformLoad(&result_u);
+    return reduce_u32(t, v, U32_MAX);
 }
 
 // How many logits of the row have order key >= x.
@@ -277,7 +246,9 @@ fn truncate(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) t: u32,
+    /*SUBGROUP_LANE_PARAM*/
 ) {
+    /*SUBGROUP_LANE_SET*/
     let i = workgroup_index(wid, nwg);
     if (i >= p.chunk_rows) {
         return;
@@ -369,7 +340,9 @@ fn sample(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) t: u32,
+    /*SUBGROUP_LANE_PARAM*/
 ) {
+    /*SUBGROUP_LANE_SET*/
     let d = workgroup_index(wid, nwg);
     if (d >= p.m) {
         return;

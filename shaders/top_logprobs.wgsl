@@ -15,7 +15,8 @@
 // value, so -0 and +0 are one value and tie by index. Every pick is exact (no arithmetic
 // on the logits), and a row's results depend only on its logits, its lse and its count:
 // never on the other rows of the dispatch nor on where the row sits in the buffer
-// (DESIGN.md, principle 1). Workgroup memory: the argmax's 2 KiB.
+// (DESIGN.md, principle 1). Workgroup memory: the shared reductions' 4 KiB. With the
+// butterfly tail the host gives the entry point the subgroup lane (SUBGROUP_LANE markers).
 // Logits must be finite (as for softmax.wgsl). They come in chunks of rows
 // (src/gpu/kernels/logits.rs), one dispatch per chunk: a dispatch records rows
 // first_row .. first_row + rows, row first_row + i read at logits[i * vocab].
@@ -43,7 +44,9 @@ fn top_logprobs(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) t: u32,
+    /*SUBGROUP_LANE_PARAM*/
 ) {
+    /*SUBGROUP_LANE_SET*/
     let i = wid.y * nwg.x + wid.x;
     if (i >= p.rows) {
         return;

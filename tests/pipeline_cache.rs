@@ -16,7 +16,8 @@ use sprout::gpu::kernels::attention::{AttentionKernel, QLoads};
 use sprout::gpu::kernels::matmul::{
     Epilogue, MatmulKernel, MatmulShape, Prologue, XLoads, XReader,
 };
-use sprout::gpu::kernels::sample::SampleKernel;
+use sprout::gpu::kernels::reduction::Reduction;
+use sprout::gpu::kernels::sample::{SampleEntry, SampleKernel};
 
 /// Counts the allocations made on each thread (wgpu may allocate on threads of its own).
 struct CountingAllocator;
@@ -72,7 +73,10 @@ fn lookups_allocate_nothing(gpu: &Gpu) {
     let (m, a, s) = (
         matmul(WeightFormat::Q4_1, 0),
         attention(),
-        SampleKernel::Sample,
+        SampleKernel {
+            entry: SampleEntry::Sample,
+            reduction: Reduction::Tree,
+        },
     );
     let built = (gpu.pipeline(&m), gpu.pipeline(&a), gpu.pipeline(&s));
     let before = allocations();

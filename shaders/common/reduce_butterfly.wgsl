@@ -34,3 +34,11 @@ fn sum_tail() -> f32 {
     }
     return subgroupShuffle(x, 0u);
 }
+
+fn u32_tail(op: u32) -> u32 {
+    var x = u32_slots[sg_lane % TREE_END];
+    for (var s = TREE_END / 2u; s > 0u; s >>= 1u) {
+        x = combine_u32(op, x, subgroupShuffleXor(x, s));
+    }
+    return subgroupShuffle(x, 0u);
+}

@@ -9,3 +9,7 @@ fn argmax_tail() -> Best {
 fn sum_tail() -> f32 {
     return sum_slots[0];
 }
+
+fn u32_tail(op: u32) -> u32 {
+    return u32_slots[0];
+}

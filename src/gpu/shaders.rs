@@ -8,8 +8,9 @@
 
 use crate::formats::WeightFormat;
 
-/// The workgroup argmax and sum shared by the vocabulary reductions (softmax, sample), and
-/// the two tails that end them (`kernels::reduction`).
+/// The workgroup argmax and sums shared by the vocabulary reductions (softmax, sample,
+/// top_logprobs), and the two tails that end them (`kernels::reduction::Reduction::compose`
+/// appends them).
 pub const ARGMAX: &str = include_str!("../../shaders/common/argmax.wgsl");
 pub const REDUCE_TREE: &str = include_str!("../../shaders/common/reduce_tree.wgsl");
 pub const REDUCE_BUTTERFLY: &str = include_str!("../../shaders/common/reduce_butterfly.wgsl");
@@ -19,13 +20,6 @@ pub const NAN: &str = include_str!("../../shaders/common/nan.wgsl");
 /// The fold of a split attention row's page states: the combine step's, and the
 /// o-projection prologue's that folds as it reads (the same function, so the same bits).
 pub const ATTENTION_FOLD: &str = include_str!("../../shaders/common/attention_fold.wgsl");
-
-/// A vocabulary reduction's `kernel` with the shared workgroup argmax and sum, ended by the
-/// tree on every adapter (`kernels::reduction::Reduction::compose` chooses the butterfly
-/// instead), and `quiet_nan()`.
-pub fn with_argmax(kernel: &str) -> String {
-    format!("{kernel}\n{ARGMAX}\n{REDUCE_TREE}\n{NAN}")
-}
 
 pub const WEIGHT_COMMON: &str = include_str!("../../shaders/weight_formats/common.wgsl");
 const UNBLOCKED: &str = include_str!("../../shaders/weight_formats/unblocked.wgsl");

@@ -12,6 +12,7 @@ use std::collections::BTreeSet;
 
 use sprout::gpu::Gpu;
 use sprout::gpu::kernels::Logits;
+use sprout::gpu::kernels::reduction::Reduction;
 use sprout::gpu::kernels::sample::{Drawn, RowParams, SampleKey, SamplingFixture, encode_truncate};
 use sprout::gpu::kernels::softmax::{self, Extra, RowStats};
 use sprout::reference::sample as reference;
@@ -545,8 +546,46 @@ fn batch_invariance_case(gpu: &Gpu) -> Result<Outcome, String> {
     Ok(exact())
 }
 
+/// Every truncation setting on every kind of row, cut and drawn with the butterfly's last
+/// levels and with the tree's: the cuts, tokens and both log-probs bit for bit.
+fn butterfly_case(gpu: &Gpu, vocab: usize) -> Result<Outcome, String> {
+    let (mut logits, params, _) = truncation_rows(vocab, 1.0, 11);
+    // A coarse grid: ties in the counts, the masses and the argmax across invocations.
+    logits
+        .iter_mut()
+        .for_each(|v| *v = (*v * 4.0).round() / 4.0);
+    let keys = keys(4 * params.len(), params.len());
+    let butterfly = Reduction::best(&gpu.caps);
+    let [got, tree] = [butterfly, Reduction::Tree].map(|reduction| {
+        let fixture =
+            SamplingFixture::new(gpu, (&logits, vocab), &params, &keys).with_reduction(reduction);
+        pollster::block_on(fixture.run(gpu)).expect("read-back")
+    });
+    let what = format!("{butterfly:?} vs the tree");
+    let ids = |v: &[u32]| v.iter().map(|&i| i as f32).collect::<Vec<_>>();
+    check_bitwise(
+        &format!("{what}: tokens"),
+        &ids(&got.tokens),
+        &ids(&tree.tokens),
+    )?;
+    check_bitwise(&format!("{what}: cuts"), &got.cut, &tree.cut)?;
+    check_bitwise(&format!("{what}: log-probs"), &got.logprobs, &tree.logprobs)?;
+    check_bitwise(&format!("{what}: sampling"), &got.sampling, &tree.sampling)?;
+    Ok(exact())
+}
+
 pub fn cases() -> Vec<Case> {
     let mut cases = Vec::new();
+    for vocab in [257, 49152] {
+        let case = Case::new(
+            "sample",
+            format!("butterfly-is-the-tree/v{vocab}"),
+            move |gpu| butterfly_case(gpu, vocab),
+        );
+        cases.push(case.needing("subgroups of 4 or more", |gpu| {
+            Reduction::best(&gpu.caps).needs_subgroups()
+        }));
+    }
     for (rows, vocab, temperature) in [
         (64, 1000, 0.0),
         (64, 1000, 1.0),

@@ -7,8 +7,9 @@
 
 use sprout::gpu::Gpu;
 use sprout::gpu::kernels::Logits;
+use sprout::gpu::kernels::reduction::Reduction;
 use sprout::gpu::kernels::softmax::{self, Extra, RowStats};
-use sprout::gpu::kernels::top_logprobs::{MAX_TOP_LOGPROBS, encode};
+use sprout::gpu::kernels::top_logprobs::{MAX_TOP_LOGPROBS, encode_with};
 use sprout::reference::top_logprobs as reference;
 use sprout::rng::SplitMix64;
 
@@ -30,20 +31,10 @@ struct Top {
 /// softmax's row stats, then top_logprobs, as the engine records them.
 /// Checked the same with the logits in chunks of 2 rows.
 fn run(gpu: &Gpu, logits: &[f32], vocab: usize, counts: &[u32], n_max: usize) -> Top {
+    let reduction = Reduction::best(&gpu.caps);
     let [whole, chunked] = [None, Some(2)].map(|chunk_rows| {
-        let rows = counts.len();
-        let l = Logits::upload(gpu, logits, vocab, chunk_rows);
-        let c = gpu.upload(counts);
-        let stats = RowStats::zeros(gpu, rows);
-        let (ids, logprobs) = (gpu.zeros(rows * n_max), gpu.zeros(rows * n_max));
-        let mut rec = gpu.recorder();
-        softmax::encode(gpu, &mut rec, &l, rows, &stats, Extra::Nothing);
-        encode(gpu, &mut rec, &l, &stats, &c, rows, n_max, &ids, &logprobs);
-        rec.submit();
-        Top {
-            ids: read_u32(gpu, &ids),
-            logprobs: read_f32(gpu, &logprobs),
-        }
+        let logits = Logits::upload(gpu, logits, vocab, chunk_rows);
+        run_with(gpu, &logits, (counts, n_max), reduction)
     });
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     assert_eq!(chunked.ids, whole.ids, "ids in chunks of 2 rows vs whole");
@@ -145,8 +136,68 @@ fn row_ids(top: &Top, r: usize, n_max: usize) -> &[u32] {
     &top.ids[r * n_max..(r + 1) * n_max]
 }
 
+/// The picks and log-probs of rows `0..counts.len()` with the given reductions.
+fn run_with(
+    gpu: &Gpu,
+    logits: &Logits,
+    (counts, n_max): (&[u32], usize),
+    reduction: Reduction,
+) -> Top {
+    let rows = counts.len();
+    let c = gpu.upload(counts);
+    let stats = RowStats::zeros(gpu, rows);
+    let (ids, logprobs) = (gpu.zeros(rows * n_max), gpu.zeros(rows * n_max));
+    let mut rec = gpu.recorder();
+    softmax::encode(gpu, &mut rec, logits, rows, &stats, Extra::Nothing);
+    let inputs = (logits, &stats, &c);
+    encode_with(
+        gpu,
+        &mut rec,
+        inputs,
+        (rows, n_max),
+        (&ids, &logprobs),
+        reduction,
+    );
+    rec.submit();
+    Top {
+        ids: read_u32(gpu, &ids),
+        logprobs: read_f32(gpu, &logprobs),
+    }
+}
+
 pub fn cases() -> Vec<Case> {
     let mut cases = Vec::new();
+    // The butterfly's last levels pick what the tree's pick, bit for bit, on rows with
+    // many ties (a coarse grid), at SmolLM2's vocabulary and around the workgroup.
+    for vocab in [257usize, 49152] {
+        let case = Case::new(
+            "top_logprobs",
+            format!("butterfly-is-the-tree/v{vocab}_n20"),
+            move |gpu| {
+                let (rows, n) = (4, MAX_TOP_LOGPROBS);
+                let mut logits = SplitMix64::new(vocab as u64 + 5).vec(rows * vocab, 6.0);
+                logits.iter_mut().for_each(|v| *v = v.round());
+                let (counts, l) = (
+                    vec![n as u32; rows],
+                    Logits::upload(gpu, &logits, vocab, None),
+                );
+                let butterfly = Reduction::best(&gpu.caps);
+                let got = run_with(gpu, &l, (&counts, n), butterfly);
+                let tree = run_with(gpu, &l, (&counts, n), Reduction::Tree);
+                let what = format!("{butterfly:?} vs the tree");
+                let ids = |v: &[u32]| v.iter().map(|&i| i as f32).collect::<Vec<_>>();
+                check_bitwise(&format!("{what}: ids"), &ids(&got.ids), &ids(&tree.ids))?;
+                check_bitwise(&format!("{what}: log-probs"), &got.logprobs, &tree.logprobs)?;
+                Ok(Outcome {
+                    nmse: 0.0,
+                    tolerance: 0.0,
+                })
+            },
+        );
+        cases.push(case.needing("subgroups of 4 or more", |gpu| {
+            Reduction::best(&gpu.caps).needs_subgroups()
+        }));
+    }
     // Around the workgroup, a typical size and SmolLM2's; n past the vocabulary included.
     for vocab in [1usize, 7, 255, 256, 257, 1000, 49152] {
         let mut ns = vec![1, 5, MAX_TOP_LOGPROBS];

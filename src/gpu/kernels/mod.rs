@@ -26,7 +26,7 @@ use crate::formats::WeightFormat;
 use crate::gpu::pipelines::KernelSpec;
 use crate::gpu::shaders::with_weights;
 use reduction::Reduction;
-use sample::SampleKernel;
+use sample::{SampleEntry, SampleKernel};
 use softmax::{SoftmaxEntry, SoftmaxKernel};
 use top_logprobs::TopLogprobsKernel;
 
@@ -71,13 +71,20 @@ pub fn all_modules() -> Vec<(String, String)> {
         "attention_combine".to_string(),
         attention::AttentionCombine.source(),
     ));
-    out.push(("sample".to_string(), SampleKernel::Sample.source()));
+    let sample = SampleKernel {
+        entry: SampleEntry::Sample,
+        reduction: Reduction::Tree,
+    };
+    out.push(("sample".to_string(), sample.source()));
     let softmax = SoftmaxKernel {
         entry: SoftmaxEntry::RowStats,
         reduction: Reduction::Tree,
     };
     out.push(("softmax".to_string(), softmax.source()));
-    out.push(("top_logprobs".to_string(), TopLogprobsKernel.source()));
+    let top = TopLogprobsKernel {
+        reduction: Reduction::Tree,
+    };
+    out.push(("top_logprobs".to_string(), top.source()));
     for shape in target_rank::TargetRankShape::ALL {
         let kernel = target_rank::TargetRankKernel { shape };
         out.push((kernel.name(), kernel.source()));
@@ -95,6 +102,14 @@ pub fn subgroup_modules() -> Vec<(String, String)> {
             reduction: Reduction::Butterfly { width },
         };
         out.push((softmax.name(), softmax.source()));
+        let reduction = Reduction::Butterfly { width };
+        let sample = SampleKernel {
+            entry: SampleEntry::Truncate,
+            reduction,
+        };
+        out.push((sample.name(), sample.source()));
+        let top = TopLogprobsKernel { reduction };
+        out.push((top.name(), top.source()));
     }
     out
 }

@@ -1,4 +1,5 @@
-//! How the vocabulary kernels' workgroup reductions end (shaders/common/argmax.wgsl): the
+//! How the vocabulary kernels' workgroup reductions (softmax's row statistics, sampling's
+//! cut and draw, the top log-probs' picks) end (shaders/common/argmax.wgsl): the
 //! fixed binary tree in workgroup memory to its last level on every adapter, or, where the
 //! adapter has subgroups, its last levels as a subgroup butterfly (`subgroupShuffleXor`,
 //! masks from the widest down), which saves a barrier and a round trip through workgroup
@@ -7,8 +8,8 @@
 //! Invariant: both give bitwise the same result. At the tree's level `s` invocation
 //! `t < s` takes in `t + s`; in the butterfly lane `t` takes in lane `t ^ s`, which is
 //! `t + s` for `t < s`, so lane 0 meets exactly the tree's pairs in the same order (the
-//! CPU model below checks it for every subgroup width from 4 to 64, for sums and for the
-//! argmax rule). `subgroupAdd` is never used: its order is the implementation's.
+//! CPU model below checks it for every subgroup width from 4 to 64, for sums, for the
+//! argmax rule and for the exact u32 sum, min and max). `subgroupAdd` is never used: its order is the implementation's.
 
 use crate::gpu::context::Capabilities;
 use crate::gpu::shaders::{ARGMAX, NAN, REDUCE_BUTTERFLY, REDUCE_TREE};
@@ -140,12 +141,18 @@ mod tests {
             };
             let add = |a: f32, b: f32| a + b;
             let (tree_sum, tree_best) = (tree(&sums, add), tree(&best, argmax));
+            // The u32 reductions (counts, min and max order keys) are exact in any order.
+            let keys: Vec<u32> = (0..WG).map(|_| rng.below(1 << 24) as u32).collect();
+            let u32_ops: [fn(u32, u32) -> u32; 3] = [|a, b| a + b, u32::min, u32::max];
             for width in [4, 8, 16, 32, 64] {
                 for lanes in [width, 2 * width, 64.max(width)] {
                     let sum = butterfly(&sums, width, lanes, add);
                     assert_eq!(sum.to_bits(), tree_sum.to_bits(), "sum, width {width}");
                     let b = butterfly(&best, width, lanes, argmax);
                     assert_eq!(b, tree_best, "argmax, width {width}, {lanes} lanes");
+                    for op in u32_ops {
+                        assert_eq!(butterfly(&keys, width, lanes, op), tree(&keys, op));
+                    }
                 }
             }
             // And a pairing the butterfly does not use gives other bits somewhere (the

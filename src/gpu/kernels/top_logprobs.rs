@@ -20,9 +20,9 @@
 
 use crate::gpu::grid::grid;
 use crate::gpu::kernels::logits::Logits;
+use crate::gpu::kernels::reduction::Reduction;
 use crate::gpu::kernels::softmax::RowStats;
 use crate::gpu::pipelines::{Access, KernelSpec};
-use crate::gpu::shaders::with_argmax;
 use crate::gpu::{Gpu, Recorder, Tensor};
 
 const KERNEL: &str = include_str!("../../../shaders/top_logprobs.wgsl");
@@ -39,17 +39,19 @@ struct Params {
     first_row: u32,
 }
 
-/// The alternatives kernel.
+/// The alternatives kernel, with its workgroup argmax's tail.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct TopLogprobsKernel;
+pub struct TopLogprobsKernel {
+    pub reduction: Reduction,
+}
 
 impl KernelSpec for TopLogprobsKernel {
     fn name(&self) -> String {
-        "top_logprobs".into()
+        format!("top_logprobs/{}", self.reduction.key())
     }
 
     fn source(&self) -> String {
-        with_argmax(KERNEL)
+        self.reduction.compose(KERNEL)
     }
 
     fn entry(&self) -> &'static str {
@@ -72,7 +74,7 @@ impl KernelSpec for TopLogprobsKernel {
 /// it gives for that row and token.
 /// Entries `j` in `n..n_max` get id `u32::MAX` and log-prob NaN. (The counts live on the
 /// GPU, so the host cannot check them: a count above `n_max` is taken as `n_max`, and
-/// entries `j >= vocab` are unused ones.)
+/// entries `j >= vocab` are unused ones.) The adapter's best reductions pick the tokens.
 #[allow(clippy::too_many_arguments)]
 pub fn encode(
     gpu: &Gpu,
@@ -84,6 +86,20 @@ pub fn encode(
     n_max: usize,
     ids: &Tensor,
     logprobs: &Tensor,
+) {
+    let reduction = Reduction::best(&gpu.caps);
+    let inputs = (logits, stats, counts);
+    encode_with(gpu, rec, inputs, (rows, n_max), (ids, logprobs), reduction);
+}
+
+/// [`encode`] with the given reductions (which the adapter must be able to run).
+pub fn encode_with(
+    gpu: &Gpu,
+    rec: &mut Recorder,
+    (logits, stats, counts): (&Logits, &RowStats, &Tensor),
+    (rows, n_max): (usize, usize),
+    (ids, logprobs): (&Tensor, &Tensor),
+    reduction: Reduction,
 ) {
     let vocab = logits.vocab;
     assert!(vocab > 0, "top_logprobs: the vocabulary is empty");
@@ -114,7 +130,7 @@ pub fn encode(
             t.len
         );
     }
-    let kernel = gpu.pipeline(&TopLogprobsKernel);
+    let kernel = gpu.pipeline(&TopLogprobsKernel { reduction });
     for chunk in logits.chunks(rows) {
         let params = Params {
             rows: chunk.rows as u32,

@@ -11,11 +11,12 @@
 //! Invariant: before a run, every output holds NaN (or `u32::MAX` for tokens), so a value
 //! the kernels fail to write shows instead of the value of an earlier run.
 
-use super::{Restore, RowParams, SampleKey, encode, encode_draw_logprobs, encode_truncate};
+use super::{Restore, RowParams, SampleKey, draw_with, encode_draw_logprobs, truncate_with};
 use crate::error::SproutError;
 use crate::gpu::kernels::logit_adjust::{self, LogitAdjust};
 use crate::gpu::kernels::logits::Logits;
 use crate::gpu::kernels::mask::{self, KeepOnly};
+use crate::gpu::kernels::reduction::Reduction;
 use crate::gpu::kernels::softmax::{self, Extra, RowStats};
 use crate::gpu::{Gpu, Recorder, Tensor};
 
@@ -32,6 +33,8 @@ pub struct SamplingFixture {
     keep_only: Option<(Tensor, usize, Tensor)>,
     /// `(row, token)` pairs to forbid, and how many.
     masked: Option<(Tensor, usize)>,
+    /// How the cut's and the draws' workgroup reductions end.
+    reduction: Reduction,
     stats: RowStats,
     cut: Tensor,
     tokens: Tensor,
@@ -83,6 +86,7 @@ impl SamplingFixture {
             adjusts: None,
             keep_only: None,
             masked: None,
+            reduction: Reduction::best(&gpu.caps),
             stats: RowStats::zeros(gpu, rows),
             cut: gpu.zeros(2 * rows),
             tokens: gpu.zeros(draws),
@@ -116,6 +120,13 @@ impl SamplingFixture {
         self
     }
 
+    /// Ends the cut's and the draws' reductions with `reduction` rather than the adapter's
+    /// best (which the adapter must be able to run).
+    pub fn with_reduction(mut self, reduction: Reduction) -> SamplingFixture {
+        self.reduction = reduction;
+        self
+    }
+
     /// Records the chain, as the engine does.
     pub fn encode(&self, gpu: &Gpu, rec: &mut Recorder) {
         let (l, rows, m) = (&self.logits, self.rows, self.draws);
@@ -130,8 +141,8 @@ impl SamplingFixture {
         if let Some((pairs, n)) = &self.masked {
             mask::encode(gpu, rec, l, rows, pairs, *n);
         }
-        encode_truncate(gpu, rec, l, rows, p, cut);
-        encode(gpu, rec, l, p, cut, k, m, &self.tokens);
+        truncate_with(gpu, rec, (l, rows), p, cut, self.reduction);
+        draw_with(gpu, rec, l, (p, cut), (k, m, &self.tokens), self.reduction);
         let (tokens, stats) = (&self.tokens, &self.stats);
         encode_draw_logprobs(
             gpu,

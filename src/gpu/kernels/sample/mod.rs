@@ -61,9 +61,9 @@ pub use fixture::{Drawn, SamplingFixture};
 use crate::gpu::grid::grid;
 use crate::gpu::kernels::logit_adjust;
 use crate::gpu::kernels::logits::{Logits, LogitsChunk};
+use crate::gpu::kernels::reduction::Reduction;
 use crate::gpu::kernels::softmax::RowStats;
 use crate::gpu::pipelines::{Access, KernelSpec};
-use crate::gpu::shaders::with_argmax;
 use crate::gpu::{Gpu, Recorder, Tensor};
 
 const KERNEL: &str = include_str!("../../../../shaders/sample.wgsl");
@@ -190,9 +190,9 @@ impl SampleKey {
     }
 }
 
-/// The kernels of this module.
+/// The entry points of this module's shader.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum SampleKernel {
+pub enum SampleEntry {
     /// Per row: the kept set's cut `(tau, log_z)`.
     Truncate,
     /// One token per draw.
@@ -201,20 +201,27 @@ pub enum SampleKernel {
     DrawLogprobs,
 }
 
+/// An entry point, with its workgroup reductions' tail (`draw_logprobs` has none).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SampleKernel {
+    pub entry: SampleEntry,
+    pub reduction: Reduction,
+}
+
 impl KernelSpec for SampleKernel {
     fn name(&self) -> String {
-        format!("sample/{}", self.entry())
+        format!("sample/{}/{}", self.entry(), self.reduction.key())
     }
 
     fn source(&self) -> String {
-        with_argmax(KERNEL)
+        self.reduction.compose(KERNEL)
     }
 
     fn entry(&self) -> &'static str {
-        match self {
-            SampleKernel::Truncate => "truncate",
-            SampleKernel::Sample => "sample",
-            SampleKernel::DrawLogprobs => "draw_logprobs",
+        match self.entry {
+            SampleEntry::Truncate => "truncate",
+            SampleEntry::Sample => "sample",
+            SampleEntry::DrawLogprobs => "draw_logprobs",
         }
     }
 
@@ -231,10 +238,10 @@ impl KernelSpec for SampleKernel {
             ReadWrite, // logprobs
             ReadWrite, // sampling_logprobs
         ];
-        match self {
-            SampleKernel::Truncate => &ALL[..3],
-            SampleKernel::Sample => &ALL[..5],
-            SampleKernel::DrawLogprobs => &ALL,
+        match self.entry {
+            SampleEntry::Truncate => &ALL[..3],
+            SampleEntry::Sample => &ALL[..5],
+            SampleEntry::DrawLogprobs => &ALL,
         }
     }
 }
@@ -273,7 +280,8 @@ fn check_draws(what: &str, keys: &Tensor, tokens: &Tensor, m: usize) {
 
 /// Records `cut[r] = (tau, log_z)` for rows `r in 0..rows` of `logits` under `params[r]`
 /// (`params` holds `rows` [`RowParams`]; upload them with `gpu.upload`). `cut` holds
-/// `2 * rows` f32. See the module doc for what tau and log_z are. One dispatch per chunk.
+/// `2 * rows` f32. See the module doc for what tau and log_z are. One dispatch per chunk,
+/// with the adapter's best reductions.
 pub fn encode_truncate(
     gpu: &Gpu,
     rec: &mut Recorder,
@@ -281,6 +289,19 @@ pub fn encode_truncate(
     rows: usize,
     params: &Tensor,
     cut: &Tensor,
+) {
+    let reduction = Reduction::best(&gpu.caps);
+    truncate_with(gpu, rec, (logits, rows), params, cut, reduction);
+}
+
+/// [`encode_truncate`] with the given reductions (which the adapter must be able to run).
+pub(super) fn truncate_with(
+    gpu: &Gpu,
+    rec: &mut Recorder,
+    (logits, rows): (&Logits, usize),
+    params: &Tensor,
+    cut: &Tensor,
+    reduction: Reduction,
 ) {
     let vocab = logits.vocab;
     assert!(vocab > 0, "truncate: the vocabulary is empty");
@@ -299,7 +320,10 @@ pub fn encode_truncate(
         "truncate: cut holds {} values, need (tau, log_z) for {rows} rows",
         cut.len
     );
-    let kernel = gpu.pipeline(&SampleKernel::Truncate);
+    let kernel = gpu.pipeline(&SampleKernel {
+        entry: SampleEntry::Truncate,
+        reduction,
+    });
     for chunk in logits.chunks(rows) {
         rec.dispatch(
             &kernel,
@@ -314,7 +338,7 @@ pub fn encode_truncate(
 /// each under its row's `params` and `cut` (written by [`encode_truncate`]); `keys` holds
 /// `m` [`SampleKey`]s (upload them with `gpu.upload`). A key whose row is past the logits,
 /// the params or the cut draws `u32::MAX`. One dispatch per chunk, each drawing the draws
-/// from its rows.
+/// from its rows, with the adapter's best reductions.
 #[allow(clippy::too_many_arguments)]
 pub fn encode(
     gpu: &Gpu,
@@ -326,9 +350,32 @@ pub fn encode(
     m: usize,
     tokens: &Tensor,
 ) {
+    let reduction = Reduction::best(&gpu.caps);
+    draw_with(
+        gpu,
+        rec,
+        logits,
+        (params, cut),
+        (keys, m, tokens),
+        reduction,
+    );
+}
+
+/// [`encode`] with the given reductions (which the adapter must be able to run).
+pub(super) fn draw_with(
+    gpu: &Gpu,
+    rec: &mut Recorder,
+    logits: &Logits,
+    (params, cut): (&Tensor, &Tensor),
+    (keys, m, tokens): (&Tensor, usize, &Tensor),
+    reduction: Reduction,
+) {
     let rows = readable_rows("sample", logits, params, cut);
     check_draws("sample", keys, tokens, m);
-    let kernel = gpu.pipeline(&SampleKernel::Sample);
+    let kernel = gpu.pipeline(&SampleKernel {
+        entry: SampleEntry::Sample,
+        reduction,
+    });
     for chunk in logits.entry_chunks(rows) {
         rec.dispatch(
             &kernel,
@@ -399,7 +446,11 @@ pub fn encode_draw_logprobs(
         "draw_logprobs: sampling log-probs hold {} values, need {m}",
         sampling_logprobs.len
     );
-    let kernel = gpu.pipeline(&SampleKernel::DrawLogprobs);
+    // No reductions: the tree's module, on every adapter.
+    let kernel = gpu.pipeline(&SampleKernel {
+        entry: SampleEntry::DrawLogprobs,
+        reduction: Reduction::Tree,
+    });
     let mut passes = vec![sampling_logprobs];
     if let Some(r) = &restore {
         assert!(r.scratch.len >= m, "draw_logprobs: scratch for {m} values");
