@@ -8,7 +8,6 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Result, anyhow};
-use axum::http::StatusCode;
 use sprout::engine::EngineConfig;
 use sprout::formats::WeightFormat;
 use sprout::gpu::{BackendChoice, Gpu};
@@ -78,10 +77,9 @@ impl EngineHandle {
         command: impl FnOnce(oneshot::Sender<T>) -> Command,
     ) -> Result<T, ApiError> {
         let (reply, answer) = oneshot::channel();
-        let stopped =
-            || ApiError::status(StatusCode::SERVICE_UNAVAILABLE, "the engine has stopped");
-        self.send(command(reply)).map_err(|_| stopped())?;
-        answer.await.map_err(|_| stopped())
+        self.send(command(reply))
+            .map_err(|_| ApiError::engine_stopped())?;
+        answer.await.map_err(|_| ApiError::engine_stopped())
     }
 
     /// Sends `command`; an error once the engine thread has ended.

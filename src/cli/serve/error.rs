@@ -2,11 +2,19 @@
 //! "param", "code"}}` with the HTTP status as `code`.
 //!
 //! Every refusal of a request goes through [`ApiError`], so a client always gets this
-//! shape (never a plain-text body or a dropped connection).
+//! shape (never a plain-text body or a dropped connection). Every 503 carries Retry-After:
+//! [`ApiError::unavailable`] asks for the seconds, and a 503 made another way gets
+//! [`RETRY_AFTER_DEFAULT_S`].
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
+
+/// Retry-After of a 503 that names no time of its own.
+const RETRY_AFTER_DEFAULT_S: u64 = 1;
+/// Retry-After once the engine has stopped (the server is shutting down or failed): long
+/// enough for a supervisor to restart it.
+const RETRY_AFTER_STOPPED_S: u64 = 5;
 
 #[derive(Debug)]
 pub struct ApiError {
@@ -39,6 +47,19 @@ impl ApiError {
         }
     }
 
+    /// A 503: the server cannot take the request now; retry after `seconds`.
+    pub fn unavailable(message: impl Into<String>, seconds: u64) -> ApiError {
+        ApiError {
+            retry_after: Some(seconds),
+            ..ApiError::status(StatusCode::SERVICE_UNAVAILABLE, message)
+        }
+    }
+
+    /// The 503 for a request the engine thread can no longer take.
+    pub fn engine_stopped() -> ApiError {
+        ApiError::unavailable("the engine has stopped", RETRY_AFTER_STOPPED_S)
+    }
+
     /// OpenAI's name for the kind of error.
     fn kind(&self) -> &'static str {
         match self.status {
@@ -62,7 +83,11 @@ impl IntoResponse for ApiError {
             }
         });
         let mut response = (self.status, axum::Json(body)).into_response();
-        if let Some(seconds) = self.retry_after {
+        let unavailable = self.status == StatusCode::SERVICE_UNAVAILABLE;
+        let retry_after = self
+            .retry_after
+            .or(unavailable.then_some(RETRY_AFTER_DEFAULT_S));
+        if let Some(seconds) = retry_after {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
@@ -90,5 +115,29 @@ pub fn short(v: &serde_json::Value) -> String {
     match text.char_indices().nth(60) {
         Some((cut, _)) => format!("{}...", &text[..cut]),
         None => text,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn retry_after(e: ApiError) -> Option<String> {
+        let response = e.into_response();
+        let value = response.headers().get(header::RETRY_AFTER)?;
+        Some(value.to_str().expect("ascii").to_string())
+    }
+
+    #[test]
+    fn every_503_carries_retry_after_and_nothing_else_does() {
+        assert_eq!(
+            retry_after(ApiError::unavailable("asleep", 5)),
+            Some("5".into())
+        );
+        assert_eq!(retry_after(ApiError::engine_stopped()), Some("5".into()));
+        let bare = ApiError::status(StatusCode::SERVICE_UNAVAILABLE, "no time named");
+        assert_eq!(retry_after(bare), Some(RETRY_AFTER_DEFAULT_S.to_string()));
+        assert_eq!(retry_after(ApiError::bad("n", "too many")), None);
+        assert_eq!(retry_after(internal("broken")), None);
     }
 }

@@ -82,8 +82,12 @@ fn called_off() -> ApiError {
     )
 }
 
+/// Retry-After for a wake that failed: the process holding the memory may need seconds to
+/// let it go.
+const RETRY_AFTER_WAKE_S: u64 = 5;
+
 /// A wake that fails (the device cannot allocate what it needs: another process still
-/// holds the memory) is a 503 naming it; what did not wake still sleeps.
+/// holds the memory) is a 503 naming it, with Retry-After; what did not wake still sleeps.
 pub async fn wake_up(
     State(state): State<Arc<AppState>>,
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
@@ -111,7 +115,7 @@ pub async fn wake_up(
         .engine
         .ask(|reply| Command::WakeUp { tags, reply })
         .await?
-        .map_err(|e| ApiError::status(StatusCode::SERVICE_UNAVAILABLE, e))?;
+        .map_err(|e| ApiError::unavailable(e, RETRY_AFTER_WAKE_S))?;
     Ok(Json(
         serde_json::to_value(report).map_err(crate::cli::serve::error::internal)?,
     ))

@@ -44,6 +44,9 @@ use crate::cli::serve::state::AppState;
 /// Retry-After for a request refused while the server sleeps: a trainer's step is
 /// seconds long.
 const RETRY_AFTER_ASLEEP_S: u64 = 5;
+/// Retry-After for a request past `--max-queued-requests`: the queue drains in a second or
+/// so.
+const RETRY_AFTER_BUSY_S: u64 = 1;
 
 /// A request queued in the engine.
 pub struct Job {
@@ -322,17 +325,14 @@ fn reserve(state: &AppState, samples: usize) -> Result<(), ApiError> {
         });
     match claimed {
         Ok(_) => Ok(()),
-        Err(queued) => Err(ApiError {
-            retry_after: Some(1),
-            ..ApiError::status(
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!(
-                    "the server is busy: {queued} samples are queued and this request adds \
-                     {samples}, past the limit of {}; retry later",
-                    state.max_queued
-                ),
-            )
-        }),
+        Err(queued) => Err(ApiError::unavailable(
+            format!(
+                "the server is busy: {queued} samples are queued and this request adds \
+                 {samples}, past the limit of {}; retry later",
+                state.max_queued
+            ),
+            RETRY_AFTER_BUSY_S,
+        )),
     }
 }
 
@@ -438,7 +438,7 @@ pub async fn submit(
             adapter: adapter.clone(),
             reply,
         })
-        .map_err(|e| ApiError::status(StatusCode::SERVICE_UNAVAILABLE, e))?;
+        .map_err(|_| ApiError::engine_stopped())?;
     match added.await {
         Ok(Ok(())) => {}
         Ok(Err(Refusal::Invalid(e))) => {
@@ -454,17 +454,9 @@ pub async fn submit(
         }
         Ok(Err(Refusal::Unavailable(e))) => {
             pending.done = true;
-            return Err(ApiError {
-                retry_after: Some(RETRY_AFTER_ASLEEP_S),
-                ..ApiError::status(StatusCode::SERVICE_UNAVAILABLE, e)
-            });
+            return Err(ApiError::unavailable(e, RETRY_AFTER_ASLEEP_S));
         }
-        Err(_) => {
-            return Err(ApiError::status(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "the engine has stopped",
-            ));
-        }
+        Err(_) => return Err(ApiError::engine_stopped()),
     }
     let who: Vec<String> = s
         .fields
