@@ -4,8 +4,9 @@
 //!   draws (token ids and log-prob bits), greedy PEFT's tokens, and not the base's; the
 //!   other routes that take `model` run it too;
 //! - `/v1/load_lora_adapter` and `/v1/unload_lora_adapter` in vLLM's shapes: in-place
-//!   loads bump the version and change the tokens, a request in flight records per token
-//!   the version that drew it, `/v1/models` lists the adapter with its parent;
+//!   loads bump the version and change the tokens, so does a weights update (a version
+//!   names the adapter over one base), a request in flight records per token the version
+//!   that drew it, `/v1/models` lists the adapter with its parent;
 //! - hostile and bad inputs get their status and a message naming the problem, and the
 //!   adapter in force stays.
 //!
@@ -361,8 +362,18 @@ fn in_place_loads_bump_the_version_and_each_token_records_its_own() {
     let back = json!({"lora_name": "ad", "lora_path": a, "load_inplace": true});
     assert_eq!(load(port, &back).status, 200);
     let (third, v) = sample(port);
-    assert_eq!((third, v), (first, vec![3]));
+    assert_eq!((third, v), (first.clone(), vec![3]));
     assert_eq!(models(port)[1]["lora_version"], 3);
+
+    // A weights update relabels the adapter one version up, so that an adapter version
+    // names its base too; with the same base weights, the same bits.
+    let base_dir = json!({"weight_dir": path_str(&tiny_llama())});
+    let updated = post_json(port, "/update_weights", &base_dir);
+    assert_eq!(updated.status, 200, "{}", updated.body);
+    assert_eq!(updated.json()["lora_version"], 4, "{}", updated.body);
+    assert_eq!(models(port)[1]["lora_version"], 4);
+    let (fourth, v) = sample(port);
+    assert_eq!((fourth, v), (first, vec![4]));
 
     // In flight across an in-place load: each token says which version drew it.
     let before = generated(port);
@@ -375,8 +386,8 @@ fn in_place_loads_bump_the_version_and_each_token_records_its_own() {
     let per_token = versions(&finished);
     assert_eq!(per_token.len(), 200, "{finished}");
     assert!(per_token.windows(2).all(|w| w[0] <= w[1]), "{per_token:?}");
-    assert_eq!(per_token.first(), Some(&3), "{per_token:?}");
-    assert_eq!(per_token.last(), Some(&4), "{per_token:?}");
+    assert_eq!(per_token.first(), Some(&4), "{per_token:?}");
+    assert_eq!(per_token.last(), Some(&5), "{per_token:?}");
 
     // Unloading while a request with it runs: a 409 saying how many, then it finishes.
     let before = generated(port);
@@ -385,7 +396,7 @@ fn in_place_loads_bump_the_version_and_each_token_records_its_own() {
     pause_keep(port);
     refused(&unload(port, "ad"), 409, "has 1 unfinished requests");
     resume(port);
-    assert_eq!(versions(&running.join().unwrap()), vec![4]);
+    assert_eq!(versions(&running.join().unwrap()), vec![5]);
     let unloaded = unload(port, "ad");
     assert_eq!(unloaded.status, 200, "{}", unloaded.body);
     assert_eq!(

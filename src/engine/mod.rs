@@ -318,10 +318,19 @@ impl<'d> Engine<'d> {
     /// run), and its tokens say that. The prefix cache's reusable blocks hold the old
     /// weights' K and V and are forgotten; blocks filled from now on are hashed with
     /// `version`, so no later prompt reuses one filled under other weights.
-    pub fn update_weights(&mut self, weights: DecoderWeights, version: u64) {
+    ///
+    /// A LoRA adapter in force stays, relabelled one version up: an adapter version names
+    /// its contents over one base, so the tokens of its requests say which weights drew
+    /// them. Returns the adapter's new version (`None` without one).
+    pub fn update_weights(&mut self, weights: DecoderWeights, version: u64) -> Option<u64> {
         self.decoder.replace_weights(weights);
         self.scheduler.set_weights_version(version);
         self.scheduler.reset_prefix_cache();
+        let adapter = self.decoder.adapter()?;
+        let relabelled = adapter.relabelled(adapter.version.saturating_add(1));
+        let new_version = relabelled.version;
+        self.put_lora(Some(relabelled));
+        Some(new_version)
     }
 
     /// Puts `adapter` in force as the LoRA adapter requests with `lora` run with, from
@@ -339,6 +348,12 @@ impl<'d> Engine<'d> {
                     .into(),
             ));
         }
+        self.put_lora(adapter);
+        Ok(())
+    }
+
+    /// Puts `adapter` in force (see [`Engine::set_lora`]), with no check.
+    fn put_lora(&mut self, adapter: Option<DeviceLora>) {
         let tag = adapter.as_ref().map(|a| LoraTag {
             digest: a.digest.clone(),
             version: a.version,
@@ -348,7 +363,6 @@ impl<'d> Engine<'d> {
             runner.fit_lora(self.decoder);
         }
         self.scheduler.set_lora(tag);
-        Ok(())
     }
 
     /// Adds an earlier completion of `prompt` for speculative drafts (`--draft-corpus`).

@@ -4,9 +4,11 @@
 //!
 //! Invariants:
 //! - sprout serves one adapter at a time beside the base model;
-//! - only `/v1/load_lora_adapter` and `/v1/unload_lora_adapter` change it, one at a time
-//!   (`changing`), after the engine thread has put the change in force; so while one of
-//!   them holds `changing`, what it reads here is what the engine runs;
+//! - only `/v1/load_lora_adapter`, `/v1/unload_lora_adapter` and `/update_weights` (which
+//!   relabels the adapter one version up: a version names the adapter over one base)
+//!   change it, one at a time (`changing`), after the engine thread has put the change in
+//!   force; so while one of them holds `changing`, what it reads here is what the engine
+//!   runs;
 //! - this is a snapshot for the checks on the HTTP side: the engine thread checks again,
 //!   when it queues a request, that the adapter the request names is the one in force
 //!   (a request never runs on the base model or another adapter in its stead).
@@ -21,7 +23,7 @@ pub struct ServedLora {
     /// The directory it was read from (`/v1/models`' `root`).
     pub path: String,
     /// What its requests' tokens are labelled with: 1 when loaded, one more at each
-    /// in-place load.
+    /// in-place load and at each weights update.
     pub version: u64,
 }
 

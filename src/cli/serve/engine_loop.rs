@@ -237,9 +237,12 @@ impl<'e> EngineLoop<'e> {
                         .to_string()));
                     return;
                 }
-                self.engine.update_weights(weights, version);
+                let lora_version = self.engine.update_weights(weights, version);
+                if lora_version.is_some() {
+                    self.metrics.set_lora(lora_version);
+                }
                 self.refresh_memory();
-                let _ = reply.send(Ok(()));
+                let _ = reply.send(Ok(lora_version));
             }
             Command::LoadLora {
                 adapter,

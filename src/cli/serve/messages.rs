@@ -51,10 +51,12 @@ pub enum Command {
     ResetPrefixCache { reply: oneshot::Sender<usize> },
     /// Put `weights` in force, labelled `version`, between two steps; replies once done,
     /// or why not (the weights went to sleep while they loaded).
+    /// Put new weights in force; the reply names the LoRA adapter's new version (an
+    /// adapter in force is relabelled one up: its versions name a base too).
     UpdateWeights {
         weights: DecoderWeights,
         version: u64,
-        reply: oneshot::Sender<Result<(), String>>,
+        reply: oneshot::Sender<Result<Option<u64>, String>>,
     },
     /// Sleep at `level` (0: stop stepping; 1: free the KV cache and keep the weights in
     /// host memory; 2: free both) once the requests in flight are dealt with as `mode`

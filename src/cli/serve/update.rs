@@ -14,7 +14,9 @@
 //!
 //! Versions: each token records the weights version it was drawn under, so a sample that
 //! spans an update says where it changed; blocks filled under other weights are never a
-//! prefix-cache hit. One update at a time: a second, while one loads, is a 409.
+//! prefix-cache hit. One update at a time: a second, while one loads, is a 409. A LoRA
+//! adapter in force stays, relabelled one version up (its tokens record the adapter's
+//! version, which so names one base), and the reply's `lora_version` says which.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -37,6 +39,7 @@ use sprout::tokenizer::{Tokenizer, VocabularyDifference};
 use tokio::sync::oneshot;
 
 use crate::cli::cli_args::parse_quantize;
+use crate::cli::serve::adapters::ServedLora;
 use crate::cli::serve::error::ApiError;
 use crate::cli::serve::error::internal;
 use crate::cli::serve::messages::Command;
@@ -160,29 +163,44 @@ pub async fn update_weights(
     let weights = tokio::task::spawn_blocking(move || load(&loading, &dir, quantize))
         .await
         .map_err(internal)??;
+    // An adapter in force is relabelled by the swap: no load or unload may change what the
+    // HTTP side knows of it meanwhile (`adapters`' invariant).
+    let _adapter_change = state.adapters.changing.lock().await;
     let (reply, swapped) = oneshot::channel();
-    let stopped = || ApiError::status(StatusCode::SERVICE_UNAVAILABLE, "the engine has stopped");
     let command = Command::UpdateWeights {
         weights,
         version,
         reply,
     };
-    state.engine.send(command).map_err(|_| stopped())?;
-    swapped
+    state
+        .engine
+        .send(command)
+        .map_err(|_| ApiError::engine_stopped())?;
+    let lora_version = swapped
         .await
-        .map_err(|_| stopped())?
+        .map_err(|_| ApiError::engine_stopped())?
         .map_err(|e| ApiError::status(StatusCode::CONFLICT, e))?;
     state.weights_version.store(version, Ordering::Release);
+    if let (Some(lora_version), Some(served)) = (lora_version, state.adapters.get()) {
+        state.adapters.set(Some(ServedLora {
+            version: lora_version,
+            ..served
+        }));
+    }
     let load_s = started.elapsed().as_secs_f64();
     tracing::info!(
         "weights version {version} from {} in force ({load_s:.2} s)",
         request.weight_dir.display()
     );
-    Ok(Json(json!({
+    let mut reply = json!({
         "success": true,
         "weights_version": version,
         "load_s": load_s,
-    })))
+    });
+    if let Some(lora_version) = lora_version {
+        reply["lora_version"] = json!(lora_version);
+    }
+    Ok(Json(reply))
 }
 
 fn weights_asleep() -> ApiError {

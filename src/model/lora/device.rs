@@ -1,10 +1,13 @@
 //! A LoRA adapter on the device: per layer and fused site, the stacked A as an f32
 //! weight (the `A x` matmul reads it like any weight) and the scaled B as one f32 tensor
 //! (the base matmul's epilogue reads it), with the version its requests' tokens are
-//! labelled with.
+//! labelled with. A version names the adapter's contents over one base: a weights update
+//! relabels the adapter one version up ([`DeviceLora::relabelled`], the same buffers).
 //!
 //! Invariant: every site's A is `[rank, k]` and its B `[n, rank]` for the base weight of
 //! its site (`n` rows of `k` columns), checked against the model's shapes on upload.
+
+use std::sync::Arc;
 
 use crate::error::SproutError;
 use crate::formats::WeightFormat;
@@ -33,7 +36,8 @@ pub struct DeviceLayer {
 
 /// An adapter on the device.
 pub struct DeviceLora {
-    pub layers: Vec<DeviceLayer>,
+    /// Shared by the adapter's relabelled copies.
+    pub layers: Arc<Vec<DeviceLayer>>,
     /// The widest stacked rank of any site: the `A x` scratch's width.
     pub max_site_rank: usize,
     /// The adapter's largest `r`.
@@ -124,13 +128,25 @@ impl DeviceLora {
             });
         }
         Ok(DeviceLora {
-            layers,
+            layers: Arc::new(layers),
             max_site_rank: adapter.max_site_rank(),
             max_r: adapter.max_r,
             digest: adapter.digest.clone(),
             name: name.to_string(),
             version,
         })
+    }
+
+    /// The same adapter (its buffers shared) labelled `version`.
+    pub fn relabelled(&self, version: u64) -> DeviceLora {
+        DeviceLora {
+            layers: self.layers.clone(),
+            max_site_rank: self.max_site_rank,
+            max_r: self.max_r,
+            digest: self.digest.clone(),
+            name: self.name.clone(),
+            version,
+        }
     }
 
     /// Bytes the adapter holds on the device.
