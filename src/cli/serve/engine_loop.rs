@@ -30,6 +30,7 @@ use sprout::gpu::memory::DeviceMemory;
 use sprout::sched::{FinishedSample, Request, RequestId, SchedulerStats};
 use tokio::sync::{mpsc as tmpsc, oneshot};
 
+use crate::cli::serve::heap;
 use crate::cli::serve::messages::{Command, Event, PauseMode, Refusal, SleepReport};
 use crate::cli::serve::metrics::Metrics;
 use crate::cli::serve::sleep_state::{EngineStatus, SleepState};
@@ -251,6 +252,9 @@ impl<'e> EngineLoop<'e> {
                 reply,
             } => {
                 let _ = reply.send(self.load_lora(&adapter, name, inplace));
+                // The adapter's host copy is on the device now.
+                drop(adapter);
+                heap::release_free_pages();
             }
             Command::UnloadLora { name, reply } => {
                 let _ = reply.send(self.unload_lora(&name));

@@ -24,6 +24,7 @@ use sprout::model::weight_residency::Residency;
 use tokio::sync::oneshot;
 
 use crate::cli::serve::engine_loop::EngineLoop;
+use crate::cli::serve::heap;
 use crate::cli::serve::messages::{Refusal, SleepReport, WakeReport, WakeTag};
 use crate::cli::serve::sleep_state::EngineStatus;
 
@@ -128,6 +129,8 @@ impl EngineLoop<'_> {
                 self.start_held();
             }
         }
+        // The host copies of what woke are freed.
+        heap::release_free_pages();
         self.refresh_memory();
         self.publish();
         let _ = reply.send(match failed {

@@ -47,6 +47,7 @@ mod error;
 mod fields;
 mod generate;
 mod handlers;
+mod heap;
 mod logprobs_mode;
 mod lora;
 mod messages;

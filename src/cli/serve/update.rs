@@ -42,6 +42,7 @@ use crate::cli::cli_args::parse_quantize;
 use crate::cli::serve::adapters::ServedLora;
 use crate::cli::serve::error::ApiError;
 use crate::cli::serve::error::internal;
+use crate::cli::serve::heap;
 use crate::cli::serve::messages::Command;
 use crate::cli::serve::state::AppState;
 
@@ -160,9 +161,14 @@ pub async fn update_weights(
     let loading = state.clone();
     let dir = request.weight_dir.clone();
     let quantize = request.quantize.unwrap_or(state.facts.quantize);
-    let weights = tokio::task::spawn_blocking(move || load(&loading, &dir, quantize))
-        .await
-        .map_err(internal)??;
+    let weights = tokio::task::spawn_blocking(move || {
+        let weights = load(&loading, &dir, quantize);
+        // The checkpoint's host copy is freed by now.
+        heap::release_free_pages();
+        weights
+    })
+    .await
+    .map_err(internal)??;
     // An adapter in force is relabelled by the swap: no load or unload may change what the
     // HTTP side knows of it meanwhile (`adapters`' invariant).
     let _adapter_change = state.adapters.changing.lock().await;
