@@ -35,9 +35,10 @@ What it checks (exit 1 on any failure)
   Retry-After while the server sleeps or is busy;
 - every token was drawn by the weights version it records: a sample of the completions
   (--score-samples) is re-scored with `sprout score` (soak_rescore.py), segment by
-  segment, and must match the server's log-probs bitwise. Adapter requests are scored
-  when no weight update or adapter load came during their life (their tokens name the
-  adapter's version, not the base weights');
+  segment, and must match the server's log-probs bitwise. Adapter requests' tokens name
+  the adapter's version, which a load and a weights update both put one up: the soak
+  records the base checkpoint and adapter directory of each version, and scores each
+  segment under them;
 - KV blocks in use return to 0 at every quiet point: while paused (wait and abort), while
   asleep, and at the end;
 - memory flat after warm-up: the median RSS and device memory of the last quarter of the
@@ -102,7 +103,7 @@ class Soak:
         self.changes_done = 0
         self.weights_version = 0
         self.weights = {0: args.model}      # version -> checkpoint directory
-        self.lora_versions = {}             # adapter version -> adapter directory
+        self.lora_versions = {}             # adapter version -> {model, adapter} dirs
         self.lora_dir = None
         self.asleep_since = None            # set while a /sleep..wake cycle runs
         self.sleep_windows = []             # (start, end)
@@ -320,18 +321,10 @@ def check_outcome(soak, number, body, outcome, sent, ended):
 
 
 def keep_sample(soak, number, body, c, ids, logprobs, versions):
-    """Keeps a sample for re-scoring, with what was in force when its life was one
-    epoch (no update or adapter load came during it)."""
+    """Keeps a sample for re-scoring; `lora` says whether it ran with the adapter (its
+    versions are then the adapter's)."""
     sample = {"number": number, "prompt_token_ids": c["prompt"], "token_ids": ids,
-              "logprobs": logprobs, "versions": versions, "lora": None}
-    if body["model"] == LORA_NAME:
-        epoch = body["_epoch"]
-        with soak.lock:
-            same = epoch is not None and epoch[0] == soak.changes_started
-        if not same:
-            soak.count("lora_samples_not_scoreable")
-            return
-        sample["lora"] = {"model": epoch[1], "adapter": epoch[2]}
+              "logprobs": logprobs, "versions": versions, "lora": body["model"] == LORA_NAME}
     with soak.lock:
         soak.samples.append(sample)
 
@@ -346,11 +339,6 @@ def send_good(soak, number, rng, kind):
     while True:
         attempts += 1
         with soak.lock:
-            # The epoch: (changes started, base checkpoint, adapter) when nothing is
-            # changing; None while an update or a load is under way.
-            quiet = soak.changes_started == soak.changes_done
-            body["_epoch"] = ((soak.changes_started, soak.weights[soak.weights_version],
-                               soak.lora_dir) if quiet else None)
             soak.in_flight[body["request_id"]] = number
         sent = soak.now()
         wire = {k: v for k, v in body.items() if not k.startswith("_")}
@@ -471,6 +459,9 @@ def update(soak):
             soak.weights[version] = directory
             soak.weights_version = version
             soak.counts["updates"] = soak.counts.get("updates", 0) + 1
+            if "lora_version" in reply:  # the adapter relabelled over the new base
+                soak.lora_versions[reply["lora_version"]] = {"model": directory,
+                                                             "adapter": soak.lora_dir}
         soak.changes_done += 1
 
 
@@ -486,7 +477,8 @@ def load_adapter(soak, first=False):
     with soak.lock:
         loaded = (health or {}).get("lora_adapter") or {}
         if reply is not None and loaded.get("name") == LORA_NAME:
-            soak.lora_versions[loaded.get("version")] = directory
+            soak.lora_versions[loaded.get("version")] = {
+                "model": soak.weights[soak.weights_version], "adapter": directory}
             soak.lora_dir = directory
             soak.counts["adapter_loads"] = soak.counts.get("adapter_loads", 0) + 1
         elif reply is not None:
@@ -810,10 +802,12 @@ def print_summary(s):
     print("503s (documented, retried): %d; KV quiet points checked: %d"
           % (s["status_503"], s["quiet_points"]))
     r = s["rescore"]
-    print("re-scored: %d samples of %d kept (%d spanning an update, %d with the adapter): "
+    print("re-scored: %d samples of %d kept (%d spanning an update, %d with the adapter, "
+          "%d of those across an in-place load and not scored): "
           "%d segments, %d tokens, %d mismatched; under the other checkpoint %d of %d "
           "segments matched"
           % (r["samples"], s["samples_kept"], r["spanning_samples"], r["adapter_samples"],
+             r["adapter_samples_across_a_load"],
              r["segments"], r["tokens"], r["mismatched_segments"],
              r["other_checkpoint_matches"], r["other_checkpoint_segments"]))
     for field, d in s["memory"].items():

@@ -66,15 +66,30 @@ def rescore(sprout, flags, samples, checkpoints, workdir):
     """Checks `samples`; a summary with the failures listed.
 
     Each sample: {number, prompt_token_ids, token_ids, logprobs, versions, lora} where
-    `lora` is None (base model: `versions` are weights versions, `checkpoints["weights"]`
+    `lora` is False (base model: `versions` are weights versions, `checkpoints["weights"]`
     maps them to directories, and each segment is scored under every other directory of
-    `checkpoints["all"]` too) or {"model": dir, "adapter": dir} (the base checkpoint and
-    adapter in force for the sample's whole life, found by the soak; `versions` are then
-    the adapter's versions and must all name `adapter`)."""
+    `checkpoints["all"]` too) or True (`versions` are the adapter's, and
+    `checkpoints["lora"]` maps each to the {"model", "adapter"} directories it names: a
+    load and a weights update both put the adapter's version one up; a sample that ran
+    across an in-place load of other contents is counted, not scored)."""
     weights = checkpoints["weights"]
     groups = {}
     failures = []
+    adapter_spanning = 0
     for sample in samples:
+        if sample["lora"]:
+            pairs = [checkpoints["lora"].get(v) for v in set(sample["versions"])]
+            missing = [v for v in set(sample["versions"]) if checkpoints["lora"].get(v) is None]
+            if missing:
+                failures.append("sample %d: adapter versions %s were never put in force"
+                                % (sample["number"], sorted(missing)))
+                continue
+            # The adapter changes keys and values: a sample that ran across an in-place
+            # load attends, after it, to a cache no single checkpoint gives. (The base
+            # checkpoints differ only in the final norm, which no key or value sees.)
+            if len({p["adapter"] for p in pairs}) > 1:
+                adapter_spanning += 1
+                continue
         for version, start, end in segments(sample):
             record = {
                 "number": sample["number"],
@@ -83,7 +98,7 @@ def rescore(sprout, flags, samples, checkpoints, workdir):
                 "logprobs": sample["logprobs"][start:end],
                 "version": version,
             }
-            if sample["lora"] is None:
+            if not sample["lora"]:
                 if version not in weights:
                     failures.append("sample %d: weights version %s was never put in force"
                                     % (sample["number"], version))
@@ -94,16 +109,13 @@ def rescore(sprout, flags, samples, checkpoints, workdir):
                 for other in others:
                     groups.setdefault((other, None, "other"), []).append(record)
             else:
-                adapter = checkpoints["lora"].get(version)
-                if adapter != sample["lora"]["adapter"]:
-                    failures.append("sample %d: adapter version %s, but %s was in force"
-                                    % (sample["number"], version, sample["lora"]["adapter"]))
-                    continue
-                key = (sample["lora"]["model"], adapter, "named")
+                pair = checkpoints["lora"][version]
+                key = (pair["model"], pair["adapter"], "named")
                 groups.setdefault(key, []).append(record)
     checked = {"samples": len(samples),
                "spanning_samples": sum(1 for s in samples if len(set(s["versions"])) > 1),
-               "adapter_samples": sum(1 for s in samples if s["lora"] is not None),
+               "adapter_samples": sum(1 for s in samples if s["lora"]),
+               "adapter_samples_across_a_load": adapter_spanning,
                "segments": 0, "tokens": 0, "mismatched_segments": 0,
                "other_checkpoint_segments": 0, "other_checkpoint_matches": 0}
     for i, ((model, lora, role), records) in enumerate(sorted(groups.items(), key=str)):
