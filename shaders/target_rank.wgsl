@@ -11,12 +11,14 @@
 //
 // The host prepends `const ENTRY_PER_WORKGROUP: bool` and `const WG: u32`:
 // - false (CPU adapters): invocation e of the dispatch owns entry e and walks its whole row;
-// - true (GPUs): workgroup e owns entry e, invocation t counts c = t, t + WG, ..., and a
-//   fixed binary tree in workgroup memory adds the WG counts.
+// - true (GPUs): workgroup e owns entry e, invocation t counts c = t, t + WG, ..., and
+//   shaders/common/argmax.wgsl's workgroup_u32 adds the WG counts (appended by the host
+//   with its tail: with the butterfly tail the entry point gets the subgroup lane, the
+//   SUBGROUP_LANE markers).
 //
 // Logits come in chunks of rows (src/gpu/kernels/logits.rs), one dispatch per chunk; an
 // entry is written by the dispatch of the chunk holding its row, or, for a row past the
-// rows, by the first chunk's. Plain core WGSL: no f16, no subgroups.
+// rows, by the first chunk's. Plain core WGSL but for the butterfly tail: no f16.
 
 struct Params {
     n: u32,          // entries
@@ -34,7 +36,7 @@ struct Params {
 @group(0) @binding(2) var<storage, read> targets: array<u32>;     // [n, 2]: (row, token)
 @group(0) @binding(3) var<storage, read_write> ranks: array<u32>; // [n]
 
-var<workgroup> counts: array<u32, WG>;
+const NO_INDEX: u32 = 0xffffffffu; // for argmax.wgsl
 
 // Whether this dispatch writes an entry of `row`.
 fn mine(row: u32) -> bool {
@@ -56,7 +58,9 @@ fn target_rank(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) t: u32,
+    /*SUBGROUP_LANE_PARAM*/
 ) {
+    /*SUBGROUP_LANE_SET*/
     let group = wid.y * nwg.x + wid.x;
     if (ENTRY_PER_WORKGROUP) {
         let e = group;
@@ -81,16 +85,9 @@ fn target_rank(
         for (var c = t; c < p.vocab; c += WG) {
             count += before(logits[base + c], c, x, token);
         }
-        counts[t] = count;
-        workgroupBarrier();
-        for (var s = WG / 2u; s > 0u; s >>= 1u) {
-            if (t < s) {
-                counts[t] = counts[t] + counts[t + s];
-            }
-            workgroupBarrier();
-        }
+        let total = workgroup_u32(t, count, U32_ADD);
         if (t == 0u) {
-            ranks[e] = 1u + counts[0];
+            ranks[e] = 1u + total;
         }
     } else {
         let e = group * WG + t;

@@ -86,7 +86,10 @@ pub fn all_modules() -> Vec<(String, String)> {
     };
     out.push(("top_logprobs".to_string(), top.source()));
     for shape in target_rank::TargetRankShape::ALL {
-        let kernel = target_rank::TargetRankKernel { shape };
+        let kernel = target_rank::TargetRankKernel {
+            shape,
+            reduction: Reduction::Tree,
+        };
         out.push((kernel.name(), kernel.source()));
     }
     out
@@ -110,6 +113,11 @@ pub fn subgroup_modules() -> Vec<(String, String)> {
         out.push((sample.name(), sample.source()));
         let top = TopLogprobsKernel { reduction };
         out.push((top.name(), top.source()));
+        let rank = target_rank::TargetRankKernel {
+            shape: target_rank::TargetRankShape::EntryPerWorkgroup,
+            reduction,
+        };
+        out.push((rank.name(), rank.source()));
     }
     out
 }

@@ -9,14 +9,17 @@
 //! gets 0, which is never a rank. Several entries may name one row.
 //!
 //! Invariants: a rank is a count of comparisons, exact, so it depends only on its row's
-//! logits and its token: the same alone or in any batch, in any chunk of the logits, and
-//! in both shapes ([`TargetRankShape`]). Logits must be finite (see `softmax`).
+//! logits and its token: the same alone or in any batch, in any chunk of the logits, in
+//! both shapes ([`TargetRankShape`]) and whichever tail ends the per-workgroup shape's sum
+//! (`reduction`: the subgroup butterfly where the adapter has one). Logits must be finite
+//! (see `softmax`).
 //!
 //! The logits come in chunks of rows ([`Logits`]), one dispatch per chunk, each serving the
 //! entries whose row the chunk holds (the first chunk's also those past the rows).
 
 use crate::gpu::grid::grid;
 use crate::gpu::kernels::logits::Logits;
+use crate::gpu::kernels::reduction::Reduction;
 use crate::gpu::pipelines::{Access, KernelSpec};
 use crate::gpu::{Gpu, Recorder, Tensor};
 
@@ -68,22 +71,36 @@ impl TargetRankShape {
     }
 }
 
-/// The kernel of one shape.
+/// The kernel of one shape, with the tail of its workgroup sum (the per-invocation shape
+/// has none: it takes the tree's module).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct TargetRankKernel {
     pub shape: TargetRankShape,
+    pub reduction: Reduction,
+}
+
+impl TargetRankKernel {
+    /// `shape` with the adapter's best reductions where it reduces.
+    pub fn new(gpu: &Gpu, shape: TargetRankShape) -> TargetRankKernel {
+        let reduction = match shape {
+            TargetRankShape::EntryPerInvocation => Reduction::Tree,
+            TargetRankShape::EntryPerWorkgroup => Reduction::best(&gpu.caps),
+        };
+        TargetRankKernel { shape, reduction }
+    }
 }
 
 impl KernelSpec for TargetRankKernel {
     fn name(&self) -> String {
-        format!("target_rank/{:?}", self.shape)
+        format!("target_rank/{:?}/{}", self.shape, self.reduction.key())
     }
 
     fn source(&self) -> String {
         let per_workgroup = self.shape == TargetRankShape::EntryPerWorkgroup;
         let wg = self.shape.workgroup();
+        let kernel = self.reduction.compose(SOURCE);
         format!(
-            "const ENTRY_PER_WORKGROUP: bool = {per_workgroup};\nconst WG: u32 = {wg}u;\n{SOURCE}"
+            "const ENTRY_PER_WORKGROUP: bool = {per_workgroup};\nconst WG: u32 = {wg}u;\n{kernel}"
         )
     }
 
@@ -140,7 +157,7 @@ pub fn encode_with(gpu: &Gpu, rec: &mut Recorder, op: &TargetRanks, shape: Targe
         return;
     }
     let rows = rows.min(logits.rows);
-    let kernel = gpu.pipeline(&TargetRankKernel { shape });
+    let kernel = gpu.pipeline(&TargetRankKernel::new(gpu, shape));
     let workgroups = match shape {
         TargetRankShape::EntryPerInvocation => n.div_ceil(shape.workgroup()),
         TargetRankShape::EntryPerWorkgroup => n,
