@@ -86,6 +86,9 @@ fn upload_site(
 
 impl DeviceLora {
     /// Uploads `adapter` for a model of `config`, named `name` and labelled `version`.
+    // On the web wgpu's handles are neither Send nor Sync (one thread); the Arc shares the
+    // layers between relabelled copies, which it does the same there.
+    #[cfg_attr(target_arch = "wasm32", allow(clippy::arc_with_non_send_sync))]
     pub fn upload(
         gpu: &Gpu,
         adapter: &LoraAdapter,
