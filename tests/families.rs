@@ -236,7 +236,8 @@ fn tuned_kernels_change_no_sample() {
     }
 }
 
-/// `sprout tune --budget-s` explores beyond the usual candidates, keeps only variants with
+/// `sprout tune --budget-s` explores beyond the usual candidates (every decode slot within its
+/// budget, even on a loaded machine), keeps only variants with
 /// the default's bits (on lavapipe every variant has them, so none is dropped), and with no
 /// time left leaves every slot to its default and still writes its file.
 #[test]
@@ -270,7 +271,15 @@ fn a_budgeted_tune_explores_the_space_and_drops_nothing_here() {
         // Four row counts (1, 2, 4, 8), each site and attention at each.
         assert_eq!(matmul.len() % 4, 0, "{what}: {out}");
         assert!(matmul.len() >= 4 * 4, "{what}: {out}");
-        assert_eq!(sweep["untuned"], json!([]), "{what}: {sweep}");
+        // The sweep visits the decode row count first: 30 s reaches all of it even on a
+        // loaded machine (a slot past the budget keeps its default, and says so).
+        let untuned = sweep["untuned"].as_array().unwrap();
+        assert!(
+            untuned
+                .iter()
+                .all(|s| !s.as_str().unwrap().ends_with(" m=1")),
+            "{what}: {sweep}"
+        );
         assert_eq!(sweep["rejected"], json!([]), "{what}: {sweep}");
         let timed = sweep["variants_timed"].as_u64().unwrap() as usize;
         assert!(
