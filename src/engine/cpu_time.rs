@@ -49,7 +49,9 @@ mod tests {
                 x = std::hint::black_box(x.wrapping_add(1));
             }
         }
-        // The work took at least the CPU time it counted.
-        assert!(wall.elapsed().as_secs_f64() >= 0.02);
+        // The work took about the CPU time it counted, at least. (The thread clock and the
+        // monotonic clock have different sources; in a virtual machine they may differ by a
+        // few milliseconds over 20, so only half is asked for.)
+        assert!(wall.elapsed().as_secs_f64() >= 0.01);
     }
 }
