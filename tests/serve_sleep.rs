@@ -129,6 +129,12 @@ fn each_level_frees_the_device_memory_and_wakes_to_bitwise_the_same_samples() {
             "level {level}: {left} bytes held asleep, {held} awake ({asleep})"
         );
         assert_eq!(slept["gpu_memory_bytes"], left);
+        // What live buffers take is part of what the device gave, and goes with it.
+        let allocated = asleep["gpu_memory_allocated_bytes"].as_u64().unwrap();
+        assert!(
+            allocated <= left,
+            "{allocated} allocated of {left} ({asleep})"
+        );
         let weights = if level == 1 { "host" } else { "discarded" };
         assert_eq!(asleep["weights"], weights);
         assert_eq!(get(port, "/is_sleeping")["is_sleeping"], true);

@@ -102,6 +102,18 @@ fn level_1_frees_the_device_and_wakes_to_bitwise_the_same_samples() {
         pollster::block_on(engine.restore_kv_cache()).unwrap();
         assert_eq!(decoder.residency(), Residency::Device);
         assert_eq!(engine.device_bytes(), held, "{}", gpu.adapter.name);
+        // Awake, before any step: the allocator holds no more beside the engine's buffers
+        // than before the sleep (the weights' upload staging is freed: Gpu::flush_uploads).
+        if let (Some(before), Some(after)) = (allocator_before, gpu.allocator_bytes()) {
+            let beside = |allocated: u64| i128::from(allocated) - i128::from(held);
+            assert!(
+                beside(after.allocated) <= beside(before.allocated),
+                "{}: awake the allocator holds {} bytes beside the engine's, {} before the sleep",
+                gpu.adapter.name,
+                beside(after.allocated),
+                beside(before.allocated)
+            );
+        }
         let after = bits(&run(&mut engine, &[request(1, 1)]));
         assert_eq!(before, after, "{}", gpu.adapter.name);
     }

@@ -143,6 +143,18 @@ impl Gpu {
         Ok(out)
     }
 
+    /// Hands the device the uploads made so far and, natively, waits for them to land.
+    /// `create_buffer_init` and `write_buffer` stage their bytes in buffers of their own
+    /// that wgpu frees only once a submission has carried them: without this, a model's
+    /// upload holds a second copy of its weights on the device until the next step (a
+    /// browser frees the staging on its own schedule).
+    pub fn flush_uploads(&self) -> Result<(), SproutError> {
+        self.queue.submit([]);
+        #[cfg(not(target_arch = "wasm32"))]
+        self.wait_idle()?;
+        Ok(())
+    }
+
     /// Blocks until all submitted work has finished (native only; benchmarks and tests).
     #[cfg(not(target_arch = "wasm32"))]
     pub fn wait_idle(&self) -> Result<(), SproutError> {

@@ -34,7 +34,13 @@ impl MemorySource {
 /// Device memory held, in bytes, and where the figure comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct DeviceMemory {
+    /// What the device has given the process (the allocator's reserved blocks).
     pub bytes: u64,
+    /// What live buffers take of it. Unlike `bytes` it does not move with the
+    /// allocator's packing of its blocks (a wake that allocates the same buffers in
+    /// another order may reserve a block more), so a buffer that leaks shows in it exactly.
+    /// Equal to `bytes` where the figure is sprout's own sum.
+    pub allocated: u64,
     pub source: MemorySource,
 }
 
@@ -82,10 +88,12 @@ impl Gpu {
         match self.allocator_bytes() {
             Some(bytes) => DeviceMemory {
                 bytes: bytes.reserved,
+                allocated: bytes.allocated,
                 source: MemorySource::Allocator,
             },
             None => DeviceMemory {
                 bytes: own_buffers,
+                allocated: own_buffers,
                 source: MemorySource::Buffers,
             },
         }

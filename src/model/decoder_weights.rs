@@ -145,6 +145,7 @@ impl DecoderWeights {
             });
         }
         let final_norm = gpu.upload(&l.vector("final_norm", hidden)?);
+        gpu.flush_uploads()?;
         Ok(DecoderWeights {
             embed,
             layers,

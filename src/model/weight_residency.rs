@@ -92,7 +92,9 @@ pub(crate) fn restore(gpu: &Gpu, host: &HostWeights) -> Result<DecoderWeights, S
                 usage: old.usage(),
             })
     });
-    host.layout.rebuilt(&mut new).ok_or_else(|| {
+    let weights = host.layout.rebuilt(&mut new).ok_or_else(|| {
         SproutError::Shape("the weights kept in host memory lost a buffer (this is a bug)".into())
-    })
+    })?;
+    gpu.flush_uploads()?;
+    Ok(weights)
 }

@@ -266,7 +266,11 @@ mod tests {
         m.count(&stats, &stats); // nothing new: nothing added
         m.finished(FinishReason::Length);
         m.time_to_first_token.observe(0.03);
-        let memory = |source| DeviceMemory { bytes: 5, source };
+        let memory = |source| DeviceMemory {
+            bytes: 5,
+            allocated: 4,
+            source,
+        };
         m.set_device_memory(memory(sprout::gpu::memory::MemorySource::Allocator));
         m.set_device_memory(memory(sprout::gpu::memory::MemorySource::Buffers));
         let text = m.render().unwrap();

@@ -137,6 +137,7 @@ async fn health(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
         "is_sleeping": status.sleep.is_sleeping(),
         "weights": status.weights,
         "gpu_memory_bytes": status.memory.bytes,
+        "gpu_memory_allocated_bytes": status.memory.allocated,
         "gpu_memory_source": status.memory.source,
     }))
 }
