@@ -17,9 +17,10 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use common::fixtures::{check_close, f32s, fixtures, json, load, max_abs_diff, u32s};
+use common::scratch::ScratchDir;
 use common::{gpus, log_softmax_f64, smollm2_path};
 use serde_json::Value;
 use sprout::formats::WeightFormat;
@@ -37,23 +38,6 @@ use sprout::tokenizer::chat_template::{ChatTemplate, Message};
 /// transformers' on the export (SmolLM2's logits reach 30). Measured on lavapipe and
 /// llvmpipe GL: 0 (bitwise equal) and 3.8e-5; the tests print their figures.
 const LOGIT_TOLERANCE: f32 = 1e-3;
-
-/// A directory under the system's temporary directory, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!("sprout-export-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn export_to(model: &mut OpenedModel, out: &Path, format: WeightFormat) {
     let options = ExportOptions {
@@ -79,10 +63,10 @@ fn tiny_fixtures_export_and_reload_unchanged() {
     ] {
         let src = fixtures().join(name);
         for format in [WeightFormat::F32, WeightFormat::Bf16] {
-            let out = TempDir::new(&format!("{name}-{format}"));
+            let out = ScratchDir::new("export", &format!("{name}-{format}"));
             let mut model = open(Some(&src)).unwrap();
-            export_to(&mut model, &out.0, format);
-            let mut back = open(Some(&out.0)).unwrap();
+            export_to(&mut model, out.path(), format);
+            let mut back = open(Some(out.path())).unwrap();
             let config = model.source.config().clone();
             assert_eq!(
                 serde_json::to_value(back.source.config()).unwrap(),
@@ -145,11 +129,11 @@ fn tiny_fixtures_export_and_reload_unchanged() {
 #[test]
 fn gemma_norms_export_as_transformers_reads_them() {
     let src = fixtures().join("tiny-gemma3");
-    let out = TempDir::new("gemma-norms");
+    let out = ScratchDir::new("export", "gemma-norms");
     let mut model = open(Some(&src)).unwrap();
-    export_to(&mut model, &out.0, WeightFormat::F32);
+    export_to(&mut model, out.path(), WeightFormat::F32);
     let read = |dir: &Path| std::fs::read(dir.join("model.safetensors")).unwrap();
-    let (source_bytes, export_bytes) = (read(&src), read(&out.0));
+    let (source_bytes, export_bytes) = (read(&src), read(out.path()));
     let source = safetensors::SafeTensors::deserialize(&source_bytes).unwrap();
     let export = safetensors::SafeTensors::deserialize(&export_bytes).unwrap();
     let config = model.source.config().clone();
@@ -193,11 +177,11 @@ fn gemma_norms_export_as_transformers_reads_them() {
 }
 
 /// The default model and its export to f32 (removed when dropped).
-fn smollm2_and_export(tag: &str) -> (OpenedModel, OpenedModel, TempDir) {
+fn smollm2_and_export(tag: &str) -> (OpenedModel, OpenedModel, ScratchDir) {
     let mut gguf = open(Some(&smollm2_path())).unwrap();
-    let out = TempDir::new(&format!("smollm2-{tag}"));
-    export_to(&mut gguf, &out.0, WeightFormat::F32);
-    let exported = open(Some(&out.0)).unwrap();
+    let out = ScratchDir::new("export", &format!("smollm2-{tag}"));
+    export_to(&mut gguf, out.path(), WeightFormat::F32);
+    let exported = open(Some(out.path())).unwrap();
     (gguf, exported, out)
 }
 
@@ -239,7 +223,7 @@ fn smollm2_export_matches_transformers_on_it() {
     let vocab = exported.source.config().vocab_size;
     let chat = &fixture["chat"];
     let messages: Vec<Message> = serde_json::from_value(chat["messages"].clone()).unwrap();
-    let template = SafetensorsDir::open(&dir.0)
+    let template = SafetensorsDir::open(dir.path())
         .unwrap()
         .chat_template()
         .unwrap()
@@ -326,7 +310,7 @@ fn quantizing_the_f32_export_gives_back_the_ggufs_blocks() {
     let (mut gguf, _, dir) = smollm2_and_export("requantize");
     let config = gguf.source.config().clone();
     let order = half_split_to_adjacent(config.head_dim);
-    let mut q4_1 = open_quantized(Some(&dir.0), Some(WeightFormat::Q4_1)).unwrap();
+    let mut q4_1 = open_quantized(Some(dir.path()), Some(WeightFormat::Q4_1)).unwrap();
     let (mut blocks, mut differing) = (0usize, 0usize);
     for name in TensorName::all(&config)
         .into_iter()
@@ -352,7 +336,7 @@ fn quantizing_the_f32_export_gives_back_the_ggufs_blocks() {
     );
     assert_eq!(differing, 0);
     // The GGUF stores its embedding (the tied output projection too) as Q8_0.
-    let mut q8_0 = open_quantized(Some(&dir.0), Some(WeightFormat::Q8_0)).unwrap();
+    let mut q8_0 = open_quantized(Some(dir.path()), Some(WeightFormat::Q8_0)).unwrap();
     let want = gguf.source.read("embed").unwrap();
     assert_eq!(want.format, WeightFormat::Q8_0);
     let got = q8_0.source.read("embed").unwrap();

@@ -10,6 +10,8 @@ pub mod cli;
 pub mod engine;
 #[allow(dead_code)]
 pub mod fixtures;
+#[allow(dead_code)]
+pub mod scratch;
 
 use std::path::PathBuf;
 use std::sync::Arc;
