@@ -22,7 +22,7 @@ Then, for --duration-s:
   `/wake_up`; `/sleep?level=2&mode=abort` then `/wake_up?tags=weights`, an update (the
   weights were discarded) and `/wake_up`.
   With --cycle the trainer instead runs one fixed cycle back to back, --action-every-s
-  apart: update, pause keep, abort, pause wait, sleep 1, update, pause abort, sleep 2 (each
+  apart: update, pause keep, sleep 1, abort, update, sleep 2, pause wait, pause abort (each
   update with its adapter load), so that a short run (CI's minute) sees every action; the
   load goes on past --duration-s until the first cycle is done.
 - a sampler thread: every second the server's RSS (/proc/PID/status VmRSS) and its
@@ -569,9 +569,10 @@ def sleep_cycle(soak, level):
 
 ACTIONS = ["pause_keep", "abort_requests", "pause_wait", "sleep1", "pause_abort", "sleep2"]
 # --cycle: every action in one fixed order, the updates among them, so that a short run
-# (CI's minute on two shared cores) sees each of them.
-CYCLE = ["update", "pause_keep", "abort_requests", "pause_wait", "sleep1", "update",
-         "pause_abort", "sleep2"]
+# (CI's minute on two shared cores) sees each of them. The pauses come last: the server
+# stays awake through them, so the last quarter of the run has memory samples to compare.
+CYCLE = ["update", "pause_keep", "sleep1", "abort_requests", "update", "sleep2",
+         "pause_wait", "pause_abort"]
 
 
 def act(soak, action):

@@ -83,6 +83,8 @@ fn a_minute_of_soak_on_the_default_model_passes() {
         run.status,
         String::from_utf8_lossy(&run.stderr)
     );
+    // Shown with --nocapture: what the minute did.
+    println!("{stdout}");
     assert!(stdout.contains("RESULT: PASS"), "{stdout}");
     let text = std::fs::read_to_string(&summary_path).unwrap();
     let report: Value = serde_json::from_str(&text).unwrap();
