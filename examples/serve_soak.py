@@ -26,15 +26,15 @@ Then, for --duration-s:
   update with its adapter load), so that a short run (CI's minute) sees every action; the
   load goes on past --duration-s until the first cycle is done.
 - a sampler thread: every second the server's RSS (/proc/PID/status VmRSS) and its
-  reported device memory (`/health` gpu_memory_bytes).
+  reported device memory (`/health` gpu_memory_bytes and gpu_memory_allocated_bytes).
 
 What it checks (exit 1 on any failure)
 --------------------------------------
 - every good request completed: n choices, each finishing stop or length, or abort with
   its tokens so far when the request was in flight during a `/pause?mode=abort` or a
-  `/sleep?mode=abort`, or named by `/abort_requests`; token ids, log-probs and versions of equal lengths; the usage
-  count equal to the tokens returned; sampling log-probs equal to the model's (at
-  temperature 1 they are the same distribution);
+  `/sleep?mode=abort`, or named by `/abort_requests`; token ids, log-probs and versions
+  of equal lengths; the usage count equal to the tokens returned; sampling log-probs
+  equal to the model's (at temperature 1 they are the same distribution);
 - bad requests refused with 400/404 in OpenAI's error body; no 5xx, except a 503 with
   Retry-After while the server sleeps or is busy;
 - every token was drawn by the weights version it records: a sample of the completions
@@ -117,6 +117,7 @@ class Soak:
         self.weights = {0: args.model}      # version -> checkpoint directory
         self.lora_versions = {}             # adapter version -> {model, adapter} dirs
         self.lora_dir = None
+        self.lora_loads = []                # {version, at}: each load, when it answered
         self.asleep_since = None            # set while a /sleep..wake cycle runs
         self.slept = False                  # from a /sleep's answer to the wake's
         self.settled_at = 0.0               # when the last sleep or change ended
@@ -333,7 +334,7 @@ def check_outcome(soak, number, body, outcome, sent, ended):
         if c["prompt"] is None:
             return "choice %d: no prompt_token_ids" % index
         tokens += len(ids)
-        keep_sample(soak, number, body, c, ids, logprobs, versions)
+        keep_sample(soak, number, body, c, ids, logprobs, versions, sent)
     if not isinstance(outcome.usage, dict) or outcome.usage.get("completion_tokens") != tokens:
         return "usage %s, but %d tokens returned" % (outcome.usage, tokens)
     soak.count("tokens", tokens)
@@ -341,11 +342,12 @@ def check_outcome(soak, number, body, outcome, sent, ended):
     return None
 
 
-def keep_sample(soak, number, body, c, ids, logprobs, versions):
+def keep_sample(soak, number, body, c, ids, logprobs, versions, sent):
     """Keeps a sample for re-scoring; `lora` says whether it ran with the adapter (its
-    versions are then the adapter's)."""
+    versions are then the adapter's); `sent` when its request was."""
     sample = {"number": number, "prompt_token_ids": c["prompt"], "token_ids": ids,
-              "logprobs": logprobs, "versions": versions, "lora": body["model"] == LORA_NAME}
+              "logprobs": logprobs, "versions": versions, "lora": body["model"] == LORA_NAME,
+              "sent": sent}
     with soak.lock:
         soak.samples.append(sample)
 
@@ -501,6 +503,9 @@ def load_adapter(soak, first=False):
         if reply is not None and loaded.get("name") == LORA_NAME:
             soak.lora_versions[loaded.get("version")] = {
                 "model": soak.weights[soak.weights_version], "adapter": directory}
+            # Requests sent before this may have computed their prompts' keys and values
+            # under the contents before it.
+            soak.lora_loads.append({"version": loaded.get("version"), "at": soak.now()})
             soak.lora_dir = directory
             soak.counts["adapter_loads"] = soak.counts.get("adapter_loads", 0) + 1
         elif reply is not None:
@@ -816,7 +821,7 @@ def run(args, workdir):
     rng = random.Random(args.seed)
     chosen = rng.sample(soak.samples, min(args.score_samples, len(soak.samples)))
     checkpoints = {"weights": soak.weights, "lora": soak.lora_versions,
-                   "all": [args.model, derived]}
+                   "lora_loads": soak.lora_loads, "all": [args.model, derived]}
     scored = soak_rescore.rescore(args.sprout, score_flags(args.extra), chosen, checkpoints,
                                   workdir)
     return summarize(soak, wall_s, counters, scored, code, server.panics)
@@ -889,7 +894,7 @@ def print_summary(s):
           % (s["status_503"], s["quiet_points"]))
     r = s["rescore"]
     print("re-scored: %d samples of %d kept (%d spanning an update, %d with the adapter, "
-          "%d of those across an in-place load and not scored): "
+          "%d of those across an in-place load or sent before one, not scored): "
           "%d segments, %d tokens, %d mismatched; under the other checkpoint %d of %d "
           "segments matched"
           % (r["samples"], s["samples_kept"], r["spanning_samples"], r["adapter_samples"],

@@ -71,7 +71,9 @@ def rescore(sprout, flags, samples, checkpoints, workdir):
     `checkpoints["all"]` too) or True (`versions` are the adapter's, and
     `checkpoints["lora"]` maps each to the {"model", "adapter"} directories it names: a
     load and a weights update both put the adapter's version one up; a sample that ran
-    across an in-place load of other contents is counted, not scored)."""
+    across an in-place load of other contents, or was sent before one, by
+    `checkpoints["lora_loads"]` ({version, at}) and the sample's `sent`, is counted, not
+    scored)."""
     weights = checkpoints["weights"]
     groups = {}
     failures = []
@@ -87,7 +89,15 @@ def rescore(sprout, flags, samples, checkpoints, workdir):
             # The adapter changes keys and values: a sample that ran across an in-place
             # load attends, after it, to a cache no single checkpoint gives. (The base
             # checkpoints differ only in the final norm, which no key or value sees.)
-            if len({p["adapter"] for p in pairs}) > 1:
+            # So does one sent before a load whose contents drew its tokens: its prompt's
+            # keys and values may have been computed under the contents before (the load
+            # puts the new ones in force for the requests in flight, and only tokens
+            # carry a version).
+            loaded_after_sent = bool(sample["versions"]) and any(
+                load["at"] > sample["sent"]
+                and load["version"] <= max(sample["versions"])
+                for load in checkpoints.get("lora_loads", []))
+            if len({p["adapter"] for p in pairs}) > 1 or loaded_after_sent:
                 adapter_spanning += 1
                 continue
         for version, start, end in segments(sample):

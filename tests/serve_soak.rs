@@ -14,10 +14,11 @@
 //! every request in flight first, which with the soak's 32 clients and long prompts takes
 //! longer than the minute there. q8_0 for speed: the checks are the same whatever the
 //! weights' format, since the re-scoring reads the checkpoints the same way. RSS may
-//! drift 35% here: on lavapipe the device memory lives in RSS and moves with the
-//! allocator's packing of its blocks across a sleep (24% seen in a minute, with the
-//! allocated bytes unchanged); the device memory allocated is held to 5%, and the hour
-//! long run in the README to 5% for both.
+//! drift 50% here: on lavapipe the device memory lives in RSS and moves with the
+//! allocator's packing of its blocks across a sleep (up to 31% seen in a minute, the
+//! reserved blocks moving 40%, with the allocated bytes unchanged); the device memory
+//! allocated is held to 5%, and the hour-long run to 5% for both. A leak of a checkpoint
+//! per update (540 MB against about 700 MB) still fails.
 //!
 //! It runs the script with `python3` (standard library only): without python3 the test
 //! fails, naming it. The server runs the model on the GPU: with no adapter it cannot
@@ -68,7 +69,7 @@ fn a_minute_of_soak_on_the_default_model_passes() {
         .args(["--duration-s", "60", "--cycle", "--action-every-s", "1"])
         .args(["--clients", "8", "--max-tokens", "16"])
         .args(["--max-prompt-words", "40"])
-        .args(["--score-samples", "30", "--max-rss-drift", "0.35"])
+        .args(["--score-samples", "30", "--max-rss-drift", "0.5"])
         .args(["--workdir", workdir.to_str().unwrap()])
         .args(["--json", summary_path.to_str().unwrap()])
         // Last: passed on to sprout serve and sprout score.
