@@ -84,6 +84,7 @@ import time
 
 import serve_load
 import soak_files
+import soak_memory
 import soak_rescore
 from serve_load import (AUTH, BAD_KINDS, WORDS, check_error_body, get_json, read_kv_usage,
                         run_bad, served_model_name, sse_events, split_url, wait_for_kv_free)
@@ -621,84 +622,6 @@ def trainer(soak):
 
 
 # ---------------------------------------------------------------------------------------
-# Memory
-
-
-def rss_bytes(pid):
-    try:
-        with open("/proc/%d/status" % pid) as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
-def sampler(soak, pid, stop):
-    while not stop.wait(1.0):
-        row = {"t": soak.now(), "rss_bytes": rss_bytes(pid) if pid else None}
-        try:
-            _, health, _ = get_json(soak.host, soak.port, "/health")
-            row["gpu_memory_bytes"] = health.get("gpu_memory_bytes")
-            row["gpu_memory_allocated_bytes"] = health.get("gpu_memory_allocated_bytes")
-            row["kv_blocks_in_use"] = health.get("kv_blocks_in_use")
-        except (OSError, http.client.HTTPException, AttributeError):
-            row["gpu_memory_bytes"] = None
-        with soak.lock:
-            row["asleep"] = soak.slept
-            row["changing"] = soak.changes_started != soak.changes_done
-            row["settling"] = row["t"] - soak.settled_at < soak.args.settle_s
-            soak.memory.append(row)
-
-
-def median(values):
-    ordered = sorted(values)
-    if not ordered:
-        return None
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-
-
-def drift(rows, field, duration):
-    """The relative change of the median of `field` from the second quarter of the run
-    to the last, over the samples taken awake, outside an update and settled."""
-    def quarter(q):
-        return [r[field] for r in rows
-                if r.get(field) is not None and not r["asleep"] and not r["changing"]
-                and not r.get("settling")
-                and q * duration / 4 <= r["t"] < (q + 1) * duration / 4 + (q == 3) * 1e9]
-    second, last = median(quarter(1)), median(quarter(3))
-    if not second or last is None:
-        return {"second_quarter": second, "last_quarter": last, "drift": None}
-    return {"second_quarter": second, "last_quarter": last,
-            "drift": abs(last - second) / second}
-
-
-def plot(rows, path):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("--plot: matplotlib is not importable; no plot drawn")
-        return
-    fig, ax = plt.subplots(figsize=(9, 4))
-    t = [r["t"] / 60 for r in rows]
-    for field, label in (("rss_bytes", "server RSS"),
-                         ("gpu_memory_bytes", "device memory reserved"),
-                         ("gpu_memory_allocated_bytes", "device memory allocated")):
-        ax.plot(t, [(r.get(field) or 0) / 2**20 for r in rows], label=label)
-    ax.set_xlabel("minutes")
-    ax.set_ylabel("MiB")
-    ax.set_title("sprout serve under the soak")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    print("memory curve: %s" % path)
-
-
-# ---------------------------------------------------------------------------------------
 
 
 def parse_args():
@@ -800,7 +723,8 @@ def run(args, workdir):
               % (model, soak.chat, soak.lora, args.clients, args.duration_s), flush=True)
         soak.start = time.monotonic()
         soak.deadline = soak.start + args.duration_s
-        memory = threading.Thread(target=sampler, args=(soak, server.pid, stop), daemon=True)
+        memory = threading.Thread(target=soak_memory.sampler, args=(soak, server.pid, stop),
+                                  daemon=True)
         memory.start()
         clients = [threading.Thread(target=client_loop, args=(soak, c), daemon=True)
                    for c in range(args.clients)]
@@ -834,7 +758,7 @@ def summarize(soak, wall_s, counters, scored, code, panics):
         failures.setdefault(kind, []).append(detail)
     for detail in scored["failures"]:
         failures.setdefault("rescore", []).append(detail)
-    memory = {field: drift(soak.memory, field, wall_s)
+    memory = {field: soak_memory.drift(soak.memory, field, wall_s)
               for field in ("rss_bytes", "gpu_memory_bytes", "gpu_memory_allocated_bytes")}
     for field, d in memory.items():
         if field == "gpu_memory_bytes":
@@ -926,7 +850,7 @@ def main():
             shutil.rmtree(workdir, ignore_errors=True)
     print_summary(summary)
     if args.plot:
-        plot(summary["memory_samples"], args.plot)
+        soak_memory.plot(summary["memory_samples"], args.plot)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "summary": summary}, f, indent=1)
