@@ -21,10 +21,11 @@ Then, for --duration-s:
   `/resume`; `/abort_requests` naming requests in flight; `/sleep?level=1&mode=wait` then
   `/wake_up`; `/sleep?level=2&mode=abort` then `/wake_up?tags=weights`, an update (the
   weights were discarded) and `/wake_up`.
-  With --cycle the trainer instead runs one fixed cycle back to back, --action-every-s
-  apart: update, pause keep, sleep 1, abort, update, sleep 2, pause wait, pause abort (each
-  update with its adapter load), so that a short run (CI's minute) sees every action; the
-  load goes on past --duration-s until the first cycle is done.
+  With --cycle the trainer instead waits for half of --duration-s, then runs one fixed
+  cycle back to back, --action-every-s apart: update, pause keep, sleep 1, abort, update,
+  sleep 2, pause wait, pause abort (each update with its adapter load), so that a short
+  run (CI's minute) sees every action; the load goes on until a quarter of --duration-s
+  after the cycle, past --duration-s if the cycle is slow.
 - a sampler thread: every second the server's RSS (/proc/PID/status VmRSS) and its
   reported device memory (`/health` gpu_memory_bytes and gpu_memory_allocated_bytes).
 
@@ -49,14 +50,16 @@ What it checks (exit 1 on any failure)
   run within --max-drift (5%) of the second quarter's (RSS: --max-rss-drift, by default
   the same), over the samples taken awake, outside an update and not within --settle-s
   of the end of either (a sleep frees the device memory, an update holds two sets of
-  weights for a moment). The device memory checked is `gpu_memory_allocated_bytes`, what
-  live buffers take, in which a buffer that leaks shows exactly. `gpu_memory_bytes`,
-  the allocator's reserved blocks, is reported beside it and not checked: the allocator
-  packs the same buffers into its blocks differently after a wake or an update, which
-  moves it by whole blocks with nothing leaked (10-30% of the default model's footprint
-  on lavapipe within a minute; flat over an hour). On a software adapter (lavapipe) the
-  reserved blocks are host memory in the server's RSS, so there RSS moves with them too:
-  a short run there needs a looser --max-rss-drift;
+  weights for a moment). With --cycle the two windows are the second quarter of
+  --duration-s, before the cycle, and the quarter of --duration-s after it: memory before
+  every action against memory after all of them. The device memory checked is
+  `gpu_memory_allocated_bytes`, what live buffers take, in which a buffer that leaks
+  shows exactly. `gpu_memory_bytes`, the allocator's reserved blocks, is reported beside
+  it and not checked: the allocator packs the same buffers into its blocks differently
+  after a wake or an update, which moves it by whole blocks with nothing leaked (10-30%
+  of the default model's footprint on lavapipe within a minute; flat over an hour). On a
+  software adapter (lavapipe) the reserved blocks are host memory in the server's RSS,
+  so there RSS moves with them too: a short run there needs a looser --max-rss-drift;
 - with the server started here: no panic, exit 0 on SIGTERM.
 
 `--json PATH` writes the summary (requests, tokens, updates, pauses, aborts, sleeps,
@@ -133,8 +136,10 @@ class Soak:
         self.counts = {}                    # named counters
         self.memory = []                    # sampler rows
         self.next_number = 0
-        # With --cycle the load goes on past --duration-s until the first cycle is done.
+        # With --cycle the load goes on past --duration-s until the cycle is done and a
+        # quarter of --duration-s after it has passed.
         self.cycle_done = threading.Event()
+        self.cycle_ended_at = None
         if not args.cycle:
             self.cycle_done.set()
 
@@ -574,9 +579,8 @@ def sleep_cycle(soak, level):
 
 
 ACTIONS = ["pause_keep", "abort_requests", "pause_wait", "sleep1", "pause_abort", "sleep2"]
-# --cycle: every action in one fixed order, the updates among them, so that a short run
-# (CI's minute on two shared cores) sees each of them. The pauses come last: the server
-# stays awake through them, so the last quarter of the run has memory samples to compare.
+# --cycle: every action once in one fixed order, the updates among them, so that a short
+# run (CI's minute on two shared cores) sees each of them.
 CYCLE = ["update", "pause_keep", "sleep1", "abort_requests", "update", "sleep2",
          "pause_wait", "pause_abort"]
 
@@ -597,14 +601,22 @@ def act(soak, action):
 def trainer(soak):
     args = soak.args
     if args.cycle:
-        step = 0
-        while step < len(CYCLE) or soak.now() < args.duration_s:
-            time.sleep(args.action_every_s)
-            if step < len(CYCLE) or soak.now() < args.duration_s:
-                act(soak, CYCLE[step % len(CYCLE)])
-                step += 1
-                if step == len(CYCLE):
-                    soak.cycle_done.set()
+        # Load alone for the first half of the duration (warm-up, then the memory's
+        # baseline), the cycle, then load alone for a quarter of the duration (the
+        # memory's end): however long the actions take on a slow machine, both windows
+        # of the drift hold settled samples.
+        while soak.now() < args.duration_s / 2:
+            time.sleep(0.1)
+        try:
+            for action in CYCLE:
+                time.sleep(args.action_every_s)
+                act(soak, action)
+        finally:
+            with soak.lock:
+                soak.cycle_ended_at = soak.now()
+                end = max(args.duration_s, soak.cycle_ended_at + args.duration_s / 4)
+                soak.deadline = soak.start + end
+            soak.cycle_done.set()
         return
     next_update = args.update_every_s
     next_action = args.action_every_s
@@ -748,7 +760,15 @@ def run(args, workdir):
                    "lora_loads": soak.lora_loads, "all": [args.model, derived]}
     scored = soak_rescore.rescore(args.sprout, score_flags(args.extra), chosen, checkpoints,
                                   workdir)
-    return summarize(soak, wall_s, counters, scored, code, server.panics)
+    summary = summarize(soak, wall_s, counters, scored, code, server.panics)
+    # What a failed re-scoring needs to be diagnosed afterwards: the samples scored and
+    # the trainer's timeline.
+    summary["scored_samples"] = chosen
+    summary["timeline"] = {"weights": soak.weights, "lora_versions": soak.lora_versions,
+                           "lora_loads": soak.lora_loads,
+                           "sleep_windows": soak.sleep_windows,
+                           "abort_windows": soak.abort_windows}
+    return summary
 
 
 def summarize(soak, wall_s, counters, scored, code, panics):
@@ -758,8 +778,13 @@ def summarize(soak, wall_s, counters, scored, code, panics):
         failures.setdefault(kind, []).append(detail)
     for detail in scored["failures"]:
         failures.setdefault("rescore", []).append(detail)
-    memory = {field: soak_memory.drift(soak.memory, field, wall_s)
+    if args.cycle:
+        windows = ((args.duration_s / 4, args.duration_s / 2), (soak.cycle_ended_at, None))
+    else:
+        windows = ((wall_s / 4, wall_s / 2), (3 * wall_s / 4, None))
+    memory = {field: soak_memory.drift(soak.memory, field, windows)
               for field in ("rss_bytes", "gpu_memory_bytes", "gpu_memory_allocated_bytes")}
+    memory_windows = [list(windows[0]), [windows[1][0], wall_s]]
     for field, d in memory.items():
         if field == "gpu_memory_bytes":
             continue  # reported, not checked (see the module docs)
@@ -797,6 +822,7 @@ def summarize(soak, wall_s, counters, scored, code, panics):
         "rescore": {k: v for k, v in scored.items() if k != "failures"},
         "samples_kept": len(soak.samples),
         "memory": memory,
+        "memory_windows_s": memory_windows,
         "memory_samples": soak.memory,
         "server_exit_code": code,
         "failures": failures,
@@ -825,8 +851,10 @@ def print_summary(s):
              r["adapter_samples_across_a_load"],
              r["segments"], r["tokens"], r["mismatched_segments"],
              r["other_checkpoint_matches"], r["other_checkpoint_segments"]))
+    (a, b), (c, e) = s["memory_windows_s"]
+    print("memory compared between %.1f-%.1f s and %.1f-%.1f s" % (a, b, c, e))
     for field, d in s["memory"].items():
-        print("%-26s second quarter %s, last quarter %s, drift %s%s"
+        print("%-26s first window %s, second window %s, drift %s%s"
               % (field, d["second_quarter"], d["last_quarter"],
                  "-" if d["drift"] is None else "%.2f%%" % (100 * d["drift"]),
                  " (reported, not checked)" if field == "gpu_memory_bytes" else ""))

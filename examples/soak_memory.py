@@ -1,6 +1,6 @@
 """The soak's memory record (serve_soak.py): the server's RSS and its reported device
-memory sampled every second, their drift between the second and the last quarter of the
-run, and a plot of the curve.
+memory sampled every second, their drift between two windows of the run (the second and
+the last quarter), and a plot of the curve.
 
 Standard library only (matplotlib optional, for the plot).
 """
@@ -49,15 +49,17 @@ def median(values):
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
-def drift(rows, field, duration):
-    """The relative change of the median of `field` from the second quarter of the run
-    to the last, over the samples taken awake, outside an update and settled."""
-    def quarter(q):
+def drift(rows, field, windows):
+    """The relative change of the median of `field` from the first of `windows` ((start,
+    end) seconds; end None: to the last sample) to the second, over the samples taken
+    awake, outside an update and settled. The soak's windows are the second and the last
+    quarter of the run (with --cycle: before the cycle and after it)."""
+    def window(start, end):
         return [r[field] for r in rows
                 if r.get(field) is not None and not r["asleep"] and not r["changing"]
                 and not r.get("settling")
-                and q * duration / 4 <= r["t"] < (q + 1) * duration / 4 + (q == 3) * 1e9]
-    second, last = median(quarter(1)), median(quarter(3))
+                and start <= r["t"] and (end is None or r["t"] < end)]
+    second, last = median(window(*windows[0])), median(window(*windows[1]))
     if not second or last is None:
         return {"second_quarter": second, "last_quarter": last, "drift": None}
     return {"second_quarter": second, "last_quarter": last,

@@ -1,4 +1,4 @@
-//! The soak test of `sprout serve` (examples/serve_soak.py) for a fixed 60 seconds on the
+//! The soak test of `sprout serve` (examples/serve_soak.py) with a 60-second duration on the
 //! default model, exported to an f32 Hugging Face directory (the soak's second checkpoint
 //! is derived from it) and served as q8_0 (re-scored as q8_0 too): clients with weight
 //! updates, in-place loads of a LoRA adapter (the committed PEFT fixture for the export,
@@ -7,8 +7,11 @@
 //! of those happened and that its checks had something to check: samples re-scored
 //! bitwise with `sprout score`, KV quiet points, memory samples.
 //!
-//! Sized so that every action comes round in the minute on two shared CPU cores: the
-//! trainer runs its fixed cycle (`--cycle`, the load going on until the cycle is done),
+//! Sized so that every action comes round on two shared CPU cores: the trainer runs its
+//! fixed cycle (`--cycle`) after 30 s of load alone, and the load goes on 15 s after it,
+//! so that however long the actions take, memory is compared before every action and
+//! after all of them (a slow machine stretched the cycle over both quarters of an earlier
+//! design's windows and left them no settled sample);
 //! 8 clients with prompts of at most 40 words, steps of at most 128 tokens (an action
 //! waits for the step in flight) and a 64 MiB KV cache. A wait-mode pause or sleep drains
 //! every request in flight first, which with the soak's 32 clients and long prompts takes
