@@ -1,6 +1,8 @@
 //! The pipeline cache is keyed by each kernel's typed description: every kernel asks for its
 //! pipeline on every dispatch, so finding a built one must allocate nothing, and two
-//! descriptions get the same pipeline exactly when they are equal.
+//! descriptions get the same pipeline exactly when they are equal. The bind-group cache is
+//! looked up on every dispatch too: a hit allocates nothing, and other buffers (or the
+//! same in another order) get another group.
 //!
 //! These run on every adapter; with no adapter they fail (never pass without having run).
 
@@ -128,5 +130,49 @@ fn descriptions_are_one_pipeline_exactly_when_equal() {
         });
         assert!(!Arc::ptr_eq(&direct, &shared));
         assert_eq!(direct.name, "attention/paged/3/64/Direct");
+    }
+}
+
+/// Bind groups over the buffers of one dispatch, looked up as the recorder does.
+fn bind_group_lookups(gpu: &Gpu) {
+    let kernel = gpu.pipeline(&attention());
+    let params = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+        label: None,
+        size: 4096,
+        usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    });
+    let tensors: Vec<_> = (0..=kernel.storage_bindings)
+        .map(|_| gpu.zeros(64))
+        .collect();
+    let storage: Vec<&wgpu::Buffer> = tensors[..kernel.storage_bindings]
+        .iter()
+        .map(|t| &t.buffer)
+        .collect();
+    let made = gpu.bind_group(&kernel, &params, &storage);
+    let before = allocations();
+    for _ in 0..100 {
+        assert!(gpu.bind_group(&kernel, &params, &storage) == made);
+    }
+    let allocated = allocations() - before;
+    assert_eq!(
+        allocated,
+        0,
+        "{}: 100 lookups of a cached bind group allocated {allocated} times",
+        gpu.adapter.label()
+    );
+    let mut other = storage.clone();
+    *other.last_mut().unwrap() = &tensors[kernel.storage_bindings].buffer;
+    assert!(gpu.bind_group(&kernel, &params, &other) != made);
+    let mut swapped = storage.clone();
+    swapped.swap(0, 1);
+    assert!(gpu.bind_group(&kernel, &params, &swapped) != made);
+    assert!(gpu.bind_group(&kernel, &params, &storage) == made);
+}
+
+#[test]
+fn finding_a_cached_bind_group_allocates_nothing_and_tells_buffers_apart() {
+    for gpu in common::gpus() {
+        bind_group_lookups(&gpu);
     }
 }

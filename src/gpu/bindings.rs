@@ -7,6 +7,9 @@
 //! that repeats the previous step's dispatches over the same tensors (the engine's steady
 //! state) therefore writes its parameters once and creates no bind group, except in the
 //! step after a parameter buffer fills (one step in about eighty for the default model).
+//! The cache is looked up with a key that borrows the buffers ([`GroupView`]): a hit
+//! clones no buffer handle (each clone is two atomic counts, taken and given back) and
+//! hashes with hashbrown's fast hasher, since this lookup runs for every dispatch.
 //!
 //! A cached bind group keeps its buffers alive, so whoever owns a set of long-lived
 //! buffers (the engine) calls `Gpu::forget_bind_groups` when it drops them.
@@ -17,8 +20,10 @@
 //! parameters, whatever the order of recording and submission and from however many
 //! threads.
 
-use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 use std::sync::Mutex;
+
+use hashbrown::{Equivalent, HashMap};
 
 use super::pipelines::Kernel;
 
@@ -32,13 +37,60 @@ const MAX_CACHED_GROUPS: usize = 4096;
 /// adapter's limit allows: `kernels::matmul::lora_fits`).
 pub const MAX_STORAGE_BINDINGS: usize = 10;
 
-/// A bind group's identity: the kernel, the parameter buffer and the storage buffers.
-/// Cloning a `wgpu::Buffer` copies a handle, so a key costs no allocation.
-#[derive(PartialEq, Eq, Hash)]
+/// A bind group's identity: the kernel, the parameter buffer and the storage buffers,
+/// as the cache keeps it (made only when a bind group is created).
+#[derive(PartialEq, Eq)]
 struct GroupKey {
     kernel: usize,
     params: wgpu::Buffer,
-    storage: [Option<wgpu::Buffer>; MAX_STORAGE_BINDINGS],
+    storage: Vec<wgpu::Buffer>,
+}
+
+/// The same identity over borrowed buffers, for looking a bind group up. It hashes as
+/// the `GroupKey` it stands for.
+struct GroupView<'a> {
+    kernel: usize,
+    params: &'a wgpu::Buffer,
+    storage: &'a [&'a wgpu::Buffer],
+}
+
+impl Hash for GroupKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.kernel.hash(state);
+        self.params.hash(state);
+        for buffer in &self.storage {
+            buffer.hash(state);
+        }
+    }
+}
+
+impl Hash for GroupView<'_> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.kernel.hash(state);
+        self.params.hash(state);
+        for buffer in self.storage {
+            buffer.hash(state);
+        }
+    }
+}
+
+impl Equivalent<GroupKey> for GroupView<'_> {
+    fn equivalent(&self, key: &GroupKey) -> bool {
+        self.kernel == key.kernel
+            && *self.params == key.params
+            && self.storage.len() == key.storage.len()
+            && self.storage.iter().zip(&key.storage).all(|(a, b)| *a == b)
+    }
+}
+
+impl GroupView<'_> {
+    fn to_key(&self) -> GroupKey {
+        GroupKey {
+            kernel: self.kernel,
+            params: self.params.clone(),
+            storage: self.storage.iter().map(|&b| b.clone()).collect(),
+        }
+    }
 }
 
 struct State {
@@ -105,13 +157,13 @@ impl Bindings {
             kernel.name,
             storage.len()
         );
-        let key = GroupKey {
+        let view = GroupView {
             kernel: kernel.id,
-            params: params.clone(),
-            storage: std::array::from_fn(|i| storage.get(i).map(|&b| b.clone())),
+            params,
+            storage,
         };
         let mut s = self.state.lock().expect("bindings lock");
-        if let Some(group) = s.groups.get(&key) {
+        if let Some(group) = s.groups.get(&view) {
             return group.clone();
         }
         let mut entries = vec![wgpu::BindGroupEntry {
@@ -139,7 +191,7 @@ impl Bindings {
         if s.groups.len() >= MAX_CACHED_GROUPS {
             s.groups.clear();
         }
-        s.groups.insert(key, group.clone());
+        s.groups.insert(view.to_key(), group.clone());
         group
     }
 

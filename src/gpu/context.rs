@@ -202,6 +202,19 @@ impl Gpu {
         }
     }
 
+    /// The bind group of `kernel` over the uniform `params` (binding 0, bound with a
+    /// dynamic offset) and `storage` (bindings 1..): the cached one when these buffers
+    /// were bound to this kernel before (`gpu::bindings`), else a new one, cached.
+    pub fn bind_group(
+        &self,
+        kernel: &Kernel,
+        params: &wgpu::Buffer,
+        storage: &[&wgpu::Buffer],
+    ) -> wgpu::BindGroup {
+        self.bindings
+            .bind_group(&self.device, kernel, params, storage)
+    }
+
     /// Drops the cached bind groups (see `gpu::bindings`), so that buffers no longer in
     /// use are freed; the engine calls it when it is dropped.
     pub fn forget_bind_groups(&self) {

@@ -126,9 +126,7 @@ impl<'g> Recorder<'g> {
         }
         let (params_buffer, offset) = gpu.bindings.reserve(&gpu.device, params.len());
         self.put_params(&params_buffer, offset, params);
-        let bind_group = gpu
-            .bindings
-            .bind_group(&gpu.device, kernel, &params_buffer, buffers);
+        let bind_group = gpu.bind_group(kernel, &params_buffer, buffers);
         let offset = u32::try_from(offset).expect("parameter buffer past 4 GiB");
         if matches!(self.timing, Timing::Alone) {
             // Finish the work recorded so far, so that only this dispatch is timed.
