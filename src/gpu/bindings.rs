@@ -54,23 +54,35 @@ struct GroupView<'a> {
     storage: &'a [&'a wgpu::Buffer],
 }
 
+/// Hashes a bind group's identity: what `GroupKey` and `GroupView` both hash, so that a
+/// view finds the key it stands for.
+fn hash_identity<'a, H: Hasher>(
+    kernel: usize,
+    params: &wgpu::Buffer,
+    storage: impl Iterator<Item = &'a wgpu::Buffer>,
+    state: &mut H,
+) {
+    kernel.hash(state);
+    params.hash(state);
+    for buffer in storage {
+        buffer.hash(state);
+    }
+}
+
 impl Hash for GroupKey {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        self.kernel.hash(state);
-        self.params.hash(state);
-        for buffer in &self.storage {
-            buffer.hash(state);
-        }
+        hash_identity(self.kernel, &self.params, self.storage.iter(), state);
     }
 }
 
 impl Hash for GroupView<'_> {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        self.kernel.hash(state);
-        self.params.hash(state);
-        for buffer in self.storage {
-            buffer.hash(state);
-        }
+        hash_identity(
+            self.kernel,
+            self.params,
+            self.storage.iter().copied(),
+            state,
+        );
     }
 }
 
